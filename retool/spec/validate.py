@@ -1,0 +1,151 @@
+"""Turn YAML documents into RetoolRuns, or into a list of problems naming the field to fix.
+
+One entry point for every consumer: ``retool validate`` (GitOps pull-request checks), the
+admission webhook, and the operator's create handler on clusters without the webhook.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from retool.spec.model import RetoolRun
+from retool.spec.names import run_name_problems
+from retool.spec.rules import Problem, check_rules
+
+
+class SpecError(ValueError):
+    """A RetoolRun that cannot be accepted; ``problems`` says why, field by field."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        super().__init__("; ".join(str(p) for p in problems))
+
+
+def _path(loc: Iterable[str | int]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _model_at(loc: tuple[str | int, ...]) -> type[BaseModel] | None:
+    """The model that owns the field at ``loc`` (to list the fields it does allow)."""
+    model: Any = RetoolRun
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return None
+        field = next((f for name, f in model.model_fields.items() if part in (name, f.alias)), None)
+        if field is None:
+            return None
+        model = _unwrap(field.annotation)
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _unwrap(annotation: Any) -> Any:
+    for arg in getattr(annotation, "__args__", ()) or ():
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+        inner = _unwrap(arg)
+        if inner is not None:
+            return inner
+    return annotation if isinstance(annotation, type) else None
+
+
+def _message(error: dict[str, Any]) -> str:
+    loc = tuple(error["loc"])
+    if error["type"] == "extra_forbidden":
+        owner = _model_at(loc[:-1])
+        if owner is not None:
+            allowed = [f.alias or name for name, f in owner.model_fields.items()]
+            close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            return f"unknown field; {hint}allowed: {', '.join(allowed)}"
+        return "unknown field"
+    if error["type"] == "missing":
+        return "required field is missing"
+    message = error["msg"]
+    if message.startswith("Value error, "):
+        message = message[len("Value error, ") :]
+    if error["type"].startswith("string_pattern"):
+        message = f"{error.get('input')!r} is not valid here ({_pattern_hint(loc)})"
+    return message
+
+
+def _pattern_hint(loc: tuple[str | int, ...]) -> str:
+    field = str(loc[-1]) if loc else ""
+    hints = {
+        "base": "expected a Hugging Face id org/name, an s3://bucket/key URI or an absolute path",
+        "sft": "expected a Hugging Face id org/name, an s3://bucket/key URI or an absolute path",
+        "rl": "expected a Hugging Face id org/name, an s3://bucket/key URI or an absolute path",
+        "source": "expected a Hugging Face id org/name, an s3://bucket/key URI or an absolute path",
+        "uri": "expected s3://bucket/prefix with a valid bucket name",
+        "endpoint": "expected an http(s):// URL",
+        "trackingUri": "expected an http(s):// URL",
+        "claimName": "expected a Kubernetes object name",
+        "name": "expected lower-case letters, digits and '_' or '-'",
+        "mountPath": "expected an absolute path",
+        "deviceResourceName": "expected an extended resource name such as huawei.com/Ascend910",
+    }
+    return hints.get(field, "does not match the expected format")
+
+
+def validate_document(document: Any) -> list[Problem]:
+    """Every problem of one parsed YAML document (empty when it is a valid RetoolRun)."""
+    if not isinstance(document, dict):
+        return [Problem("(document)", f"expected a RetoolRun mapping, got {type(document).__name__}")]
+    try:
+        run = RetoolRun.model_validate(document)
+    except ValidationError as err:
+        problems = [Problem(_path(e["loc"]) or "(document)", _message(e)) for e in err.errors()]
+        name = (document.get("metadata") or {}).get("name") if isinstance(document.get("metadata"), dict) else None
+        if isinstance(name, str) and not any(p.path.startswith("metadata.name") for p in problems):
+            problems += [Problem("metadata.name", message) for message in run_name_problems(name)]
+        return problems
+    return check_rules(run)
+
+
+def parse_run(document: Any) -> RetoolRun:
+    """The RetoolRun of a document, or SpecError with every problem."""
+    problems = validate_document(document)
+    if problems:
+        raise SpecError(problems)
+    return RetoolRun.model_validate(document)
+
+
+@dataclass(frozen=True)
+class FileProblem:
+    file: str
+    document: int
+    problem: Problem
+
+    def __str__(self) -> str:
+        return f"{self.file}[{self.document}]: {self.problem}"
+
+
+def validate_text(text: str, source: str = "<stdin>") -> tuple[int, list[FileProblem]]:
+    """Validate a multi-document YAML stream: (documents checked, problems)."""
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as err:
+        return 0, [FileProblem(source, 0, Problem("(yaml)", str(err).replace("\n", " ")))]
+    if not documents:
+        return 0, [FileProblem(source, 0, Problem("(file)", "no YAML documents found"))]
+    problems = [FileProblem(source, i, p) for i, d in enumerate(documents) for p in validate_document(d)]
+    return len(documents), problems
+
+
+def validate_file(path: str | Path) -> tuple[int, list[FileProblem]]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        return 0, [FileProblem(str(path), 0, Problem("(file)", err.strerror or str(err)))]
+    return validate_text(text, str(path))

@@ -1,0 +1,131 @@
+"""The CRD is generated from the model, structural, valid, and agrees with pydantic's defaults."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from retool.spec.crd import render_crd
+from retool.spec.model import RetoolRun
+from tests.conftest import EXAMPLES, REPO
+
+CRD_PATH = REPO / "charts/retool/crds/retoolruns.retool.dev.yaml"
+
+
+@pytest.fixture(scope="module")
+def crd() -> dict:
+    return yaml.safe_load(CRD_PATH.read_text())
+
+
+@pytest.fixture(scope="module")
+def root_schema(crd) -> dict:
+    return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+def test_checked_in_crd_matches_the_model():
+    assert CRD_PATH.read_text() == render_crd(), "CRD drifted from retool/spec/model.py: run `make crd`"
+
+
+def test_crd_passes_kubernetes_validate_strict():
+    tool = shutil.which("kubernetes-validate") or str(Path(sys.executable).parent / "kubernetes-validate")
+    result = subprocess.run([tool, "--strict", str(CRD_PATH)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _nodes(schema: dict, path: str = ""):
+    yield path, schema
+    for name, prop in schema.get("properties", {}).items():
+        yield from _nodes(prop, f"{path}.{name}")
+    if isinstance(schema.get("items"), dict):
+        yield from _nodes(schema["items"], f"{path}[]")
+    if isinstance(schema.get("additionalProperties"), dict):
+        yield from _nodes(schema["additionalProperties"], f"{path}{{}}")
+
+
+def test_schema_is_structural(root_schema):
+    for path, node in _nodes(root_schema):
+        if node.get("x-kubernetes-int-or-string"):
+            assert [o["type"] for o in node["anyOf"]] == ["integer", "string"], path
+            continue
+        assert "type" in node, f"{path} has no type"
+        assert "$ref" not in node and "anyOf" not in node and "title" not in node, path
+        assert not ("properties" in node and "additionalProperties" in node), path
+        assert "x-kubernetes-preserve-unknown-fields" not in node, f"{path}: every object is typed"
+
+
+def test_every_spec_field_has_a_description(root_schema):
+    for path, node in _nodes(root_schema["properties"]["spec"], "spec"):
+        if path.endswith("{}") or path.endswith("[]"):
+            continue
+        assert node.get("description"), f"{path} lacks a description (kubectl explain would be empty)"
+
+
+def test_crd_names_columns_and_status(crd):
+    spec = crd["spec"]
+    assert spec["names"]["shortNames"] == ["rr"] and "retool" in spec["names"]["categories"]
+    version = spec["versions"][0]
+    assert version["subresources"] == {"status": {}}
+    assert [c["name"] for c in version["additionalPrinterColumns"]] == ["Phase", "Stage", "Progress", "AIME", "Age"]
+
+
+def apply_crd_defaults(obj, schema):
+    """The API server's structural defaulting: fill missing properties, then descend."""
+    if isinstance(obj, dict):
+        for name, prop in schema.get("properties", {}).items():
+            if name not in obj and "default" in prop:
+                obj[name] = copy.deepcopy(prop["default"])
+        for name, value in obj.items():
+            if name in schema.get("properties", {}):
+                apply_crd_defaults(value, schema["properties"][name])
+            elif isinstance(schema.get("additionalProperties"), dict):
+                apply_crd_defaults(value, schema["additionalProperties"])
+    elif isinstance(obj, list) and isinstance(schema.get("items"), dict):
+        for value in obj:
+            apply_crd_defaults(value, schema["items"])
+    return obj
+
+
+def openapi_to_jsonschema(node):
+    """Enough of OpenAPI v3.0 -> JSON Schema for jsonschema to check the examples."""
+    if isinstance(node, dict):
+        out = {k: openapi_to_jsonschema(v) for k, v in node.items() if not k.startswith("x-kubernetes")}
+        for bound, flag in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
+            if out.get(flag) is True:
+                out[flag] = out.pop(bound)
+        if node.get("x-kubernetes-int-or-string"):
+            out.pop("pattern", None)
+        if out.get("type") == "object" and "properties" in out:
+            out["additionalProperties"] = False
+        return out
+    if isinstance(node, list):
+        return [openapi_to_jsonschema(v) for v in node]
+    return node
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_api_server_defaults_agree_with_pydantic_defaults(example, root_schema):
+    document = yaml.safe_load(example.read_text())
+    defaulted = apply_crd_defaults(copy.deepcopy(document), root_schema)
+    assert RetoolRun.model_validate(defaulted) == RetoolRun.model_validate(document)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_examples_pass_the_crd_schema(example, root_schema):
+    document = yaml.safe_load(example.read_text())
+    schema = openapi_to_jsonschema(root_schema)
+    schema["properties"]["metadata"] = {"type": "object"}
+    jsonschema.Draft7Validator(schema).validate(apply_crd_defaults(document, root_schema))
+
+
+def test_crd_schema_rejects_what_the_model_rejects(root_schema):
+    schema = openapi_to_jsonschema(root_schema)
+    bad = {"apiVersion": "retool.dev/v1alpha1", "kind": "RetoolRun", "metadata": {}, "spec": {"storage": {}, "rl": {"algorithm": "dpo"}}}
+    errors = list(jsonschema.Draft7Validator(schema).iter_errors(bad))
+    assert any(list(e.path) == ["spec", "rl", "algorithm"] for e in errors)
