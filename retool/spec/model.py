@@ -131,8 +131,10 @@ class S3Storage(SpecModel):
 
 
 class StorageSpec(SpecModel):
-    pvc: PVCStorage | None = Field(None, description="Shared filesystem for data and checkpoints (ReadWriteMany when nodes > 1).")
-    s3: S3Storage | None = Field(None, description="Object store that receives checkpoints and final models.")
+    pvc: PVCStorage | None = Field(
+        None, description="Required. Shared filesystem through which stages pass data, checkpoints and models (ReadWriteMany when nodes > 1)."
+    )
+    s3: S3Storage | None = Field(None, description="Optional object store that receives a copy of checkpoints and final models.")
 
 
 class EvalDataset(SpecModel):
@@ -258,7 +260,7 @@ class FailurePolicy(SpecModel):
 class RetoolRunSpec(SpecModel):
     model: ModelSpec = Field(default_factory=ModelSpec, description="The model to train.")
     hardware: HardwareSpec = Field(default_factory=HardwareSpec, description="Trainer nodes and devices.")
-    storage: StorageSpec = Field(..., description="Where data, checkpoints and models live; at least one of pvc or s3.")
+    storage: StorageSpec = Field(..., description="Where data, checkpoints and models live: a PVC, optionally mirrored to S3.")
     data: DataSpec = Field(default_factory=DataSpec, description="SFT, RL and evaluation data sources.")
     sft: SFTSpec = Field(default_factory=SFTSpec, description="Cold-start supervised fine-tuning.")
     rl: RLSpec = Field(default_factory=RLSpec, description="Multi-turn tool-integrated RL.")

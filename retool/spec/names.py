@@ -26,11 +26,17 @@ MAX_LABEL_LENGTH = 63
 MAX_RAYJOB_NAME_LENGTH = 47
 
 SANDBOX_SUFFIX = "-sandbox"
+SANDBOX_PORT = 8080
 
 
 def sandbox_name(run: str) -> str:
     """Deployment, Service, NetworkPolicy and PodDisruptionBudget of the run's code sandbox."""
     return f"{run}{SANDBOX_SUFFIX}"
+
+
+def sandbox_url(run: str, namespace: str) -> str:
+    """In-cluster URL of the run's sandbox Service (what the code-interpreter tool calls)."""
+    return f"http://{sandbox_name(run)}.{namespace}.svc:{SANDBOX_PORT}"
 
 
 def stage_child_name(run: str, stage: str, attempt: int = 1) -> str:

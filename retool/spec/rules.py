@@ -107,12 +107,9 @@ def _stages(spec: RetoolRunSpec) -> list[Problem]:
 
 
 def _storage(spec: RetoolRunSpec) -> list[Problem]:
-    if spec.storage.pvc is None and spec.storage.s3 is None:
-        return [Problem("spec.storage", "set storage.pvc, storage.s3 or both: checkpoints need a home")]
-    problems = []
-    if spec.hardware.nodes > 1 and spec.storage.pvc is None:
-        problems.append(Problem("spec.storage.pvc", "runs on more than one node need a shared (ReadWriteMany) PVC for checkpoints"))
-    return problems
+    if spec.storage.pvc is None:
+        return [Problem("spec.storage.pvc", "a PVC is required: stages hand data, checkpoints and merged models to each other through it (storage.s3 is an optional mirror)")]
+    return []
 
 
 def _sandbox(spec: RetoolRunSpec) -> list[Problem]:

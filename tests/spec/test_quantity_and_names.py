@@ -2,10 +2,10 @@ from decimal import Decimal
 
 import pytest
 
+from retool.spec.model import RetoolRunSpec
 from retool.spec.names import MAX_RAYJOB_NAME_LENGTH, max_run_name_length, run_name_problems, sandbox_name, stage_child_name
 from retool.spec.quantity import parse_quantity
 from retool.spec.rules import sandbox_replicas
-from retool.spec.model import RetoolRunSpec
 
 
 @pytest.mark.parametrize(
