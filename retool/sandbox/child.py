@@ -25,7 +25,7 @@ import traceback
 import types
 from typing import Any, NoReturn
 
-from retool.sandbox import isolation
+from retool.sandbox import isolation, seccomp
 from retool.sandbox.outcome import Limits, rlimits
 
 CODE_FILENAME = "main.py"
@@ -106,6 +106,8 @@ def _settle(setup: dict[str, Any], stdout_fd: int, stderr_fd: int) -> None:
     elif setup["drop"] == "caps":
         isolation.drop_capabilities()
     isolation.no_new_privs()
+    if setup.get("protect"):
+        seccomp.protect(set(setup["protect"]))
     os.environ.clear()
     os.environ.update(SAFE_ENV, HOME=cwd, TMPDIR=cwd, PWD=cwd)
     sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8")

@@ -24,7 +24,7 @@ import time
 from typing import NoReturn
 
 from retool.sandbox import isolation, logs, protocol
-from retool.sandbox.worker import Worker, WorkerConfig
+from retool.sandbox.worker import Worker, WorkerConfig, with_problem
 
 logger = logging.getLogger("retool.sandbox.template")
 
@@ -133,7 +133,7 @@ def worker_main(sock: socket.socket, config: WorkerConfig) -> NoReturn:
             gid = uid if report.privilege_drop else os.getgid()
             isolation.setup_private_tmp(config.tmp_size_mb, uid, gid)
             if not isolation.mount_private_proc():
-                report = _with_problem(report, "could not mount a private /proc: the execution can list (not signal) the server's processes")
+                report = with_problem(report, "could not mount a private /proc: the execution can list (not signal) the server's processes")
             workdir = "/tmp"
         else:
             isolation.prctl(isolation.PR_SET_CHILD_SUBREAPER, 1)
@@ -146,12 +146,6 @@ def worker_main(sock: socket.socket, config: WorkerConfig) -> NoReturn:
         logger.exception("worker %d failed", config.slot)
         code = 1
     os._exit(code)
-
-
-def _with_problem(report: isolation.IsolationReport, problem: str) -> isolation.IsolationReport:
-    data = report.as_dict()
-    data["problems"] = (*report.problems, problem)
-    return isolation.IsolationReport(**data)
 
 
 def serve(control: socket.socket) -> None:

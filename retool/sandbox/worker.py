@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from retool.sandbox import child, isolation, protocol
+from retool.sandbox import child, isolation, protocol, seccomp
 from retool.sandbox.outcome import Limits, checked_relative_path, render_output, signal_note
 
 logger = logging.getLogger(__name__)
@@ -82,6 +82,16 @@ class Worker:
         self.drop = "uid" if report.privilege_drop else ("caps" if report.mode == "user-namespaces" else "none")
         self.uid = report.run_uid
         self.gid = report.run_uid if report.privilege_drop else os.getgid()
+        # Without a pid namespace the sandbox's own processes are visible (and, at the same uid,
+        # signalable): a seccomp filter in every execution refuses signals aimed at them.
+        self.protect: list[int] = []
+        if not self.pid_namespace:
+            pids = seccomp.sandbox_pids(os.getpid())
+            problem = seccomp.probe(pids)
+            if problem is None:
+                self.protect = sorted(pids)
+            else:
+                self.report = with_problem(report, problem)
 
     # ---- lifecycle -------------------------------------------------------------------------
     def serve(self) -> None:
@@ -112,7 +122,7 @@ class Worker:
         status_r, status_w = os.pipe()
         pid = os.fork()
         if pid == 0:
-            child.main(go_r, out_w, err_w, status_w, {"cwd": self.workdir, "drop": self.drop, "uid": self.uid, "gid": self.gid})
+            child.main(go_r, out_w, err_w, status_w, {"cwd": self.workdir, "drop": self.drop, "uid": self.uid, "gid": self.gid, "protect": self.protect})
         for fd in (go_r, out_w, err_w, status_w):
             os.close(fd)
         for fd in (out_r, err_r, status_r):
@@ -298,6 +308,12 @@ class Worker:
             else:
                 with contextlib.suppress(OSError):
                     os.unlink(path)
+
+
+def with_problem(report: isolation.IsolationReport, problem: str) -> isolation.IsolationReport:
+    data = report.as_dict()
+    data["problems"] = (*report.problems, problem)
+    return isolation.IsolationReport(**data)
 
 
 def _write_all(fd: int, data: bytes) -> None:

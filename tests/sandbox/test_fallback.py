@@ -49,3 +49,25 @@ async def test_executions_end_completely(plain_server: RunningServer, code: str,
     while leftover_processes(range(60000, 60002)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert leftover_processes(range(60000, 60002)) == []
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["-1", "os.getppid()", "-os.getpgid(os.getppid())", "1"],
+    ids=["everything (-1)", "its worker", "the sandbox's process group", "pid 1 (the server in a container)"],
+)
+async def test_signals_to_the_sandbox_are_refused(plain_server: RunningServer, target: str) -> None:
+    """Same-uid code could otherwise kill the server: the seccomp guard answers EPERM."""
+    code = f"import os, signal\ntry:\n    os.kill({target}, signal.SIGKILL)\n    print('sent')\nexcept OSError as e:\n    print(type(e).__name__)\n"
+    async with SandboxClient(plain_server.url) as client:
+        response = await client.run_code(code, run_timeout=2.0)
+        assert response.run_result.stdout == "PermissionError\n", response
+        assert (await client.run_code("print('alive')")).run_result.stdout == "alive\n"
+    assert plain_server.readyz()["worker_restarts"] == 0
+
+
+async def test_code_may_still_signal_its_own_children(plain_server: RunningServer) -> None:
+    code = "import os, signal, time\npid = os.fork()\nif pid == 0:\n    time.sleep(30)\n    os._exit(0)\nos.kill(pid, signal.SIGKILL)\nprint(os.waitpid(pid, 0)[1])\n"
+    async with SandboxClient(plain_server.url) as client:
+        response = await client.run_code(code, run_timeout=5.0)
+    assert response.run_result.stdout == "9\n", response
