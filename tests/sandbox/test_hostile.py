@@ -103,7 +103,7 @@ async def test_hostile_code_costs_only_itself(server: RunningServer, case: Hosti
     if case.return_code is not None:
         assert run.return_code == case.return_code
     if run.status == "TimeLimitExceeded":
-        assert run.execution_time is not None and case.timeout <= run.execution_time < case.timeout + 0.5
+        assert run.execution_time is not None and case.timeout <= run.execution_time < case.timeout + 1.0
 
 
 async def test_numpy_and_scipy_run_under_a_small_memory_limit(server: RunningServer) -> None:
