@@ -12,10 +12,12 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,7 +86,7 @@ def template_env(settings: SandboxSettings) -> dict[str, str]:
     return env
 
 
-def worker_config(settings: SandboxSettings, slot: int) -> dict[str, Any]:
+def worker_config(settings: SandboxSettings, slot: int, tmp_root: str | None = None) -> dict[str, Any]:
     return {
         "slot": slot,
         "output_limit_bytes": settings.output_limit_bytes,
@@ -93,7 +95,7 @@ def worker_config(settings: SandboxSettings, slot: int) -> dict[str, Any]:
         "max_open_files": settings.max_open_files,
         "max_fetch_bytes": settings.max_fetch_bytes,
         "tmp_size_mb": settings.tmp_size_mb,
-        "tmp_root": settings.tmp_root,
+        "tmp_root": tmp_root or settings.tmp_root,
         "isolation": settings.isolation,
         "uid_base": settings.uid_base,
     }
@@ -116,10 +118,13 @@ class ExecutionPool:
         self._tasks: set[asyncio.Task] = set()
         self.isolation: dict[str, Any] = {}
         self.restarts = 0
+        self._tmp_root: str | None = None  # this replica's directory for worker dirs (fallback mode)
 
     # ---- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         """Start the template and every worker; returns when all are warm."""
+        self._tmp_root = tempfile.mkdtemp(prefix="retool-sandbox-", dir=self.settings.tmp_root)
+        os.chmod(self._tmp_root, 0o711)  # execution uids must reach their own directory inside
         await self._start_template()
         results = await asyncio.gather(*(self._spawn(slot) for slot in range(self.settings.workers)), return_exceptions=True)
         failures = [r for r in results if isinstance(r, BaseException)]
@@ -143,6 +148,8 @@ class ExecutionPool:
         if self._template is not None and self._template.poll() is None:
             self._template.kill()
             await asyncio.to_thread(self._template.wait)
+        if self._tmp_root is not None:
+            await asyncio.to_thread(shutil.rmtree, self._tmp_root, True)
 
     async def _start_template(self) -> None:
         if self._template is not None and self._template.poll() is None:
@@ -210,7 +217,7 @@ class ExecutionPool:
     def _request_spawn(self, slot: int) -> tuple[dict[str, Any], list[int]]:
         if self._control is None:
             raise protocol.ChannelClosedError("no template")
-        protocol.send(self._control, {"op": "spawn", "config": worker_config(self.settings, slot)})
+        protocol.send(self._control, {"op": "spawn", "config": worker_config(self.settings, slot, self._tmp_root)})
         reply, fds = protocol.recv(self._control, with_fds=1)
         if not fds:
             raise protocol.ChannelClosedError("template sent no worker socket")
