@@ -83,7 +83,9 @@ def test_malformed_rows_are_counted_with_examples_including_their_repeats(tmp_pa
     rows = dapo_rows(unique=5, repeats=2)
     rows.insert(3, dapo_row("No answer here", None, index="bad-1"))
     rows.insert(6, dapo_row("No answer here", None, index="bad-1"))  # the same bad row again: counted twice
-    rows.append({"data_source": "math_dapo", "prompt": [{"role": "system", "content": "hi"}], "ability": "MATH", "reward_model": {"ground_truth": "1", "style": "rule"}, "extra_info": {"index": "bad-2"}})
+    no_user = dapo_row("hi", "1", index="bad-2")
+    no_user["prompt"][0]["role"] = "system"
+    rows.append(no_user)
     source = write_parquet(tmp_path / "dapo.parquet", rows)
     summary = prepare_rl(str(source), str(tmp_path / "rl.parquet"))
     assert (summary.rows_read, summary.rows_written, summary.duplicates, summary.malformed) == (13, 5, 5, 3)
@@ -108,7 +110,7 @@ def _as_batches(rows: list[dict]):
 
 def test_parquet_and_jsonl_give_the_same_output(tmp_path) -> None:
     """The vectorised Arrow path (parquet) and the row path (jsonl) must agree row for row."""
-    rows = dapo_rows(unique=20, repeats=3) + [dapo_row("Broken", None)]
+    rows = [*dapo_rows(unique=20, repeats=3), dapo_row("Broken", None)]
     prepare_rl(str(write_parquet(tmp_path / "a.parquet", rows)), str(tmp_path / "a.out.parquet"), batch_rows=16)
     prepare_rl(str(write_jsonl(tmp_path / "b.jsonl", rows)), str(tmp_path / "b.out.parquet"), batch_rows=16)
     assert read_rows(tmp_path / "a.out.parquet") == read_rows(tmp_path / "b.out.parquet")
