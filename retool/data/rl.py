@@ -271,6 +271,7 @@ def prepare_rl(
     summary = PrepareSummary(kind="rl", source=source, output=str(out))
     log = MalformedLog()
     with AtomicParquetWriter(out, RL_SCHEMA) as writer:
+        source_options.setdefault("scratch_dir", str(writer.path.parent))  # S3 downloads go to the PVC, not the pod's disk
         converter = RLConverter(writer, split=output_split, data_source=data_source, log=log)
         for batch in batches if batches is not None else iter_batches(source, split=split, **source_options):
             summary.rows_read += len(batch)

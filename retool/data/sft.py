@@ -139,6 +139,9 @@ def normalize_conversation(messages: list[Any]) -> list[dict[str, Any]]:
         calls = message.get("tool_calls") or None
         if calls is not None and role != "assistant":
             raise MalformedRowError(f"message {position} ({role}) carries tool calls")
+        if calls is not None and len(calls) > 1:
+            # verl's SFT dataset hands templates numpy arrays; Qwen's "not message.tool_calls" fails on two or more.
+            raise MalformedRowError(f"message {position} has {len(calls)} tool calls in one turn (one per turn is supported)")
         if role == "system" and position != 0:
             raise MalformedRowError("system message is not the first message")
         if role == "tool" and not (out and (out[-1]["role"] == "tool" or out[-1]["tool_calls"])):
@@ -188,6 +191,7 @@ def prepare_sft(
     log = MalformedLog()
     counters: Counter[str] = Counter()
     with AtomicParquetWriter(out, SFT_SCHEMA, flush_rows=512) as writer:
+        source_options.setdefault("scratch_dir", str(writer.path.parent))  # S3 downloads go to the PVC, not the pod's disk
         for batch in batches if batches is not None else iter_batches(source, split=split, batch_rows=1024, **source_options):
             summary.rows_read += len(batch)
             for offset, row in enumerate(batch.to_rows()):

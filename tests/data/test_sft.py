@@ -99,6 +99,11 @@ def test_multi_turn_input_is_normalised() -> None:
         pytest.param([USER, calling(TOOL_NAME, {"code": "1", "timeout": 3}), TOOL, ANSWER], "arguments other than code: timeout", id="extra arguments"),
         pytest.param([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}, {"role": "critic", "content": "?"}], "role 'critic'", id="unknown role"),
         pytest.param([USER, calling(TOOL_NAME, {"code": "1"})], "does not end with an assistant answer", id="ends with a tool call"),
+        pytest.param(
+            [USER, {"role": "assistant", "content": "", "tool_calls": calling(TOOL_NAME, {"code": "1"})["tool_calls"] * 2}, TOOL, TOOL, ANSWER],
+            "2 tool calls in one turn",
+            id="parallel tool calls",
+        ),
     ],
 )
 def test_malformed_conversations_are_named(messages: list, reason: str) -> None:
