@@ -6,6 +6,7 @@ import logging
 import pickle
 
 import pytest
+import yaml
 from omegaconf import OmegaConf
 
 from retool.data import prepare_rl
@@ -96,6 +97,17 @@ def test_rows_without_agent_name_are_routed_too(case, tokenizer, tmp_path) -> No
     pq.write_table(table, tmp_path / "plain.parquet")
     dataset = make((tmp_path / "plain.parquet", case[1], tmp_path), tokenizer)
     assert dataset[0]["agent_name"] == AGENT_NAME
+
+
+def test_the_configured_tool_schema_is_the_one_measured(case, tokenizer, tmp_path) -> None:
+    """With data.tool_config_path, prompts are measured with THAT schema: a longer one filters more."""
+    schema = code_interpreter_tool()
+    schema["function"]["description"] = "Run Python code in a sandbox and return what it prints. " * 10
+    tool_config = {"tools": [{"class_name": "verl.tools.base_tool.BaseTool", "config": {"type": "native"}, "tool_schema": schema}]}
+    (tmp_path / "tools.yaml").write_text(yaml.safe_dump(tool_config))
+    # The short prompts fit max_prompt_length exactly with the built-in schema (kept 2 elsewhere); with this one none fits.
+    with pytest.raises(ValueError, match="kept 0 of 4 prompts: 4 longer than max_prompt_length"):
+        make(case, tokenizer, tool_config_path=str(tmp_path / "tools.yaml"))
 
 
 def test_prompts_the_template_cannot_render_are_counted(case, tokenizer) -> None:
