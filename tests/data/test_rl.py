@@ -137,6 +137,7 @@ def test_data_source_override(tmp_path) -> None:
 
 def test_no_valid_row_is_an_error_and_leaves_the_previous_output(tmp_path) -> None:
     out = tmp_path / "rl.parquet"
+    (tmp_path / ".rl.parquet.999.tmp").write_bytes(b"left by a killed attempt")
     prepare_rl(str(write_parquet(tmp_path / "good.parquet", dapo_rows(unique=3, repeats=1))), str(out))
     before = out.read_bytes()
     bad = write_jsonl(tmp_path / "bad.jsonl", ["{not json", '"a string"', {"prompt": "x"}])
