@@ -110,11 +110,12 @@ def test_the_configured_tool_schema_is_the_one_measured(case, tokenizer, tmp_pat
         make(case, tokenizer, tool_config_path=str(tmp_path / "tools.yaml"))
 
 
-def test_prompts_the_template_cannot_render_are_counted(case, tokenizer) -> None:
+def test_prompts_the_template_cannot_render_are_counted(case, tokenizer, caplog) -> None:
     template = "{% if '2 + 4' in messages[0].content %}{{ raise_exception('cannot render') }}{% endif %}" + CHAT_TEMPLATE
     dataset = make(case, tokenizer, apply_chat_template_kwargs={"chat_template": template})
     report = dataset.filter_report
     assert (report.kept, report.too_long, report.unrenderable) == (1, 2, 1)
+    assert "first prompt that failed to render (row 1): TemplateError: cannot render" in caplog.text
 
 
 def test_nothing_fits_is_an_error(case, tokenizer) -> None:
