@@ -48,10 +48,10 @@ def case(tokenizer, tmp_path_factory):
     return root / "rl.parquet", limit, root
 
 
-def load_class():
+def load_class(path: str = str(DATASET_FILE)):
     from verl.utils.import_utils import load_extern_type
 
-    return load_extern_type(str(DATASET_FILE), "RetoolRLDataset")
+    return load_extern_type(path, "RetoolRLDataset")
 
 
 def make(case, tokenizer, **overrides):
@@ -61,10 +61,11 @@ def make(case, tokenizer, **overrides):
     return load_class()(data_files=[str(path)], tokenizer=tokenizer, config=OmegaConf.create(config))
 
 
-def test_verl_loads_the_importable_class_by_file_path() -> None:
+@pytest.mark.parametrize("path", [str(DATASET_FILE), f"file://{DATASET_FILE}", "pkg://retool.recipe.dataset"], ids=["file path", "file uri", "package"])
+def test_verl_loads_the_importable_class(path: str) -> None:
     from retool.recipe.dataset import RetoolRLDataset
 
-    assert load_class() is RetoolRLDataset
+    assert load_class(path) is RetoolRLDataset
 
 
 @pytest.mark.parametrize("workers", [1, 2], ids=["in process", "two datasets workers"])
