@@ -78,6 +78,7 @@ class StageCommand:
     the final RL checkpoint before evaluating it). ``config_name`` and ``overrides`` repeat the
     Hydra part of ``argv`` as data (``None`` for commands that are not verl Hydra entry points).
     ``notes`` say which values the cluster supplies at run time.
+    ``checkpoint_source`` says where the stage finds the step that replaces :data:`LATEST`.
     """
 
     stage: str
@@ -88,6 +89,8 @@ class StageCommand:
     config_name: str | None = None
     overrides: Mapping[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    checkpoint_source: tuple[str, str] | None = None
+    """(checkpoints directory, required sub-directory) whose latest step replaces :data:`LATEST`."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "argv", tuple(self.argv))

@@ -212,8 +212,10 @@ def render_eval(run: RetoolRun, ctx: StageContext) -> StageCommand:
         }
     )
     pre: tuple[tuple[str, ...], ...] = ()
+    source: tuple[str, str] | None = None
     notes: list[str] = [f"per-sample results: {posixpath.join(paths.eval_output, '0.jsonl')}"]
     if spec.rl.enabled:
+        source = (paths.rl_checkpoints, "actor")
         pre = (merge_argv(posixpath.join(paths.rl_checkpoints, f"global_step_{LATEST}", "actor"), paths.rl_merged, run),)
         notes.insert(0, f"first merges the latest RL checkpoint ({LATEST} from {paths.rl_checkpoints}/latest_checkpointed_iteration.txt) into {paths.rl_merged}")
     path, content = tool_config_file(run, ctx, "eval")
@@ -226,4 +228,5 @@ def render_eval(run: RetoolRun, ctx: StageContext) -> StageCommand:
         config_name="ppo_trainer",
         overrides=overrides,
         notes=tuple(notes),
+        checkpoint_source=source,
     )

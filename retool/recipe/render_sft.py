@@ -23,7 +23,6 @@ from retool.runtime.context import StageContext
 from retool.runtime.paths import run_paths
 from retool.spec.model import RetoolRun
 
-
 # --------------------------------------------------------------------------------- prepare
 
 
@@ -113,4 +112,4 @@ def render_merge(run: RetoolRun, ctx: StageContext, spec_file: str) -> StageComm
     # The SFT trainer writes its shards straight into global_step_N (no actor/ sub-directory).
     argv = merge_argv(posixpath.join(paths.sft_checkpoints, f"global_step_{LATEST}"), paths.sft_merged, run)
     notes = (f"{LATEST} is the step in {paths.sft_checkpoints}/latest_checkpointed_iteration.txt, read when the stage starts",)
-    return StageCommand(stage="merge", argv=argv, env={"PYTHONUNBUFFERED": "1"}, notes=notes)
+    return StageCommand(stage="merge", argv=argv, env={"PYTHONUNBUFFERED": "1"}, notes=notes, checkpoint_source=(paths.sft_checkpoints, ""))
