@@ -21,7 +21,7 @@ def test_each_node_gets_its_rank_and_the_masters_address(rank: int) -> None:
 
 
 def test_rank_outside_the_job_is_refused() -> None:
-    with pytest.raises(ValueError, match="node_rank 2 is outside 0..1"):
+    with pytest.raises(ValueError, match=r"node_rank 2 is outside 0\.\.1"):
         torchrun_argv(python="py", nodes=2, devices_per_node=8, node_rank=2, master_addr="h", port=1, program=["x.py"])
 
 
