@@ -16,6 +16,7 @@ from retool.runtime.paths import run_paths
 from tests.render.cases import context_of, run_of
 
 ARR = "actor_rollout_ref"
+RAY_TORCHRUN = ("python3", "-m", "retool.recipe.ray_torchrun", "--nodes", "2", "--devices-per-node", "8")
 
 # (variant, stage, override key, expected value)
 SETTINGS: list[tuple[str, str, str, Any]] = [
@@ -152,14 +153,12 @@ def test_tool_config_points_at_this_runs_sandbox(stage: str) -> None:
         pytest.param("qwen32b-h200", ("torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=8", "-m", "verl.trainer.fsdp_sft_trainer"), id="one-node-torchrun"),
         pytest.param(
             "qwen7b-ascend-two-nodes",
-            ("python3", "-m", "retool.recipe.ray_torchrun", "--nodes", "2", "--devices-per-node", "8", "--device-resource", "NPU")
-            + ("--port", "29500", "--", "-m", "verl.trainer.fsdp_sft_trainer"),
+            (*RAY_TORCHRUN, "--device-resource", "NPU", "--port", "29500", "--", "-m", "verl.trainer.fsdp_sft_trainer"),
             id="two-ascend-nodes-through-ray",
         ),
         pytest.param(
             "qwen32b-two-nodes",
-            ("python3", "-m", "retool.recipe.ray_torchrun", "--nodes", "2", "--devices-per-node", "8", "--device-resource", "GPU")
-            + ("--port", "29500", "--", "-m", "verl.trainer.fsdp_sft_trainer"),
+            (*RAY_TORCHRUN, "--device-resource", "GPU", "--port", "29500", "--", "-m", "verl.trainer.fsdp_sft_trainer"),
             id="two-gpu-nodes-through-ray",
         ),
     ],
