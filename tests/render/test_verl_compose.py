@@ -10,11 +10,13 @@ Three levels, each closer to what the real program does at start-up:
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from hydra.errors import ConfigCompositionException
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
-from retool.recipe.command import hydra_overrides
+from retool.recipe.command import StageCommand, hydra_overrides
 from retool.recipe.render import enabled_stages, render_stage
 from retool.recipe.render_ppo import RUNTIME_ENV_PREFIX
 from tests.render.cases import VARIANTS, context_of, run_of
@@ -29,6 +31,15 @@ CASES = [
 ]
 
 
+@functools.cache
+def _rendered(variant: str, stage: str) -> tuple[StageCommand, DictConfig]:
+    """The command and its composed config, composed once per session (composition is the slow part)."""
+    run = run_of(variant)
+    command = render_stage(run, stage, context_of(run))
+    assert command.config_name is not None
+    return command, compose_verl(command.config_name, hydra_overrides(command.overrides))
+
+
 def _read_back(cfg, key: str):
     value = OmegaConf.select(cfg, key.lstrip("+"), throw_on_missing=True)
     return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
@@ -36,12 +47,9 @@ def _read_back(cfg, key: str):
 
 @pytest.mark.parametrize(("variant", "stage"), CASES)
 def test_rendered_overrides_compose_and_read_back_exactly(variant: str, stage: str) -> None:
-    run = run_of(variant)
-    command = render_stage(run, stage, context_of(run))
-    assert command.config_name in {"sft_trainer", "ppo_trainer"}
-    overrides = hydra_overrides(command.overrides)
-    assert all(arg in command.argv for arg in overrides), "argv must carry exactly the rendered overrides"
-    cfg = compose_verl(command.config_name, overrides)
+    command, cfg = _rendered(variant, stage)
+    assert command.config_name == ("sft_trainer" if stage == "sft" else "ppo_trainer")
+    assert command.argv[-len(command.overrides) :] == hydra_overrides(command.overrides), "argv must end with exactly the rendered overrides"
     for key, expected in command.overrides.items():
         got = _read_back(cfg, key)
         assert got == (list(expected) if isinstance(expected, tuple) else expected), key
@@ -64,10 +72,8 @@ def test_composed_ppo_config_passes_verls_startup_validation(variant: str, stage
     from verl.utils.config import omega_conf_to_dataclass, validate_config
     from verl.workers.config import RolloutConfig
 
-    run = run_of(variant)
-    command = render_stage(run, stage, context_of(run))
-    cfg = compose_verl("ppo_trainer", hydra_overrides(command.overrides))
-    rl = run.spec.rl
+    command, cfg = _rendered(variant, stage)
+    rl = run_of(variant).spec.rl
     validate_config(cfg, use_reference_policy=rl.use_kl_loss or rl.use_kl_in_reward, use_critic=rl.algorithm == "ppo")
     rollout = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
     assert isinstance(rollout, RolloutConfig)
