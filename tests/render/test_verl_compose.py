@@ -126,3 +126,44 @@ def test_verl_validation_catches_a_batch_the_devices_cannot_split() -> None:
     cfg = compose_verl("ppo_trainer", hydra_overrides(overrides))
     with pytest.raises(AssertionError, match="divisible"):
         validate_config(cfg, use_reference_policy=False, use_critic=False)
+
+
+class _Mesh:
+    """The two calls verl's batch normalisation makes on a device mesh."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+
+    def size(self, dim: int = 0) -> int:
+        return self._size
+
+    def get_rank(self) -> int:
+        return 0
+
+
+@pytest.mark.parametrize(("variant", "stage"), [c for c in CASES if c.values[1] == "sft"])
+def test_composed_sft_config_passes_verls_batch_normalisation(variant: str, stage: str) -> None:
+    """verl's own FSDPSFTTrainer._normalize_config_bsz on the composed config, with the run's meshes."""
+    from types import SimpleNamespace
+
+    from verl.trainer.fsdp_sft_trainer import FSDPSFTTrainer
+
+    command, cfg = _rendered(variant, stage)
+    cfg = cfg.copy()
+    world = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
+    dp = world // cfg.ulysses_sequence_parallel_size
+    trainer = SimpleNamespace(config=cfg, device_mesh=_Mesh(world), ulysses_device_mesh=_Mesh(dp))
+    FSDPSFTTrainer._normalize_config_bsz(trainer)
+    assert cfg.data.train_batch_size * dp == command.overrides["data.train_batch_size"]
+
+
+def test_verls_sft_batch_normalisation_rejects_micro_batches_that_do_not_fit() -> None:
+    from types import SimpleNamespace
+
+    from verl.trainer.fsdp_sft_trainer import FSDPSFTTrainer
+
+    command, _ = _rendered("qwen32b-h200", "sft")
+    overrides = {**command.overrides, "data.train_batch_size": 30}
+    cfg = compose_verl("sft_trainer", hydra_overrides(overrides))
+    with pytest.raises(AssertionError):
+        FSDPSFTTrainer._normalize_config_bsz(SimpleNamespace(config=cfg, device_mesh=_Mesh(8), ulysses_device_mesh=_Mesh(2)))
