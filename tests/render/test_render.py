@@ -245,3 +245,20 @@ def test_context_of_another_run_is_refused() -> None:
 def test_rendering_is_deterministic() -> None:
     run = run_of("qwen32b-h200")
     assert render_stage(run, "rl", context_of(run)) == render_stage(run, "rl", context_of(run))
+
+
+@pytest.mark.parametrize(
+    ("model", "stage", "fragment"),
+    [
+        pytest.param({"base": "s3://models/qwen-7b"}, "sft", "must be staged onto the PVC", id="s3-base-for-sft"),
+        pytest.param({"base": "Qwen/Qwen2.5-7B-Instruct", "revision": "v1"}, "sft", "model.revision v1 is not passed", id="revision"),
+    ],
+)
+def test_model_sources_verl_cannot_load_are_called_out(model: dict[str, str], stage: str, fragment: str) -> None:
+    from retool.spec.validate import parse_run
+    from tests.render.cases import load_example
+
+    doc = load_example("minimal")
+    doc["spec"]["model"] = model
+    run = parse_run(doc)
+    assert any(fragment in note for note in render_stage(run, stage, context_of(run)).notes)

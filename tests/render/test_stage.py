@@ -12,10 +12,11 @@ import yaml
 
 from retool.recipe.command import StageCommand
 from retool.recipe.render import render_stage
+from retool.recipe.render_common import attempt_dir
 from retool.runtime.context import StageContext
 from retool.runtime.paths import run_paths
 from retool.spec.validate import parse_run
-from retool.stage import EXIT_SETUP_FAILED, record_dir, resolve, run_steps, write_files
+from retool.stage import EXIT_SETUP_FAILED, resolve, run_steps, write_files
 from tests.conftest import repo_env
 from tests.render.cases import context_of, load_example
 from tests.render.test_checkpoints import RL_SHARD, SFT_SHARD, make_tree
@@ -77,7 +78,7 @@ def test_files_and_the_rendered_command_are_written(tmp_path: Path) -> None:
     run = parse_run(doc)
     ctx = context_of(run, attempt=2)
     command = render_stage(run, "rl", ctx)
-    record = record_dir(run_paths(run).stage_files, "rl", ctx.attempt)
+    record = attempt_dir(run_paths(run), "rl", ctx.attempt)
     write_files(command, record)
     [(tool_path, content)] = command.files.items()
     assert Path(tool_path).read_text() == content and tool_path.startswith(str(tmp_path / "pvc"))
@@ -102,7 +103,7 @@ def test_merge_stage_end_to_end_runs_verls_merger_on_the_latest_checkpoint(tmp_p
     make_tree(Path(run_paths(run).sft_checkpoints), {5: SFT_SHARD, 10: SFT_SHARD}, "10")
     result = run_stage("merge", "--spec", str(spec_file), env=stage_env(doc))
     assert result.returncode not in (0, EXIT_SETUP_FAILED), result.stderr[-2000:]
-    recorded = json.loads(Path(record_dir(run_paths(run).stage_files, "merge", 1), "command.json").read_text())
+    recorded = json.loads(Path(attempt_dir(run_paths(run), "merge", 1), "command.json").read_text())
     local_dir = recorded["argv"][recorded["argv"].index("--local_dir") + 1]
     assert local_dir == f"{run_paths(run).sft_checkpoints}/global_step_10"
     assert "verl.model_merger exited with status" in result.stderr
