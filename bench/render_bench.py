@@ -14,12 +14,12 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from retool.recipe.command import hydra_overrides  # noqa: E402
-from retool.recipe.render import enabled_stages, render_stage  # noqa: E402
-from retool.runtime.context import StageContext  # noqa: E402
-from retool.spec.names import sandbox_url  # noqa: E402
-from retool.spec.validate import parse_run  # noqa: E402
-from tests.render.verl_config import compose_verl  # noqa: E402
+from retool.recipe.command import hydra_overrides
+from retool.recipe.render import enabled_stages, render_stage
+from retool.runtime.context import StageContext
+from retool.spec.names import sandbox_url
+from retool.spec.validate import parse_run
+from tests.render.verl_config import compose_verl
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "retoolrun-qwen32b-h200.yaml"
 
