@@ -13,6 +13,7 @@ COMMANDS: tuple[str, ...] = (
     "validate",
     "data",
     "render",
+    "storage",
 )
 
 
