@@ -17,9 +17,8 @@ from retool.spec.names import sandbox_url
 from retool.spec.validate import parse_run
 from retool.tracking import naming
 from retool.tracking._client import client
-from retool.tracking.runs import ensure_parent_run
 from retool.tracking.params import spec_params
-from tests.storage.conftest import s3_env  # noqa: F401  (credentials and endpoint in the environment)
+from retool.tracking.runs import ensure_parent_run
 
 
 def make_run(tmp_path: Path, *, s3_uri: str | None = None, endpoint: str | None = None, name: str = "hooks"):
@@ -80,11 +79,11 @@ def test_unreachable_mlflow_leaves_the_stage_untracked_not_failed(tmp_path: Path
 def write_eval_outputs(run) -> None:
     paths = run_paths(run)
     Path(paths.eval_output).mkdir(parents=True)
-    rows = [
-        {"input": f"problem {p}", "output": "...", "score": 1.0 if (p + s) % 3 == 0 else -1.0, "acc": (p + s) % 3 == 0, "pred": str(p if (p + s) % 3 == 0 else s), "data_source": "aime_2024"}
-        for p in range(4)
-        for s in range(6)
-    ]
+    rows = []
+    for p in range(4):
+        for s in range(6):
+            correct = (p + s) % 3 == 0
+            rows.append({"input": f"problem {p}", "output": "...", "score": 1.0 if correct else -1.0, "acc": correct, "pred": str(p if correct else s), "data_source": "aime_2024"})
     Path(paths.eval_output, "0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     model = Path(paths.rl_merged)
     model.mkdir(parents=True)
