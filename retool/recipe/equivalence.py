@@ -48,7 +48,7 @@ def looks_explosive(answer: str) -> bool:
 
 
 def is_equivalent(pred: str, truth: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
-    """Whether ``pred`` states the same answer as ``truth``; never takes much longer than ``timeout_s``."""
+    """Whether ``pred`` states the same answer as ``truth``; sympy gets at most ``timeout_s`` of it."""
     if not isinstance(pred, str) or not isinstance(truth, str):
         return False
     norm_pred, norm_truth = normalize_answer(pred), normalize_answer(truth)
