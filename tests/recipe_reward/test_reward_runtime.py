@@ -145,15 +145,61 @@ ORPHAN = textwrap.dedent(
 )
 
 
+ORPHAN_DURING_WARM_UP = textwrap.dedent(
+    """
+    import json, os, time
+    from retool.recipe.symbolic import SymbolicPool
+    pool = SymbolicPool(size=1)
+    worker = pool._acquire(time.monotonic() + 1)  # starts the worker; it is still importing sympy
+    print(json.dumps([worker.proc.pid]), flush=True)
+    os._exit(0)
+    """
+)
+
+
 @pytest.mark.slow
-def test_workers_do_not_outlive_a_dead_parent(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-c", ORPHAN], cwd=tmp_path, env=repo_env(), capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+@pytest.mark.parametrize("script", [ORPHAN, ORPHAN_DURING_WARM_UP], ids=["executor stuck in C", "worker still warming up"])
+def test_workers_do_not_outlive_a_dead_parent(tmp_path: Path, script: str) -> None:
+    # stdout only: the workers inherit stderr, and run() would wait for them to close it
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=repo_env(), stdout=subprocess.PIPE, text=True, timeout=120, check=False)
+    assert proc.returncode == 0
     pids = json.loads(proc.stdout.strip().splitlines()[-1])
     deadline = time.monotonic() + 60
     while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(_alive(pid) for pid in pids), "the CPU limit ends a stuck orphan executor, then its zygote exits"
+
+
+FORKED = textwrap.dedent(
+    """
+    import json, multiprocessing
+    from retool.recipe.reward import compute_score
+    from retool.recipe.symbolic import default_pool
+
+    def child(queue):
+        queue.put([compute_score("d", "\\\\boxed{\\\\sqrt{8}}", "2\\\\sqrt{2}")["acc"], id(default_pool())])
+
+    first = compute_score("d", "\\\\boxed{x+x}", "2x")["acc"]
+    parent_pool = id(default_pool())
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    process = ctx.Process(target=child, args=(queue,))
+    process.start()
+    child_acc, child_pool = queue.get(timeout=120)
+    process.join(60)
+    after = compute_score("d", "\\\\boxed{\\\\frac{\\\\pi}{2}}", "\\\\frac{1}{2}\\\\pi")["acc"]
+    print(json.dumps([first, child_acc, after, process.exitcode, default_pool() is not None]))
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_forked_child_gets_its_own_pool(tmp_path: Path) -> None:
+    """A fork after the pool started must not share the parent's worker pipes (requests would interleave)."""
+    env = repo_env(RETOOL_SYMBOLIC_WORKERS="1")  # two pools of one: four sympy imports would crawl on a shared CI core
+    proc = subprocess.run([sys.executable, "-c", FORKED], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [True, True, True, 0, True]
 
 
 def test_closing_the_pool_ends_its_workers() -> None:
