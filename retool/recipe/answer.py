@@ -155,7 +155,7 @@ _DROPPED = re.compile(r"\\displaystyle(?![A-Za-z])|\\left(?![A-Za-z])|\\right(?!
 _FRAC_SHORT = re.compile(r"\\frac\s*(\d|[A-Za-z])\s*(\d|[A-Za-z])")
 _FRAC_HALF = re.compile(r"\\frac\s*(\d|[A-Za-z])\s*\{")
 _FRAC_HALF2 = re.compile(r"\\frac\s*(\{[^{}]*\})\s*(\d|[A-Za-z])")
-_SQRT_SHORT = re.compile(r"\\sqrt\s*(\d+|[A-Za-z])")
+_SQRT_SHORT = re.compile(r"\\sqrt\s*(\d|[A-Za-z])")
 _ASSIGNMENT = re.compile(r"^[A-Za-z](?:_\{?\w+\}?)?\s*=\s*(?!=)")
 _THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
 _TRAILING_UNIT = re.compile(r"^([+-]?[\d.]+(?:/\d+)?)\s+[A-Za-z]{2,}(?:\s+[A-Za-z]+)*(?:\^?\d)?$")

@@ -200,6 +200,12 @@ class SymbolicPool:
                 logger.info("symbolic comparison passed its %.3fs deadline; executor of worker %d killed", timeout_s, worker.proc.pid)
                 return None
             reply = _decode(line)
+            if reply.get("ready") is True:
+                # the executor died (a crash, its CPU limit) and the zygote announced the next one
+                worker.ready = True
+                worker.executor_pid = reply.get("pid") if isinstance(reply.get("pid"), int) else None
+                logger.warning("symbolic executor of worker %d died during a comparison", worker.proc.pid)
+                return None
             if "eq" not in reply:
                 healthy = False
                 return None

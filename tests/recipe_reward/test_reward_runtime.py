@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -126,6 +128,27 @@ def test_pool_kills_an_executor_stuck_in_c_and_recovers_from_the_warm_zygote() -
         assert pool._idle[0].proc.pid == zygote and _alive(zygote)
         assert pool._idle[0].executor_pid not in (None, stuck)
         assert not _alive(stuck)
+    finally:
+        pool.close()
+
+
+@pytest.mark.slow
+def test_an_executor_dying_mid_comparison_is_replaced_by_the_zygote() -> None:
+    pool = SymbolicPool(size=1)
+    try:
+        assert pool.compare("3", "3", timeout_s=60.0) is True
+        worker = pool._idle[0]
+        zygote, executor = worker.proc.pid, worker.executor_pid
+        assert executor is not None
+        killer = threading.Timer(0.5, os.kill, args=(executor, signal.SIGKILL))
+        killer.start()
+        started = time.monotonic()
+        assert pool.compare("9^{9^{9^9}}", "5", timeout_s=30.0) is None
+        assert time.monotonic() - started < 20, "the zygote's next announcement ends the call, not the 30 s deadline"
+        killer.join()
+        assert pool.kills == 0
+        assert pool.compare("\\sqrt{4}", "2", timeout_s=5.0) is True
+        assert pool._idle[0].proc.pid == zygote
     finally:
         pool.close()
 
