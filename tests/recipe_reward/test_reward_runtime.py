@@ -97,6 +97,24 @@ def test_verl_loads_the_reward_file_by_path(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow
+def test_verls_naive_reward_manager_puts_our_score_on_the_last_response_token(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.recipe_reward.verl_naive_manager", str(REWARD_FILE)],
+        cwd=tmp_path,
+        env=repo_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["at_last_token"] == pytest.approx([1.0, -0.9])
+    assert result["row_sums"] == pytest.approx([1.0, -0.9])
+    assert result["extra"] == {"score": pytest.approx([1.0, -0.9]), "acc": [True, False], "pred": ["204", "8"]}
+
+
 def test_concurrent_calls_from_a_thread_pool_agree_with_sequential_ones() -> None:
     """verl runs compute_score in loop.run_in_executor threads, where signals cannot time anything out."""
     cases = SYMBOLIC + ALL[:40]
