@@ -217,7 +217,7 @@ def _strip_outer_braces(s: str) -> str:
 def normalize_answer(answer: str) -> str:
     """Canonical text of an answer: the exact-match key and the input of the numeric parser."""
     s = _CONTROL.sub("", answer.translate(_UNICODE_TABLE)).strip()
-    s = s.replace("$", "")
+    s = s.replace("\\$", "").replace("$", "")  # math delimiters and escaped currency signs
     s = re.sub(r"\\[()\[\]]", "", s)
     s = _DROPPED.sub("", s)
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
