@@ -134,8 +134,8 @@ def test_is_equivalent_rejects_non_answers(pred: object, truth: object) -> None:
 
 @pytest.mark.parametrize(
     ("truth", "correct"),
-    [(["12", "twelve"], True), (("13", "14"), False), (12, True), (None, False)],
-    ids=["any of a list", "none of a tuple", "an integer truth", "no truth"],
+    [(["12", "twelve"], True), (("13", "14"), False), (12, True), (None, False), ("so it is \\boxed{12}", True), ("\\boxed{13}", False)],
+    ids=["any of a list", "none of a tuple", "an integer truth", "no truth", "a truth given as a boxed solution", "a wrong boxed truth"],
 )
 def test_ground_truth_shapes(truth: object, correct: bool) -> None:
     assert compute_score("aime_2025", "\\boxed{12}", truth)["acc"] is correct
