@@ -144,3 +144,12 @@ def test_ground_truth_shapes(truth: object, correct: bool) -> None:
 def test_numpy_array_ground_truth() -> None:
     np = pytest.importorskip("numpy")
     assert compute_score("aime_2025", "\\boxed{12}", np.array(["11", "12"], dtype=object))["acc"] is True
+
+
+@pytest.mark.parametrize("module", ["retool.recipe.answer", "retool.recipe.equivalence", "retool.recipe.reward"])
+def test_docstring_examples_hold(module: str) -> None:
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.attempted > 0 and result.failed == 0
