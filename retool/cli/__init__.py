@@ -14,6 +14,7 @@ COMMANDS: tuple[str, ...] = (
     "data",
     "render",
     "storage",
+    "sandbox",
 )
 
 
