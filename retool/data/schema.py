@@ -13,9 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
-TOOL_NAME = "code_interpreter"
-TOOL_DESCRIPTION = "A tool for executing code."
-CODE_DESCRIPTION = "The code to execute."
+from retool.recipe.tool_config import TOOL_NAME, code_interpreter_tool  # noqa: F401  (one schema for SFT data, RL prompts and the tool)
 
 AGENT_NAME = "tool_agent"
 """verl 0.6.1's agent loop reads the top-level ``agent_name`` of each row (``AgentLoopWorker``) and
@@ -31,25 +29,6 @@ asked for "Answer:")."""
 
 RL_TRAIN_SPLIT = "train"
 EVAL_SPLIT = "test"
-
-
-def code_interpreter_tool() -> dict[str, Any]:
-    """The OpenAI-style function schema of the code interpreter, as chat templates expect in ``tools=``.
-
-    A fresh dict each call: callers (datasets, Jinja templates) may mutate what they get.
-    """
-    return {
-        "type": "function",
-        "function": {
-            "name": TOOL_NAME,
-            "description": TOOL_DESCRIPTION,
-            "parameters": {
-                "type": "object",
-                "properties": {"code": {"type": "string", "description": CODE_DESCRIPTION}},
-                "required": ["code"],
-            },
-        },
-    }
 
 
 TOOL_CALL_TYPE = pa.struct(

@@ -83,7 +83,10 @@ def compute_score(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     **_verl_kwargs: Any,
 ) -> dict[str, Any]:
-    """Score one response: ``{"score": +1.0 | -1.0, "acc": bool, "pred": str}``.
+    """Score one response: ``{"score": +1.0 | -1.0, "acc": bool, "pred": str, "data_source": str}``.
+
+    ``data_source`` is echoed because verl's validation dump (the eval stage's per-sample results)
+    has no data-source column of its own; verl passes it through and skips strings in its metrics.
 
     ``tool_turn_shaping`` (a ``reward_kwargs`` entry, or ``extra_info["tool_turn_shaping"]`` per row)
     replaces -1 for wrong answers by :func:`shape_wrong_answer`. ``timeout_s`` bounds the symbolic
@@ -99,4 +102,4 @@ def compute_score(
     else:
         score = WRONG
     logger.debug("reward %s: pred=%.80r truth=%.80r score=%s", data_source, pred, ground_truth, score)
-    return {"score": score, "acc": acc, "pred": pred or ""}
+    return {"score": score, "acc": acc, "pred": pred or "", "data_source": str(data_source)}

@@ -56,7 +56,7 @@ def test_shaping_helpers() -> None:
 
 def test_extra_verl_keyword_arguments_are_accepted() -> None:
     result = compute_score("dapo", "\\boxed{2}", "2", {}, reward_router_address=None, reward_model_tokenizer=None)
-    assert result == {"score": 1.0, "acc": True, "pred": "2"}
+    assert result == {"score": 1.0, "acc": True, "pred": "2", "data_source": "dapo"}
 
 
 VERL_LOADER = textwrap.dedent(
@@ -91,9 +91,9 @@ def test_verl_loads_the_reward_file_by_path(tmp_path: Path) -> None:
     payload = json.loads(proc.stdout.strip().splitlines()[-1])
     assert payload["module"] == "custom_module"
     assert payload["results"] == [
-        {"score": 1.0, "acc": True, "pred": "204"},
-        {"score": 1.0, "acc": True, "pred": "\\sqrt{8}"},
-        {"score": pytest.approx(-0.8), "acc": False, "pred": "3"},
+        {"score": 1.0, "acc": True, "pred": "204", "data_source": "aime_2024"},
+        {"score": 1.0, "acc": True, "pred": "\\sqrt{8}", "data_source": "aime_2024"},
+        {"score": pytest.approx(-0.8), "acc": False, "pred": "3", "data_source": "dapo"},
     ]
 
 
@@ -112,7 +112,7 @@ def test_verls_naive_reward_manager_puts_our_score_on_the_last_response_token(tm
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["at_last_token"] == pytest.approx([1.0, -0.9])
     assert result["row_sums"] == pytest.approx([1.0, -0.9])
-    assert result["extra"] == {"score": pytest.approx([1.0, -0.9]), "acc": [True, False], "pred": ["204", "8"]}
+    assert result["extra"] == {"score": pytest.approx([1.0, -0.9]), "acc": [True, False], "pred": ["204", "8"], "data_source": ["aime_2024", "dapo"]}
 
 
 def test_concurrent_calls_from_a_thread_pool_agree_with_sequential_ones() -> None:

@@ -18,7 +18,7 @@ def test_table_covers_every_category_with_at_least_100_cases() -> None:
 @pytest.mark.parametrize("case", ALL, ids=[c.id for c in ALL])
 def test_compute_score(case: Case) -> None:
     result = compute_score("dapo_math", case.response, case.truth)
-    assert set(result) == {"score", "acc", "pred"}
+    assert set(result) == {"score", "acc", "pred", "data_source"}
     assert result["acc"] is case.correct
     assert result["score"] == (1.0 if case.correct else -1.0)
     assert isinstance(result["pred"], str)
