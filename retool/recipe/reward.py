@@ -8,9 +8,9 @@ Optional shaping from verl's retool recipe (off by default, ``reward_kwargs.tool
 a wrong answer earns 0.1 per tool call, capped at -0.6, to encourage calling the interpreter.
 
 >>> compute_score("aime_2024", "... so the answer is \\\\boxed{204}.", "204")
-{'score': 1.0, 'acc': True, 'pred': '204'}
+{'score': 1.0, 'acc': True, 'pred': '204', 'data_source': 'aime_2024'}
 >>> compute_score("aime_2024", "I think it is 7", "204")
-{'score': -1.0, 'acc': False, 'pred': ''}
+{'score': -1.0, 'acc': False, 'pred': '', 'data_source': 'aime_2024'}
 """
 
 from __future__ import annotations
