@@ -238,7 +238,9 @@ def format_run(
         parts.append(err)
     if run_status == "TimeLimitExceeded":
         parts.append(f"TimeoutError: the code ran longer than the {timeout_s:g} s time limit and was stopped.")
-    elif run_status == "Error" and not err:
+    elif not err and (run_status == "Error" or (status != "Success" and return_code not in (0, None))):
+        # SandboxFusion semantics: Finished with a non-zero return code is a program that failed
+        # on its own (sys.exit(3), a signal); Error is the sandbox failing around it.
         if return_code is not None and return_code < 0:
             parts.append(f"The process was killed by signal {-return_code} (it may have exceeded the {memory_limit_mb} MB memory limit).")
         else:

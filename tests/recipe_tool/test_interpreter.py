@@ -205,6 +205,12 @@ FORMATS = [
         "The process was killed by signal 9 (it may have exceeded the 1024 MB memory limit).",
     ),
     ("silent non-zero exit", {"status": "Failed", "run_status": "Error", "return_code": 3}, "The process exited with code 3."),
+    ("silent non-zero exit as SandboxFusion reports it", {"status": "Failed", "run_status": "Finished", "return_code": 3}, "The process exited with code 3."),
+    (
+        "signal death as SandboxFusion reports it",
+        {"status": "Failed", "run_status": "Finished", "return_code": -11},
+        "The process was killed by signal 11 (it may have exceeded the 1024 MB memory limit).",
+    ),
     ("sandbox error", {"status": "SandboxError", "run_status": None, "message": "queue full"}, "Sandbox error: queue full"),
     ("failed before running", {"status": "Failed", "run_status": None, "message": ""}, "Sandbox error: the sandbox could not run the code"),
 ]
