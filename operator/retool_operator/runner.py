@@ -67,7 +67,6 @@ class Reconciler:
         self._again: set[tuple[str, str]] = set()
         self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self._mlflow_down_since: dict[tuple[str, str], float] = {}
-        self._managed_trackers: set[str] = set()
         self._parent_factory = parent_factory
         self.passes = 0
 
@@ -214,10 +213,9 @@ class Reconciler:
         """(what stages get, status.mlflow, a reason to hold new stages or None)."""
         namespace = run.metadata.namespace or "default"
         target = tracking_target(run, self.config)
-        if target.managed and namespace not in self._managed_trackers:
+        if target.managed:  # cheap when unchanged: the client skips recently applied objects
             for obj in build_mlflow(namespace, config=self.config):
                 await self.client.ensure(obj)
-            self._managed_trackers.add(namespace)
         known = status.mlflow
         experiment = experiment_name(run)
         if known is not None and known.run_id:
