@@ -283,3 +283,40 @@ def test_results_give_the_headline_score() -> None:
 
 def test_load_tolerates_foreign_status_fields() -> None:
     assert load({"phase": "RL", "kopf": {"progress": {}}}).phase == "RL"
+
+
+@pytest.mark.parametrize(
+    ("desired", "observed", "expected"),
+    [
+        ({"spec": {"replicas": 2}}, {"spec": {"replicas": 2, "revisionHistoryLimit": 10}}, True),
+        ({"spec": {"replicas": 2}}, {"spec": {"replicas": 4}}, False),
+        ({"ports": [{"port": 8080}]}, {"ports": [{"port": 8080, "protocol": "TCP"}]}, True),
+        ({"ports": [{"port": 8080}]}, {"ports": [{"port": 8080}, {"port": 9090}]}, False),
+        ({"labels": {"a": "1"}}, {}, False),
+    ],
+    ids=["server-defaults-are-extra", "changed-value", "list-items-compared-as-subsets", "list-length-differs", "missing-key"],
+)
+def test_is_subset_decides_whether_a_child_needs_a_patch(desired: dict, observed: dict, expected: bool) -> None:
+    from retool_operator.kube import is_subset
+
+    assert is_subset(desired, observed) is expected
+
+
+def test_status_patch_nulls_removed_top_level_keys() -> None:
+    from retool_operator.runner import status_patch
+
+    assert status_patch({"phase": "RL", "score": 0.5}, {"phase": "Failed"}) == {"phase": "Failed", "score": None}
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [{}, {"sft": {"enabled": False}}, {"rl": {"enabled": False}}, {"eval": {"enabled": False}}, {"sft": {"enabled": False}, "eval": {"enabled": False}}],
+    ids=["all", "no-sft", "no-rl", "no-eval", "rl-only"],
+)
+def test_pipeline_matches_the_stage_renderers(spec: dict) -> None:
+    """The operator runs exactly the stages the stage entrypoint knows how to render."""
+    render = pytest.importorskip("retool.recipe.render")
+    from retool_operator.reconcile import enabled_stages
+
+    run = run_of(**spec)
+    assert tuple(s for s, on in enabled_stages(run).items() if on) == render.enabled_stages(run)
