@@ -51,6 +51,7 @@ async def main(runs: int, timeout: float) -> None:
         env = repo_env(
             KUBECONFIG=str(kubeconfig),
             RETOOL_OPERATOR_LIVENESS_PORT=str(free_port()),
+            RETOOL_OPERATOR_BIND_ADDRESS="127.0.0.1",
             RETOOL_OPERATOR_MLFLOW_PARENT_RUNS="false",
             RETOOL_OPERATOR_RESYNC_SECONDS="3600",
         )

@@ -1,7 +1,7 @@
 """``python -m retool_operator``: run the operator with the settings from RETOOL_OPERATOR_* variables.
 
 Equivalent to ``kopf run -m retool_operator.handlers --standalone
---liveness=http://0.0.0.0:$RETOOL_OPERATOR_LIVENESS_PORT/healthz`` plus ``--namespace`` for each
+--liveness=http://$RETOOL_OPERATOR_BIND_ADDRESS:$RETOOL_OPERATOR_LIVENESS_PORT/healthz`` plus ``--namespace`` for each
 entry of RETOOL_OPERATOR_NAMESPACES, or ``--all-namespaces`` when it is empty.
 """
 
@@ -22,7 +22,7 @@ def main() -> None:
         standalone=True,
         clusterwide=not namespaces,
         namespaces=namespaces,
-        liveness_endpoint=f"http://0.0.0.0:{config.liveness_port}/healthz",
+        liveness_endpoint=f"http://{config.bind_address}:{config.liveness_port}/healthz",
     )
 
 

@@ -46,7 +46,7 @@ def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     settings.networking.connect_timeout = 10
     if config.webhook_enabled:
         settings.admission.server = kopf.WebhookServer(
-            addr="0.0.0.0",
+            addr=config.bind_address,  # all interfaces in a pod: the API server comes through the Service
             port=config.webhook_port,
             certfile=os.path.join(config.webhook_cert_dir, "tls.crt"),
             pkeyfile=os.path.join(config.webhook_cert_dir, "tls.key"),
