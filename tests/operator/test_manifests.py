@@ -95,3 +95,33 @@ def test_checker_catches_a_broken_manifest(ray_schemas: dict, tmp_path: Path) ->
     found = problems_of(objects, ray_schemas, tmp_path)
     assert any("portz" in p for p in found)
     assert any("shutdownAfterJobFinish" in p for p in found)
+
+
+def test_status_the_operator_writes_fits_the_crd(tmp_path: Path) -> None:
+    """Every status field the operator writes exists in the generated CRD (nothing would be pruned)."""
+    import datetime as dt
+
+    from retool_operator.reconcile import Observed, decide
+    from retool_operator.status import dump, invalid_spec_status
+
+    from retool.spec.status import RetoolRunStatus, StageStatus
+    from tests.operator.helpers import T0, rayjob_status, run_of
+
+    crd = yaml.safe_load((REPO / "charts" / "retool" / "crds" / "retoolruns.retool.dev.yaml").read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    run = run_of()
+    retrying = decide(
+        run,
+        RetoolRunStatus(stages=[StageStatus(name="prepare", state="Succeeded", attempt=1), StageStatus(name="sft", state="Running", attempt=1, job="demo-sft-1")]),
+        Observed(children={"demo-sft-1": rayjob_status("Complete", "FAILED")}, results={"aime_2024": {"mean@30": 0.5}}),
+        T0,
+    ).status
+    statuses = [
+        dump(retrying),
+        dump(invalid_spec_status(retrying, ["spec.rl.steps: bad"], now=T0 + dt.timedelta(seconds=1), generation=2)),
+    ]
+    tool = _check_tool()
+    for status in statuses:
+        assert [e.message for e in jsonschema.Draft7Validator(schema).iter_errors(status)] == []
+        assert tool.pruned(status, schema) == []
+    assert statuses[0]["stages"][1]["nextAttemptTime"]
