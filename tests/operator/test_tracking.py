@@ -20,7 +20,7 @@ from retool_operator.config import OperatorConfig
 from retool_operator.tracking import TrackingTarget, ensure_parent_run, parent_run_factory, tracking_target
 
 from tests.conftest import free_port
-from tests.operator.helpers import CONFIG, run_of
+from tests.operator.helpers import run_of
 
 
 @pytest.mark.parametrize(
@@ -93,7 +93,3 @@ async def test_unreachable_mlflow_raises_for_the_caller_to_wait(monkeypatch: pyt
     assert factory is not None
     with pytest.raises(Exception):  # noqa: B017 - any failure means "not yet" to the reconciler
         await ensure_parent_run(run_of(), f"http://127.0.0.1:{free_port()}", factory, timeout=5)
-
-
-def test_unit_config_is_not_the_managed_default() -> None:
-    assert CONFIG.mlflow_tracking_uri == ""
