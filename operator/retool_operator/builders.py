@@ -22,7 +22,7 @@ from retool_operator import constants as c
 from retool_operator.config import OperatorConfig
 from retool_operator.profiles import HardwareProfile, hardware_profile
 
-SANDBOX_RUN_AS_USER = 65532
+SANDBOX_RUN_AS_USER = 10001  # the sandbox image's USER
 STAGE_CONTAINER = "stage"
 RAY_HEAD_CONTAINER = "ray-head"
 RAY_WORKER_CONTAINER = "ray-worker"
@@ -144,11 +144,14 @@ def build_sandbox_deployment(run: RetoolRun, *, config: OperatorConfig, replicas
         "image": sandbox.image or config.sandbox_image,
         "command": ["retool", "sandbox", "serve", "--host", "0.0.0.0", "--port", str(SANDBOX_PORT), "--workers", str(sandbox.per_replica_concurrency)],
         "ports": [{"name": "http", "containerPort": SANDBOX_PORT, "protocol": "TCP"}],
+        # retool.sandbox.settings (RETOOL_SANDBOX_*): the spec's per-execution limits become the
+        # server's defaults and caps, so a client cannot ask for more than the replica is sized for.
         "env": [
-            {"name": "RETOOL_SANDBOX_TIMEOUT", "value": str(sandbox.timeout_seconds)},
-            {"name": "RETOOL_SANDBOX_MEMORY_LIMIT_MB", "value": str(sandbox.memory_limit_mb)},
-            {"name": "RETOOL_SANDBOX_CONCURRENCY", "value": str(sandbox.per_replica_concurrency)},
-            {"name": "TMPDIR", "value": "/tmp"},
+            {"name": "RETOOL_SANDBOX_DEFAULT_MEMORY_LIMIT_MB", "value": str(sandbox.memory_limit_mb)},
+            {"name": "RETOOL_SANDBOX_MAX_MEMORY_LIMIT_MB", "value": str(sandbox.memory_limit_mb)},
+            {"name": "RETOOL_SANDBOX_MAX_RUN_TIMEOUT_S", "value": str(sandbox.timeout_seconds)},
+            {"name": "RETOOL_SANDBOX_TMP_ROOT", "value": "/tmp"},
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         ],
         "resources": _quantities(sandbox.resources),
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": SANDBOX_PORT}, "initialDelaySeconds": 2, **probe},

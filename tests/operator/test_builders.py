@@ -50,6 +50,8 @@ def test_sandbox_deployment_is_locked_down() -> None:
     }
     assert container["command"] == ["retool", "sandbox", "serve", "--host", "0.0.0.0", "--port", "8080", "--workers", "16"]
     assert container["image"] == "retool/sandbox:test"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["RETOOL_SANDBOX_MAX_MEMORY_LIMIT_MB"] == "1024" and env["RETOOL_SANDBOX_MAX_RUN_TIMEOUT_S"] == "30.0"
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": SANDBOX_PORT}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": SANDBOX_PORT}
     assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
