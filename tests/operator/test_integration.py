@@ -18,6 +18,7 @@ import pytest
 from retool_operator.config import OperatorConfig
 from retool_operator.permissions import allows
 
+from tests.operator.conftest import needs_tracking
 from tests.operator.emulator import (
     DEPLOYMENTS,
     JOBS,
@@ -60,11 +61,11 @@ class Cluster:
 
         return await eventually(probe, what=f"{name} phase {phase}")
 
-    async def child(self, kind: Any, name: str) -> dict[str, Any]:
+    async def child(self, kind: Any, name: str, timeout: float = 15.0) -> dict[str, Any]:
         async def probe() -> dict[str, Any] | None:
             return await self.api.get(kind, NS, name)
 
-        return await eventually(probe, what=f"{kind.plural}/{name}")
+        return await eventually(probe, timeout=timeout, what=f"{kind.plural}/{name}")
 
     async def finish(self, kind: Any, name: str, status: dict[str, Any]) -> None:
         await self.child(kind, name)
@@ -244,3 +245,25 @@ async def test_delete_leaves_children_to_owner_references_and_keeps_tracking(clu
 
 async def _absent(cluster: Cluster, name: str) -> bool:
     return await cluster.api.get(RUNS, NS, name) is None
+
+
+@needs_tracking
+async def test_parent_mlflow_run_reaches_status_and_stage_env(cluster: Cluster, mlflow_server: str) -> None:
+    """With a real MLflow server: status.mlflow carries the parent run, stages log under it."""
+    config = OperatorConfig(_env_file=None, resync_seconds=3600, mlflow_parent_runs=True, mlflow_tracking_uri=mlflow_server)
+    async with running_operator(config):
+        await cluster.api.create(spec_doc("tracked"))
+        job = await cluster.child(JOBS, "tracked-prepare-1", timeout=90)  # a first MLflow experiment and ~100 params
+        status = await cluster.phase_is("tracked", "Preparing")
+        mlflow = status["mlflow"]
+        assert mlflow["runId"] and mlflow["experimentId"] and mlflow_server in mlflow["url"]
+        env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert env["RETOOL_MLFLOW_PARENT_RUN_ID"] == mlflow["runId"]
+        assert env["MLFLOW_TRACKING_URI"] == mlflow_server
+        assert env["MLFLOW_EXPERIMENT_NAME"] == "ml/tracked"
+    async with running_operator(config):  # a restart finds the same parent run
+        await cluster.finish(JOBS, "tracked-prepare-1", job_status("Complete"))
+        sft = await cluster.child(RAYJOBS, "tracked-sft-1", timeout=60)
+        env = {e["name"]: e.get("value") for e in sft["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["env"]}
+        assert env["RETOOL_MLFLOW_PARENT_RUN_ID"] == mlflow["runId"]
+        assert (await cluster.status("tracked"))["mlflow"] == mlflow

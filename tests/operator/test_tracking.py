@@ -6,20 +6,12 @@ they are skipped where either is missing.
 
 from __future__ import annotations
 
-import importlib.util
-import shutil
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
-from pathlib import Path
-
-import httpx
 import pytest
 from retool_operator.config import OperatorConfig
 from retool_operator.tracking import TrackingTarget, ensure_parent_run, parent_run_factory, tracking_target
 
 from tests.conftest import free_port
+from tests.operator.conftest import needs_tracking
 from tests.operator.helpers import run_of
 
 
@@ -37,40 +29,6 @@ def test_tracking_target(spec_uri: str | None, default_uri: str, expected: Track
     run = run_of(tracking=tracking)
     config = OperatorConfig(_env_file=None, mlflow_tracking_uri=default_uri)
     assert tracking_target(run, config) == expected
-
-
-needs_tracking = pytest.mark.skipif(
-    importlib.util.find_spec("retool.tracking") is None or shutil.which("mlflow", path=str(Path(sys.executable).parent)) is None,
-    reason="retool.tracking or the mlflow CLI is not installed",
-)
-
-
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    root = tmp_path_factory.mktemp("mlflow")
-    port = free_port()
-    mlflow = str(Path(sys.executable).parent / "mlflow")
-    proc = subprocess.Popen(
-        [mlflow, "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-         "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}", "--artifacts-destination", str(root / "artifacts")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        else:
-            pytest.fail("mlflow server did not start within 60 s")
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 @needs_tracking
