@@ -34,7 +34,9 @@ class HelmError(RuntimeError):
 def offline_chart(dest: Path) -> Path:
     """Copy the chart to ``dest/retool`` without the (undownloadable) KubeRay dependency entry."""
     target = dest / "retool"
-    shutil.copytree(CHART, target)
+    # Leave out what `helm dependency build` may have fetched into this checkout: Helm would
+    # render an undeclared chart found in charts/ unconditionally.
+    shutil.copytree(CHART, target, ignore=lambda d, names: {"charts", "Chart.lock"} & set(names) if Path(d) == CHART else set())
     meta = yaml.safe_load((target / "Chart.yaml").read_text())
     meta["dependencies"] = [d for d in meta.get("dependencies", []) if d["name"] != "kuberay-operator"]
     if not meta["dependencies"]:
