@@ -75,3 +75,10 @@ def test_global_registry_prefixes_every_retool_image(chart: Path, tmp_path: Path
     config = one(docs, "ConfigMap", "-operator-config")["data"]
     assert config["RETOOL_OPERATOR_SANDBOX_IMAGE"] == "registry.example.com/ml/retool/sandbox:0.1.0"
     assert container(one(docs, "Deployment", "-operator"), "operator")["image"] == "registry.example.com/ml/retool/operator:0.1.0"
+
+
+def test_global_pull_secrets_reach_every_pod(chart: Path, tmp_path: Path) -> None:
+    docs = render_with(chart, tmp_path, {"global": {"imagePullSecrets": ["regcred"]}})
+    pods = [d["spec"]["template"]["spec"] for d in docs if d["kind"] == "Deployment"] + [d["spec"] for d in docs if d["kind"] == "Pod"]
+    assert len(pods) == 4
+    assert all(p["imagePullSecrets"] == [{"name": "regcred"}] for p in pods)
