@@ -22,7 +22,6 @@ from tests.conftest import REPO
 CHART = REPO / "charts" / "retool"
 PROFILES_DIR = CHART / "ci"
 HELM = REPO / ".tools" / "helm"
-KUBECTL = REPO / ".tools" / "kubectl"
 RELEASE = "retool"
 NAMESPACE = "retool-system"
 

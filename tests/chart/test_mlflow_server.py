@@ -49,7 +49,7 @@ def server(rendered, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
     started = time.monotonic()
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             assert proc.poll() is None, (data / "server.log").read_text()[-3000:]
             try:
@@ -59,7 +59,7 @@ def server(rendered, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
                 pass
             time.sleep(0.5)
         else:
-            pytest.fail("mlflow server did not answer /health within 90 s:\n" + (data / "server.log").read_text()[-3000:])
+            pytest.fail("mlflow server did not answer /health within 180 s:\n" + (data / "server.log").read_text()[-3000:])
         print(f"mlflow server ready in {time.monotonic() - started:.1f} s")
         yield url, data
     finally:
