@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.chart.helm import HelmError, container, one, render
+from tests.chart.helm import CHART, HelmError, container, one, render
 
 
 def render_with(chart: Path, tmp_path: Path, values: dict) -> list[dict]:
@@ -82,3 +83,26 @@ def test_global_pull_secrets_reach_every_pod(chart: Path, tmp_path: Path) -> Non
     pods = [d["spec"]["template"]["spec"] for d in docs if d["kind"] == "Deployment"] + [d["spec"] for d in docs if d["kind"] == "Pod"]
     assert len(pods) == 4
     assert all(p["imagePullSecrets"] == [{"name": "regcred"}] for p in pods)
+
+
+# Maps whose keys are the user's (labels, resource names, Kubernetes objects passed through) and
+# the subchart's values, which its own schema checks.
+FREE_FORM = {"$defs.stringMap", "$defs.resourceList", "$defs.affinity", "properties.kuberay-operator", "$defs.tolerations.items", "properties.operator.properties.extraEnv.items"}
+
+
+def object_schemas(node: object, path: str = "") -> list[tuple[str, dict]]:
+    out = []
+    if isinstance(node, dict):
+        if node.get("type") == "object":
+            out.append((path.lstrip("."), node))
+        for key, value in node.items():
+            out += object_schemas(value, f"{path}.{key}")
+    return out
+
+
+def test_the_schema_closes_every_object_to_unknown_keys() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["additionalProperties"] is False
+    objects = dict(object_schemas(schema))
+    assert set(objects) >= FREE_FORM, "a free-form entry names no object of the schema"
+    assert [p for p, s in objects.items() if s.get("additionalProperties", True) is True and p not in FREE_FORM] == []
