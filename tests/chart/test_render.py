@@ -145,3 +145,13 @@ def test_services_select_the_pods_they_name(rendered, profile: str) -> None:
         ports = {p["name"] for c in matching[0]["containers"] for p in c.get("ports", [])}
         for port in svc["spec"]["ports"]:
             assert port["targetPort"] in ports, f"Service {svc['metadata']['name']} targets missing port {port['targetPort']}"
+
+
+def test_deployment_selectors_do_not_depend_on_values(rendered) -> None:
+    """A Deployment's selector is immutable: any values change must keep it, or `helm upgrade` fails."""
+    selectors: dict[str, set[str]] = {}
+    for profile in PROFILES:
+        for d in rendered(profile):
+            if d["kind"] == "Deployment":
+                selectors.setdefault(d["metadata"]["name"], set()).add(str(sorted(d["spec"]["selector"]["matchLabels"].items())))
+    assert selectors and all(len(s) == 1 for s in selectors.values()), selectors
