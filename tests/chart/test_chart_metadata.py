@@ -24,6 +24,11 @@ def test_kuberay_operator_is_an_optional_pinned_dependency_off_by_default() -> N
     assert yaml.safe_load((CHART / "values.yaml").read_text())["kuberay-operator"] == {"enabled": False}
 
 
+def test_helm_reads_the_dependency_entry() -> None:
+    rows = [line.split() for line in helm("dependency", "list", CHART).stdout.splitlines()[1:] if line.strip()]
+    assert [r[:3] for r in rows] == [["kuberay-operator", "1.7.0", "https://ray-project.github.io/kuberay-helm/"]]
+
+
 def test_helm_needs_the_dependency_built_even_when_disabled() -> None:
     """Why the README says `helm dependency build` first: Helm 4 checks declared dependencies unconditionally."""
     with pytest.raises(HelmError, match="missing in charts/ directory: kuberay-operator"):
