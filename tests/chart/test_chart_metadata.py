@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -29,10 +30,11 @@ def test_helm_reads_the_dependency_entry() -> None:
     assert [r[:3] for r in rows] == [["kuberay-operator", "1.7.0", "https://ray-project.github.io/kuberay-helm/"]]
 
 
-def test_helm_needs_the_dependency_built_even_when_disabled() -> None:
+def test_helm_needs_the_dependency_built_even_when_disabled(tmp_path: Path) -> None:
     """Why the README says `helm dependency build` first: Helm 4 checks declared dependencies unconditionally."""
+    checkout = shutil.copytree(CHART, tmp_path / "retool", ignore=lambda d, names: {"charts"} & set(names) if Path(d) == CHART else set())
     with pytest.raises(HelmError, match="missing in charts/ directory: kuberay-operator"):
-        helm("template", "retool", CHART)
+        helm("template", "retool", checkout)
 
 
 def test_versions_match_the_python_package() -> None:
