@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,7 @@ def render_with(chart: Path, tmp_path: Path, values: dict) -> list[dict]:
         ),
         pytest.param({"webhook": {"certificates": {"source": "secret"}}}, "needs webhook.certificates.secretName", id="self-managed certificate without Secret and CA"),
         pytest.param({"webhook": {"enabled": False, "certificates": {"source": "secret"}}}, "has no effect with webhook.enabled=false", id="source for a disabled webhook"),
+        pytest.param({"commonLabels": {"app.kubernetes.io/name": "x"}}, "commonLabels.app.kubernetes.io/name: the chart sets", id="common label overriding a standard one"),
         pytest.param({"serviceAccount": {"create": False}}, "serviceAccount.name is required when serviceAccount.create is false", id="no ServiceAccount to run as"),
     ],
 )
@@ -106,3 +108,14 @@ def test_the_schema_closes_every_object_to_unknown_keys() -> None:
     objects = dict(object_schemas(schema))
     assert set(objects) >= FREE_FORM, "a free-form entry names no object of the schema"
     assert [p for p, s in objects.items() if s.get("additionalProperties", True) is True and p not in FREE_FORM] == []
+
+
+def test_long_release_names_give_valid_object_names(chart: Path) -> None:
+    """Every name stays a DNS label of at most 63 characters, with every optional object rendered."""
+    release = "a-very-long-release-name-for-the-retool-platform"
+    flags = ["webhook.certificates.source=certManager", "mlflow.ingress.enabled=true", "mlflow.ingress.hosts[0]=m.example.com"]
+    docs = render(chart, *[a for f in flags for a in ("--set", f)], release=release)
+    names = {d["metadata"]["name"] for d in docs if d["kind"] not in ("ClusterRole", "ClusterRoleBinding", "ValidatingWebhookConfiguration")}
+    assert len(docs) > 12 and len(names) >= 7
+    bad = [n for n in names if len(n) > 63 or not re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", n)]
+    assert bad == []

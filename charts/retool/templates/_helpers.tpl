@@ -164,6 +164,11 @@ off
 
 {{/* Rules spanning several values, checked once (schema covers single values). */}}
 {{- define "retool.validate" -}}
+{{- range $key, $_ := .Values.commonLabels -}}
+{{- if or (hasPrefix "app.kubernetes.io/" $key) (hasPrefix "helm.sh/" $key) -}}
+{{- fail (printf "commonLabels.%s: the chart sets app.kubernetes.io/* and helm.sh/* labels itself; use another key" $key) -}}
+{{- end -}}
+{{- end -}}
 {{- $images := dict "operator.image" .Values.operator.image "defaults.images.trainerNvidia" .Values.defaults.images.trainerNvidia "defaults.images.trainerAscend" .Values.defaults.images.trainerAscend "defaults.images.sandbox" .Values.defaults.images.sandbox "mlflow.image" .Values.mlflow.image "tests.image" .Values.tests.image -}}
 {{- range $key, $image := $images -}}
 {{- if eq (toString $image.tag) "latest" -}}
