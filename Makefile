@@ -52,3 +52,24 @@ $(HELM): | install
 	mv $(TOOLS)/dl/helm/helm $(HELM) && mv $(TOOLS)/dl/kubectl/kubectl $(TOOLS)/kubectl
 	chmod +x $(HELM) $(TOOLS)/kubectl && rm -rf $(TOOLS)/dl
 	$(HELM) version --short
+
+# ----------------------------------------------------------------------------------------------
+# Container images: one per images/<name>/Dockerfile, tagged $(IMAGE_REGISTRY)/<name>:$(IMAGE_TAG)
+# (the chart's default repositories are retool/<name> at the chart's appVersion). Needs docker
+# with buildx; the build context is the repository root (see .dockerignore). Multi-platform
+# builds (PLATFORMS=linux/amd64,linux/arm64, e.g. for Kunpeng Ascend servers) need PUSH=1.
+IMAGE_REGISTRY ?= retool
+IMAGE_TAG ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+PLATFORMS ?= linux/amd64
+DOCKER ?= docker
+IMAGES := $(patsubst images/%/Dockerfile,%,$(wildcard images/*/Dockerfile))
+
+.PHONY: images $(addprefix image-,$(IMAGES))
+images: $(addprefix image-,$(IMAGES)) ## build every image under images/ (IMAGE_REGISTRY, IMAGE_TAG, PLATFORMS, PUSH=1)
+
+$(addprefix image-,$(IMAGES)): image-%:
+	$(DOCKER) buildx build --platform $(PLATFORMS) -f images/$*/Dockerfile \
+	  --build-arg VERSION=$(IMAGE_TAG) \
+	  --label org.opencontainers.image.revision=$(shell git rev-parse HEAD 2>/dev/null) \
+	  --label org.opencontainers.image.created=$(shell date -u +%Y-%m-%dT%H:%M:%SZ) \
+	  -t $(IMAGE_REGISTRY)/$*:$(IMAGE_TAG) $(if $(PUSH),--push,--load) .
