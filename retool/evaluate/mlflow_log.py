@@ -1,0 +1,71 @@
+"""Log one evaluation (or data check) to an MLflow tracking server as a single run.
+
+A thin layer over ``MlflowClient``: the experiment is created on first use, metric names are
+made legal for MLflow (``@`` becomes ``_at_``, as MLflow's own verl integration does), and the
+run is marked FAILED when logging breaks half-way, so nothing is left RUNNING.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+_ILLEGAL = re.compile(r"[^\w\-. /:]")
+MAX_PARAM_VALUE = 6000
+
+
+@dataclass(frozen=True)
+class LoggedRun:
+    experiment_id: str
+    run_id: str
+    url: str
+    """The run's page in the MLflow UI."""
+
+
+def mlflow_key(name: str) -> str:
+    """A metric or param name MLflow accepts (``acc/mean@30`` -> ``acc/mean_at_30``)."""
+    return _ILLEGAL.sub("_", name.replace("@", "_at_"))
+
+
+def log_run(
+    tracking_uri: str,
+    experiment: str,
+    *,
+    run_name: str,
+    params: Mapping[str, Any],
+    metrics: Mapping[str, float],
+    artifacts: Iterable[Path] = (),
+    tags: Mapping[str, str] | None = None,
+) -> LoggedRun:
+    """Create a finished run with ``params``, ``metrics``, ``tags`` and files as artifacts."""
+    from mlflow.entities import Metric, Param, RunTag
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    found = client.get_experiment_by_name(experiment)
+    experiment_id = found.experiment_id if found else client.create_experiment(experiment)
+    run = client.create_run(experiment_id, run_name=run_name, tags=dict(tags or {}))
+    run_id = run.info.run_id
+    try:
+        timestamp = run.info.start_time
+        client.log_batch(
+            run_id,
+            metrics=[Metric(mlflow_key(k), float(v), timestamp, 0) for k, v in sorted(metrics.items())],
+            params=[Param(mlflow_key(k), str(v)[:MAX_PARAM_VALUE]) for k, v in sorted(params.items())],
+            tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()],
+        )
+        for path in artifacts:
+            client.log_artifact(run_id, str(path))
+    except BaseException:
+        client.set_terminated(run_id, status="FAILED")
+        raise
+    client.set_terminated(run_id, status="FINISHED")
+    url = f"{tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+    logger.info("logged MLflow run %s", url)
+    return LoggedRun(experiment_id=experiment_id, run_id=run_id, url=url)
