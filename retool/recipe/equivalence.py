@@ -1,0 +1,61 @@
+"""Is a predicted answer equivalent to the ground truth? Exact, then numeric, then symbolic.
+
+The cheap stages decide almost every case in math RL (DAPO and AIME answers are integers): equal
+normalised text is correct; two plain numbers are compared exactly (a decimal within a relative
+1e-6), and when both sides are plain numbers that comparison is final. Only answers that are not
+both plain numbers reach math-verify/sympy, in a worker process with a hard deadline
+(:mod:`retool.recipe.symbolic`); running out of time means "not equivalent".
+
+>>> is_equivalent("\\\\dfrac{1}{2}", "0.5")
+True
+>>> is_equivalent("1,000", "1000")
+True
+>>> is_equivalent("34", "35")
+False
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from retool.recipe.answer import MAX_ANSWER_CHARS, normalize_answer, numbers_equal, parse_number
+from retool.recipe.symbolic import default_pool
+
+logger = logging.getLogger(__name__)
+
+# Default hard limit of the symbolic stage of one comparison, in seconds.
+DEFAULT_TIMEOUT_S = 0.5
+
+# An exponent that itself holds a power, or a literal exponent / factorial argument of five or more
+# digits: a tower like 9^{9^{9^9}} that sympy would try to expand. Such answers are not compared
+# symbolically (exact and numeric stages still apply), which spares a worker restart per attempt.
+_HUGE = re.compile(
+    r"\^\s*\{[^{}]*\^|\^\s*\{[^{}]*\{[^{}]*\^|\^\s*\d{5,}|\^\s*\{\s*\d{5,}\s*\}|\d{4,}\s*!|\\uparrow"
+)
+
+
+def looks_explosive(answer: str) -> bool:
+    """True for power towers and huge factorials whose symbolic evaluation could run for minutes."""
+    return _HUGE.search(answer) is not None
+
+
+def is_equivalent(pred: str, truth: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
+    """Whether ``pred`` states the same answer as ``truth``; never takes much longer than ``timeout_s``."""
+    if not isinstance(pred, str) or not isinstance(truth, str):
+        return False
+    norm_pred, norm_truth = normalize_answer(pred), normalize_answer(truth)
+    if not norm_pred or not norm_truth:
+        return False
+    if norm_pred == norm_truth:
+        return True
+    num_pred, num_truth = parse_number(norm_pred), parse_number(norm_truth)
+    if num_pred is not None and num_truth is not None:
+        return numbers_equal(num_pred, num_truth)
+    if len(norm_pred) > MAX_ANSWER_CHARS or len(norm_truth) > MAX_ANSWER_CHARS:
+        return False
+    if looks_explosive(norm_pred) or looks_explosive(norm_truth):
+        logger.debug("not comparing a power tower symbolically: %.80s", norm_pred)
+        return False
+    result = default_pool().compare(norm_pred, norm_truth, timeout_s)
+    return bool(result)

@@ -1,0 +1,204 @@
+"""A small pool of symbolic-equivalence worker processes with a hard deadline per comparison.
+
+verl calls the reward from a thread pool (``loop.run_in_executor``), so neither ``signal.alarm``
+nor math-verify's own signal-based timeouts can be used in the caller, and sympy can block inside
+one C call for minutes. Each comparison therefore runs in a child process (see
+:mod:`retool.recipe.symbolic_worker`) that is killed at its deadline and replaced at once; a pool
+of warm workers keeps the next call from waiting for the replacement's imports.
+
+Thread-safe: each worker serves one caller at a time.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+WORKER_SCRIPT = Path(__file__).with_name("symbolic_worker.py")
+
+
+def _decode(line: bytes) -> dict:
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+class _Worker:
+    """One child process and the bytes read from it that do not yet form a line."""
+
+    def __init__(self) -> None:
+        # -I: the script's folder is not put on sys.path (its sibling modules would shadow others).
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", str(WORKER_SCRIPT)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            close_fds=True,
+        )
+        self._buffer = b""
+        self.ready = False
+
+    def read_line(self, deadline: float) -> bytes | None:
+        """One line from the worker, or None if none came before ``deadline`` or it died."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            remaining = max(deadline - time.monotonic(), 0.0)  # 0: poll once without waiting
+            readable, _, _ = select.select([fd], [], [], remaining)
+            if not readable:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return None
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line
+
+    def wait_ready(self, deadline: float) -> bool:
+        if not self.ready:
+            line = self.read_line(deadline)
+            self.ready = line is not None and _decode(line).get("ready") is True
+        return self.ready
+
+    def send(self, request: dict) -> bool:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            return False
+        return True
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            logger.warning("symbolic worker %d did not exit after SIGKILL", self.proc.pid)
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                stream.close()
+
+
+class SymbolicPool:
+    """``size`` warm workers; :meth:`compare` returns True/False, or None when it ran out of time.
+
+    ``startup_timeout_s`` bounds only the very first wait (the interpreter importing sympy and
+    math-verify); later calls, including those right after a worker was killed, are bounded by their
+    own ``timeout_s`` because the other workers stay warm.
+    """
+
+    def __init__(self, size: int = 2, startup_timeout_s: float = 60.0) -> None:
+        if size < 1:
+            raise ValueError(f"SymbolicPool size must be >= 1, got {size}")
+        self.size = size
+        self.startup_timeout_s = startup_timeout_s
+        self._idle: list[_Worker] = []
+        self._busy = 0
+        self._warm = False
+        self._closed = False
+        self._cond = threading.Condition()
+        self.kills = 0  # workers killed at a deadline: a figure for the benchmark and the logs
+
+    def _acquire(self, deadline: float) -> _Worker | None:
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("SymbolicPool is closed")
+            while len(self._idle) + self._busy < self.size:
+                self._idle.append(_Worker())
+            while not self._idle:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._cond.wait(remaining)
+            # prefer a worker that is already warm (a zero deadline only polls its pipe)
+            now = time.monotonic()
+            self._idle.sort(key=lambda w: w.wait_ready(now))
+            worker = self._idle.pop()
+            self._busy += 1
+            return worker
+
+    def _release(self, worker: _Worker, *, healthy: bool) -> None:
+        if not healthy:
+            worker.kill()
+        with self._cond:
+            self._busy -= 1
+            if self._closed:
+                if healthy:
+                    worker.kill()
+            elif healthy:
+                self._idle.append(worker)
+            else:
+                self._idle.append(_Worker())  # start the replacement now; it warms while others serve
+            self._cond.notify()
+
+    def compare(self, pred: str, truth: str, timeout_s: float) -> bool | None:
+        start = time.monotonic()
+        deadline = start + timeout_s
+        wait_deadline = deadline if self._warm else start + max(self.startup_timeout_s, timeout_s)
+        worker = self._acquire(wait_deadline)
+        if worker is None:
+            logger.warning("no symbolic worker free within %.3fs", timeout_s)
+            return None
+        healthy = True
+        try:
+            if not worker.wait_ready(wait_deadline):
+                healthy = worker.proc.poll() is None  # still importing: keep it for a later call
+                logger.warning("symbolic worker not ready in time (alive=%s)", worker.proc.poll() is None)
+                return None
+            if not self._warm:
+                self._warm = True
+                deadline = time.monotonic() + timeout_s  # the cold start does not eat the comparison's budget
+            # the worker's own interval timer fires first, so a slow pure-Python case ends without a kill
+            if not worker.send({"pred": pred, "truth": truth, "timeout_s": timeout_s * 0.8}):
+                healthy = False
+                return None
+            line = worker.read_line(deadline)
+            if line is None:
+                healthy = False
+                self.kills += 1
+                logger.info("symbolic comparison passed its %.3fs deadline; worker %d killed", timeout_s, worker.proc.pid)
+                return None
+            reply = _decode(line)
+            if "eq" not in reply:
+                healthy = False
+                return None
+            if reply.get("error"):
+                logger.debug("symbolic comparison failed: %s", reply["error"])
+            return bool(reply.get("eq"))
+        finally:
+            self._release(worker, healthy=healthy)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for worker in idle:
+            worker.kill()
+
+
+_default_pool: SymbolicPool | None = None
+_default_lock = threading.Lock()
+
+
+def default_pool() -> SymbolicPool:
+    """The process-wide pool (size from RETOOL_SYMBOLIC_WORKERS, default 2), created on first use."""
+    global _default_pool
+    with _default_lock:
+        if _default_pool is None:
+            _default_pool = SymbolicPool(size=int(os.environ.get("RETOOL_SYMBOLIC_WORKERS", "2")))
+            atexit.register(_default_pool.close)
+        return _default_pool

@@ -1,0 +1,104 @@
+"""Symbolic equivalence worker: a child process that answers one comparison per input line.
+
+Run as a script (``python symbolic_worker.py``) by :mod:`retool.recipe.symbolic`; it imports only the
+standard library and math-verify so that it starts the same way wherever the reward file lives.
+
+Protocol: each stdin line is JSON ``{"pred": str, "truth": str, "timeout_s": float}``; each answer is
+one stdout line ``{"eq": bool}`` or ``{"eq": false, "error": str}``. The worker prints ``{"ready": true}``
+once its imports are done.
+
+Why a separate process: sympy can spend minutes inside one C-level big-integer operation
+(``9^{9^{9^9}}``) that no signal interrupts, and verl calls the reward from a thread pool where
+signals cannot be used at all. The parent kills this process at its deadline; the interval timer
+here only makes the common slow case (a long pure-Python simplification) end without a restart.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import resource
+import signal
+import sys
+import threading
+import time
+
+# A comparison needs tens of MB; a cap turns a memory bomb into a MemoryError instead of swapping.
+MEMORY_LIMIT_BYTES = int(os.environ.get("RETOOL_SYMBOLIC_MEMORY_BYTES", str(2 << 30)))
+
+
+class _SoftTimeoutError(Exception):
+    pass
+
+
+def _on_alarm(signum: int, frame: object) -> None:
+    raise _SoftTimeoutError
+
+
+def compare(pred: str, truth: str) -> bool:
+    """math-verify's equivalence of two answers given as LaTeX or plain expressions (truth is gold)."""
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+    configs = [LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()]
+    gold = parse(f"${truth}$", extraction_config=configs, parsing_timeout=None)
+    if not gold:
+        gold = parse(truth, extraction_config=configs, parsing_timeout=None)
+    answer = parse(f"${pred}$", extraction_config=configs, parsing_timeout=None)
+    if not answer:
+        answer = parse(pred, extraction_config=configs, parsing_timeout=None)
+    if not gold or not answer:
+        return False
+    return bool(verify(gold, answer, timeout_seconds=None))
+
+
+def _exit_with_parent(parent: int) -> None:
+    """End this process when its parent dies, even in the middle of a C-level computation."""
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(0)
+
+
+def _limit_cpu(budget_s: float) -> None:
+    """Let the kernel end this process if one comparison outlives its budget by seconds.
+
+    The parent kills a late worker, and the watchdog thread ends an orphan, but neither helps when
+    the parent is gone and the main thread holds the GIL inside one big-integer operation.
+    """
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    soft = math.ceil(usage.ru_utime + usage.ru_stime + budget_s) + 2
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def serve(stdin: object = sys.stdin, stdout: object = sys.stdout) -> None:
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
+    logging.disable(logging.WARNING)  # math-verify warns about its disabled timeouts on every call
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
+    signal.signal(signal.SIGALRM, _on_alarm)
+    compare("1", "1")  # import and warm math-verify's caches before declaring readiness
+    stdout.write('{"ready": true}\n')
+    stdout.flush()
+    for line in stdin:
+        try:
+            request = json.loads(line)
+            budget = max(float(request.get("timeout_s", 1.0)), 0.001)
+            _limit_cpu(budget)
+            signal.setitimer(signal.ITIMER_REAL, budget)
+            try:
+                reply = {"eq": compare(str(request["pred"]), str(request["truth"]))}
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        except _SoftTimeoutError:
+            reply = {"eq": False, "error": "timeout"}
+        except Exception as exc:  # any failure of one comparison (MemoryError, RecursionError, ...) is "not equivalent"
+            reply = {"eq": False, "error": f"{type(exc).__name__}: {exc}"[:200]}
+        stdout.write(json.dumps(reply) + "\n")
+        stdout.flush()
+
+
+if __name__ == "__main__":
+    serve()
