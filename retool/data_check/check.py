@@ -68,7 +68,7 @@ class CheckReport:
             "data_check/unreadable_rows": float(len(self.unreadable)),
             "data_check/blocks": float(len(steps)),
             "data_check/blocks_per_trajectory": statistics.fmean(len(t.steps) for t in self.trajectories) if self.trajectories else 0.0,
-            "data_check/output_agreement": (sum(1 for s in recorded if s.verdict in AGREEING) / len(recorded)) if recorded else 0.0,
+            "data_check/output_agreement": (sum(1 for s in recorded if s.verdict in AGREEING) / len(recorded)) if recorded else 1.0,
             "data_check/trajectories_consistent": (sum(1 for t in self.trajectories if t.all_agree) / len(self.trajectories)) if self.trajectories else 0.0,
             "data_check/answers_extracted": (sum(1 for t in self.trajectories if t.pred) / len(self.trajectories)) if self.trajectories else 0.0,
             "data_check/answers_scored": float(len(scored)),

@@ -44,10 +44,7 @@ def numbers_agree(expected: str, actual: str, rel_tol: float = 1e-6) -> bool:
     """Same text around the numbers, and every pair of numbers equal to ``rel_tol``."""
     if NUMBER.sub("#", expected) != NUMBER.sub("#", actual):
         return False
-    for a, b in zip(NUMBER.findall(expected), NUMBER.findall(actual), strict=True):
-        if not math.isclose(float(a), float(b), rel_tol=rel_tol, abs_tol=1e-12):
-            return False
-    return True
+    return all(math.isclose(float(a), float(b), rel_tol=rel_tol, abs_tol=1e-12) for a, b in zip(NUMBER.findall(expected), NUMBER.findall(actual), strict=True))
 
 
 def final_exception(text: str) -> str | None:

@@ -18,6 +18,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from retool.embedded.servers import sandbox_server
+from retool.evaluate.tools import sandbox_tool
+
 DATA_DIR = Path(__file__).resolve().parent / "data"
 SFT_FILE = DATA_DIR / "sft.jsonl"
 EVAL_FILE = DATA_DIR / "aime_demo.jsonl"
@@ -147,9 +150,6 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
 
 
 async def _regenerate(sandbox_url: str | None, log_dir: Path) -> None:
-    from retool.embedded.servers import sandbox_server
-    from retool.evaluate.tools import sandbox_tool
-
     async def generate(url: str) -> None:
         async with sandbox_tool(url) as tool:
 

@@ -8,6 +8,7 @@ period, so nothing the command started outlives it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -139,7 +140,5 @@ class ManagedServer:
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -62,11 +62,16 @@ class Transcript:
         return self.messages[self.prompt_length :]
 
     def response_text(self) -> str:
-        """Assistant and tool contents in order: what training's reward sees as the response."""
+        """The response as training's reward sees it: assistant text, and tool outputs wrapped in
+        ``<tool_response>`` as Qwen's chat template renders them (the reward ignores those regions,
+        so a ``\\boxed`` printed by code is not taken for the model's answer)."""
         parts = []
         for message in self.response_messages:
-            if message.get("content"):
-                parts.append(str(message["content"]))
+            content = str(message.get("content") or "")
+            if message.get("role") == "tool":
+                parts.append(f"<tool_response>\n{content}\n</tool_response>")
+            elif content:
+                parts.append(content)
         return "\n".join(parts)
 
     def final_answer_text(self) -> str:

@@ -1,22 +1,23 @@
 """Log one evaluation (or data check) to an MLflow tracking server as a single run.
 
-A thin layer over ``MlflowClient``: the experiment is created on first use, metric names are
-made legal for MLflow (``@`` becomes ``_at_``, as MLflow's own verl integration does), and the
-run is marked FAILED when logging breaks half-way, so nothing is left RUNNING.
+A thin layer over ``MlflowClient``: the experiment is created on first use, metric and param
+names are made legal for MLflow exactly as verl's MLflow logger does (``@`` becomes ``_at_``, see
+``retool.recipe.metrics.mlflow_metric_key``), and the run is marked FAILED when logging breaks
+half-way, so nothing is left RUNNING.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from retool.recipe.metrics import mlflow_metric_key, to_mlflow_metrics
+
 logger = logging.getLogger(__name__)
 
-_ILLEGAL = re.compile(r"[^\w\-. /:]")
 MAX_PARAM_VALUE = 6000
 
 
@@ -26,11 +27,6 @@ class LoggedRun:
     run_id: str
     url: str
     """The run's page in the MLflow UI."""
-
-
-def mlflow_key(name: str) -> str:
-    """A metric or param name MLflow accepts (``acc/mean@30`` -> ``acc/mean_at_30``)."""
-    return _ILLEGAL.sub("_", name.replace("@", "_at_"))
 
 
 def log_run(
@@ -56,8 +52,8 @@ def log_run(
         timestamp = run.info.start_time
         client.log_batch(
             run_id,
-            metrics=[Metric(mlflow_key(k), float(v), timestamp, 0) for k, v in sorted(metrics.items())],
-            params=[Param(mlflow_key(k), str(v)[:MAX_PARAM_VALUE]) for k, v in sorted(params.items())],
+            metrics=[Metric(k, v, timestamp, 0) for k, v in sorted(to_mlflow_metrics(metrics).items())],
+            params=[Param(mlflow_metric_key(k), str(v)[:MAX_PARAM_VALUE]) for k, v in sorted(params.items())],
             tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()],
         )
         for path in artifacts:

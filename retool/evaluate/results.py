@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from retool.recipe.metrics import validation_metrics
 
 
 @dataclass
@@ -49,32 +51,16 @@ def read_results(path: Path) -> list[SampleResult]:
     return [SampleResult.from_mapping(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
 
 
-def majority_vote(preds: Sequence[str | None], accs: Sequence[bool]) -> bool:
-    """Whether the most frequent extracted answer is correct (ties go to the earliest sample;
-    samples with no extracted answer do not vote; no votes at all counts as wrong)."""
-    votes = Counter(p for p in preds if p is not None and p != "")
-    if not votes:
-        return False
-    top = max(votes.values())
-    for pred, acc in zip(preds, accs, strict=True):
-        if pred is not None and votes.get(pred) == top:
-            return bool(acc)
-    return False
-
-
-def accuracy_metrics(results: Sequence[SampleResult], n: int) -> dict[str, float]:
-    """mean@n, maj@n and best@n per data source, named as verl's validation names them."""
-    by_source: dict[str, dict[int, list[SampleResult]]] = defaultdict(lambda: defaultdict(list))
-    for r in results:
-        by_source[r.data_source][r.problem_index].append(r)
-    metrics: dict[str, float] = {}
-    for source, problems in sorted(by_source.items()):
-        groups = [sorted(samples, key=lambda r: r.sample_index) for _, samples in sorted(problems.items())]
-        prefix = f"val-core/{source}/acc"
-        metrics[f"{prefix}/mean@{n}"] = statistics.fmean(statistics.fmean(float(r.acc) for r in g) for g in groups)
-        metrics[f"{prefix}/maj@{n}/mean"] = statistics.fmean(float(majority_vote([r.pred for r in g], [r.acc for r in g])) for g in groups)
-        metrics[f"{prefix}/best@{n}/mean"] = statistics.fmean(float(any(r.acc for r in g)) for g in groups)
-    return metrics
+def accuracy_metrics(results: Sequence[SampleResult]) -> dict[str, float]:
+    """mean@k, maj@k, best@k (verl's bootstrap) and pass@k per data source, named as verl's validation
+    names them (``val-core/aime_2024/acc/mean@30``), so eval-stage and ``retool eval`` figures line up."""
+    if not results:
+        return {}
+    return validation_metrics(
+        [r.data_source for r in results],
+        [f"{r.data_source}/{r.problem_index}" for r in results],
+        {"reward": [r.score for r in results], "acc": [float(r.acc) for r in results], "pred": [r.pred or "" for r in results]},
+    )
 
 
 def loop_metrics(results: Sequence[SampleResult]) -> dict[str, float]:
@@ -107,6 +93,6 @@ def loop_metrics(results: Sequence[SampleResult]) -> dict[str, float]:
     return metrics
 
 
-def summarize(results: Iterable[SampleResult], n: int) -> dict[str, float]:
+def summarize(results: Iterable[SampleResult]) -> dict[str, float]:
     results = list(results)
-    return {**accuracy_metrics(results, n), **loop_metrics(results)}
+    return {**accuracy_metrics(results), **loop_metrics(results)}
