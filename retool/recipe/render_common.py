@@ -1,0 +1,70 @@
+"""Values every stage renderer shares: names, MLflow wiring, process environment, tool config."""
+
+from __future__ import annotations
+
+import posixpath
+from pathlib import Path
+
+from retool.recipe import ascend
+from retool.recipe.tool_config import tool_config_yaml
+from retool.runtime.context import StageContext
+from retool.runtime.paths import RunPaths, run_paths
+from retool.spec.model import RetoolRun
+
+PYTHON = "python3"
+SFT_MODULE = "verl.trainer.fsdp_sft_trainer"
+PPO_MODULE = "verl.trainer.main_ppo"
+MERGER_MODULE = "verl.model_merger"
+RAY_TORCHRUN_MODULE = "retool.recipe.ray_torchrun"
+TOOL_CONFIG_FILE = "tool_config.yaml"
+RECIPE_DIR = str(Path(__file__).resolve().parent)
+"""Where this package's recipe modules are installed: verl loads the reward function by file path."""
+
+DATASET_CLASS = ("pkg://retool.recipe.dataset", "RetoolRLDataset")
+REWARD_FUNCTION = ("reward.py", "compute_score")
+MAX_CHECKPOINTS_KEPT = 2
+"""RL checkpoints kept (a 32B actor with optimizer state is hundreds of GB); resume needs only the
+latest, the one before covers a checkpoint cut off while being written."""
+TORCHRUN_PORT = 29500
+
+
+def experiment_name(run: RetoolRun, ctx: StageContext) -> str:
+    """MLflow experiment (verl's ``trainer.project_name``): the operator's, the spec's, else ``<namespace>/<name>``."""
+    return ctx.mlflow_experiment or run.spec.tracking.mlflow.experiment or f"{ctx.namespace}/{ctx.run_name}"
+
+
+def stage_run_name(ctx: StageContext, stage: str) -> str:
+    """MLflow run of one attempt of a stage (verl's ``trainer.experiment_name``)."""
+    return f"{ctx.run_name}-{stage}-{ctx.attempt}"
+
+
+def loggers(ctx: StageContext) -> list[str]:
+    # Without a tracking URI verl's MLflow logger writes to a sqlite file in the pod, lost with it.
+    return ["console", "mlflow"] if ctx.mlflow_tracking_uri else ["console"]
+
+
+def process_env(run: RetoolRun, ctx: StageContext) -> dict[str, str]:
+    """Environment every trainer process needs beyond the pod's (accelerator switches, MLflow)."""
+    env = {"PYTHONUNBUFFERED": "1"}
+    if run.spec.hardware.accelerator == "ascend":
+        env.update(ascend.ASCEND_ENV)
+    if ctx.mlflow_tracking_uri:
+        env["MLFLOW_TRACKING_URI"] = ctx.mlflow_tracking_uri
+    return env
+
+
+def tool_config_path(paths: RunPaths, ctx: StageContext, stage: str) -> str:
+    return posixpath.join(paths.stage_files, f"{stage}-{ctx.attempt}", TOOL_CONFIG_FILE)
+
+
+def tool_config_file(run: RetoolRun, ctx: StageContext, stage: str) -> tuple[str, str]:
+    """(path, YAML) of the code-interpreter tool config pointing at this run's sandbox."""
+    spec = run.spec
+    content = tool_config_yaml(
+        sandbox_url=ctx.sandbox_url,
+        timeout_s=spec.sandbox.timeout_seconds,
+        memory_limit_mb=spec.sandbox.memory_limit_mb,
+        max_output_chars=spec.rl.tool_response_max_chars,
+        concurrency=spec.sandbox.max_concurrent,
+    )
+    return tool_config_path(run_paths(run), ctx, stage), content

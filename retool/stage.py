@@ -1,0 +1,123 @@
+"""``python -m retool.stage STAGE [--spec FILE]``: what every stage pod runs.
+
+The operator starts each stage (a Job or the RayJob's entrypoint) with this command and the
+run's spec mounted at ``retool.runtime.context.SPEC_MOUNT_PATH``. It reads the stage context the
+operator put in the environment, renders the stage's command (``retool.recipe.render``), resolves
+the latest checkpoint where the command needs one, writes the tool config and the rendered
+command under the run's ``stages/<stage>-<attempt>/`` directory on the PVC, runs the command with
+its output going straight to the pod's log, and exits with its status. An RL retry needs nothing
+special: verl resumes from the latest checkpoint in the same directory (``resume_mode=auto``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import posixpath
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import yaml
+
+from retool.recipe.checkpoints import latest_step
+from retool.recipe.command import StageCommand
+from retool.recipe.render import render_stage
+from retool.recipe.render_common import PYTHON
+from retool.runtime.context import SPEC_MOUNT_PATH, StageContext
+from retool.runtime.paths import run_paths
+from retool.spec.names import STAGES
+from retool.spec.validate import parse_run
+
+log = logging.getLogger("retool.stage")
+
+EXIT_SETUP_FAILED = 2
+"""Exit status when the stage could not start its command (bad spec, missing checkpoint, ...)."""
+
+
+def resolve(command: StageCommand) -> StageCommand:
+    """The command with its latest-checkpoint step filled in from the PVC."""
+    if not command.needs_latest_step:
+        return command
+    if command.checkpoint_source is None:
+        raise ValueError(f"the {command.stage} command needs a checkpoint step but names no checkpoint directory")
+    directory, subdir = command.checkpoint_source
+    step = latest_step(directory, subdir)
+    log.info("latest checkpoint in %s: global_step_%d", directory, step)
+    return command.with_latest_step(step)
+
+
+def record_dir(stage_files: str, stage: str, attempt: int) -> str:
+    return posixpath.join(stage_files, f"{stage}-{attempt}")
+
+
+def write_files(command: StageCommand, record: str) -> None:
+    """The command's own files, plus the rendered command kept for people and for MLflow."""
+    for path, content in command.files.items():
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(content, encoding="utf-8")
+    Path(record).mkdir(parents=True, exist_ok=True)
+    Path(record, "command.sh").write_text(command.shell() + "\n", encoding="utf-8")
+    payload = {"stage": command.stage, "pre": [list(p) for p in command.pre], "argv": list(command.argv), "env": dict(command.env), "notes": list(command.notes)}
+    Path(record, "command.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+
+
+def program(argv: Sequence[str]) -> list[str]:
+    """``python3`` in a rendered command means the interpreter running this stage (the image's)."""
+    return [sys.executable, *argv[1:]] if argv and argv[0] == PYTHON else list(argv)
+
+
+def run_steps(command: StageCommand, base_env: Mapping[str, str]) -> int:
+    """Run ``pre`` then ``argv``; stop at the first failure. Output is inherited (streams to the log).
+
+    SIGTERM/SIGINT (pod deletion, suspend) are passed on to the running command so that it can
+    stop cleanly within the pod's grace period.
+    """
+    env = {**base_env, **command.env}
+    for argv in command.steps():
+        log.info("running: %s", " ".join(argv[:6]) + (" ..." if len(argv) > 6 else ""))
+        child = subprocess.Popen(program(argv), env=env)
+
+        def forward(signum: int, _frame: object, child: subprocess.Popen = child) -> None:
+            child.send_signal(signum)
+
+        previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            status = child.wait()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if status != 0:
+            log.error("%s exited with status %d", argv[2] if len(argv) > 2 and argv[1] == "-m" else argv[0], status)
+            return status if status > 0 else 128 - status
+    return 0
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m retool.stage", description="Render and run one stage of a RetoolRun (used by the operator).")
+    parser.add_argument("stage", choices=STAGES)
+    parser.add_argument("--spec", default=SPEC_MOUNT_PATH, help=f"the RetoolRun YAML (default {SPEC_MOUNT_PATH})")
+    parser.add_argument("--dry-run", action="store_true", help="render, resolve and print the command; run nothing, write nothing")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    environ = os.environ if environ is None else environ
+    try:
+        ctx = StageContext.from_env(environ)
+        run = parse_run(yaml.safe_load(Path(args.spec).read_text(encoding="utf-8")))
+        command = resolve(render_stage(run, args.stage, ctx, spec_file=args.spec))
+    except (OSError, ValueError, yaml.YAMLError) as err:
+        log.error("cannot start stage %s: %s", args.stage, err)
+        return EXIT_SETUP_FAILED
+    if args.dry_run:
+        sys.stdout.write(command.shell() + "\n")
+        return 0
+    write_files(command, record_dir(run_paths(run).stage_files, args.stage, ctx.attempt))
+    return run_steps(command, environ)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
