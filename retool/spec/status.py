@@ -33,6 +33,7 @@ class StageStatus(SpecModel):
     completion_time: str | None = Field(None, description="When the stage finished (RFC 3339).")
     message: str | None = Field(None, description="Why the stage is in its state.")
     checkpoint: str | None = Field(None, description="Latest checkpoint or output path of the stage.")
+    next_attempt_time: str | None = Field(None, description="While Retrying: when the next attempt starts (RFC 3339), after the failure policy's backoff.")
 
 
 class Condition(SpecModel):

@@ -1,0 +1,65 @@
+"""Operator settings, read once from ``RETOOL_OPERATOR_*`` environment variables.
+
+The Helm chart sets these from its values; builders never read the environment themselves, they
+receive an ``OperatorConfig`` argument, so a test (or ``retool render``) can pass any config.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_TRAINER_IMAGE_NVIDIA = "retool/trainer-cuda:0.1.0"
+DEFAULT_TRAINER_IMAGE_ASCEND = "retool/trainer-ascend:0.1.0"
+DEFAULT_SANDBOX_IMAGE = "retool/sandbox:0.1.0"
+DEFAULT_MLFLOW_IMAGE = "retool/mlflow:3.17.2"
+
+
+class OperatorConfig(BaseSettings):
+    """What the operator needs that is not in a RetoolRun: images, device names, scope, webhook."""
+
+    model_config = SettingsConfigDict(env_prefix="RETOOL_OPERATOR_", extra="ignore", frozen=True)
+
+    trainer_image_nvidia: str = Field(DEFAULT_TRAINER_IMAGE_NVIDIA, description="Trainer image for NVIDIA (CUDA) nodes.")
+    trainer_image_ascend: str = Field(DEFAULT_TRAINER_IMAGE_ASCEND, description="Trainer image for Ascend (CANN, torch_npu) nodes.")
+    sandbox_image: str = Field(DEFAULT_SANDBOX_IMAGE, description="Default code sandbox image.")
+    mlflow_image: str = Field(DEFAULT_MLFLOW_IMAGE, description="Image of the operator-managed MLflow tracker.")
+    mlflow_tracking_uri: str = Field("", description="Default MLflow tracking URI (the chart's tracker); empty = an operator-managed tracker per namespace.")
+    nvidia_resource_name: str = Field("nvidia.com/gpu", description="Extended resource of NVIDIA GPUs.")
+    ascend_resource_name: str = Field("huawei.com/Ascend910", description="Extended resource of Ascend NPUs.")
+    ascend_node_selector: str = Field("accelerator=huawei-Ascend910", description="key=value[,key=value] node labels of Ascend nodes.")
+    namespaces: str = Field("", description="Comma-separated namespaces to watch; empty = cluster-wide.")
+    webhook_enabled: bool = Field(False, description="Serve the validating admission webhook.")
+    webhook_port: int = Field(9443, ge=1, le=65535, description="Port of the admission webhook (HTTPS).")
+    webhook_cert_dir: str = Field("/etc/retool/webhook", description="Directory holding tls.crt and tls.key of the webhook.")
+    liveness_port: int = Field(8080, ge=1, le=65535, description="Port of kopf's liveness endpoint (/healthz).")
+    resync_seconds: float = Field(30.0, gt=0, description="Re-derive every run's status from its children at least this often.")
+    mlflow_retry_seconds: float = Field(30.0, gt=0, description="Wait before retrying an unreachable MLflow server.")
+    mlflow_grace_seconds: float = Field(300.0, ge=0, description="Start stages without a parent MLflow run once MLflow has been unreachable this long.")
+
+    @field_validator("ascend_node_selector")
+    @classmethod
+    def _selector_is_pairs(cls, value: str) -> str:
+        parse_selector(value)
+        return value
+
+    @property
+    def namespace_list(self) -> list[str]:
+        return [ns.strip() for ns in self.namespaces.split(",") if ns.strip()]
+
+    @property
+    def ascend_selector(self) -> dict[str, str]:
+        return parse_selector(self.ascend_node_selector)
+
+
+def parse_selector(text: str) -> dict[str, str]:
+    """``a=b,c=d`` -> ``{"a": "b", "c": "d"}``; a clear error on anything else."""
+    out: dict[str, str] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"node selector entry {part!r} is not key=value")
+        out[key.strip()] = value.strip()
+    return out

@@ -1,0 +1,123 @@
+"""The kopf handlers: thin adapters from kopf's events to ``Reconciler`` passes and webhook reviews.
+
+Start with ``python -m retool_operator`` (see ``__main__``), or
+``kopf run -m retool_operator.handlers --standalone --liveness=http://0.0.0.0:8080/healthz --all-namespaces``.
+kopf keeps its progress and diff-base in ``kopf.retool.dev/*`` annotations: the RetoolRun status
+schema is structural and would prune kopf's fields. No handler returns a value (that would be
+written to status); every handler only triggers an idempotent pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import kopf
+
+from retool_operator import constants as c
+from retool_operator.config import OperatorConfig
+from retool_operator.kube import KubeClient, credentials_from
+from retool_operator.reconcile import Event
+from retool_operator.runner import Reconciler
+from retool_operator.webhook import review
+
+log = logging.getLogger(__name__)
+
+CONFIG = OperatorConfig()
+RUN_RESOURCE = (c.GROUP, c.VERSION, c.RUN_PLURAL)
+CHILD_SELECTOR = {c.LABEL_RUN: kopf.PRESENT, c.LABEL_ROLE: c.COMPONENT_STAGE}
+
+
+def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
+    """kopf settings: annotation storage, no peering, quiet events, optional admission server."""
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.KOPF_ANNOTATION_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=c.KOPF_ANNOTATION_PREFIX)
+    settings.persistence.finalizer = f"{c.KOPF_ANNOTATION_PREFIX}/finalizer"
+    settings.peering.standalone = True
+    settings.posting.level = logging.WARNING  # our own Events say what happened; kopf's would repeat them
+    settings.watching.server_timeout = 300
+    settings.networking.connect_timeout = 10
+    if config.webhook_enabled:
+        settings.admission.server = kopf.WebhookServer(
+            addr="0.0.0.0",
+            port=config.webhook_port,
+            certfile=os.path.join(config.webhook_cert_dir, "tls.crt"),
+            pkeyfile=os.path.join(config.webhook_cert_dir, "tls.key"),
+        )
+        settings.admission.managed = None  # the chart owns the ValidatingWebhookConfiguration
+
+
+def post_event(body: dict[str, Any], event: Event) -> None:
+    kopf.event(body, type=event.type, reason=event.reason, message=event.message[:1024])
+
+
+_CONNECTION: list[Any] = []
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """In-cluster service account, else kubeconfig; remembered so our client uses the same identity."""
+    info = kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+    if info is not None:
+        _CONNECTION[:] = [info]
+    return info
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    configure(settings, CONFIG)
+    memo.config = CONFIG
+    memo.reconciler = None
+
+
+def _reconciler(memo: kopf.Memo) -> Reconciler:
+    if memo.get("reconciler") is None:
+        if not _CONNECTION:
+            raise kopf.TemporaryError("not logged in to the API server yet", delay=1)
+        memo.reconciler = Reconciler(KubeClient(credentials_from(_CONNECTION[0])), memo.config, post_event=post_event)
+    return memo.reconciler
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    reconciler = memo.get("reconciler")
+    if reconciler is not None:
+        await reconciler.client.close()
+
+
+@kopf.on.create(*RUN_RESOURCE)
+@kopf.on.resume(*RUN_RESOURCE)
+@kopf.on.update(*RUN_RESOURCE, field="spec")
+async def run_changed(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+    """Create, operator restart, or a spec edit: one pass (invalid specs end in phase Failed)."""
+    await _reconciler(memo).trigger(namespace, name)
+
+
+@kopf.timer(*RUN_RESOURCE, interval=CONFIG.resync_seconds, initial_delay=CONFIG.resync_seconds)
+async def resync(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+    """Level-triggered safety net: re-derive status from the children even if an event was missed."""
+    await _reconciler(memo).trigger(namespace, name)
+
+
+@kopf.on.event("ray.io", "v1", "rayjobs", labels=CHILD_SELECTOR)
+@kopf.on.event("batch", "v1", "jobs", labels=CHILD_SELECTOR)
+async def stage_child_event(meta: kopf.Meta, namespace: str, memo: kopf.Memo, **_: Any) -> None:
+    """A stage's Job or RayJob changed: re-reconcile its run (success, failure, suspension)."""
+    await _reconciler(memo).trigger(namespace, meta["labels"][c.LABEL_RUN])
+
+
+@kopf.on.delete(*RUN_RESOURCE, optional=True)
+async def run_deleted(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+    """Children go with the run through owner references; checkpoints (PVC) and MLflow stay."""
+    reconciler = memo.get("reconciler")
+    if reconciler is not None:
+        reconciler.forget(namespace, name)
+
+
+@kopf.on.validate(*RUN_RESOURCE, id="validate-retoolrun", operations=["CREATE", "UPDATE"])
+def validate_retoolrun(body: kopf.Body, old: kopf.BodyEssence | None, operation: str | None, **_: Any) -> None:
+    """Admission: the pydantic model and cross-field rules, plus no edits to started stages' inputs."""
+    problems = review(operation or "", dict(body), dict(old) if old else None)
+    if problems:
+        raise kopf.AdmissionError("invalid RetoolRun: " + "; ".join(problems), code=422)

@@ -1,0 +1,203 @@
+"""A small async Kubernetes API client (aiohttp) for the handlers: get, create, merge-patch, list.
+
+kopf keeps its own client private; this one reuses the credentials kopf logged in with (see
+``handlers.login``), so the operator authenticates once, the same way, in-cluster or with a
+kubeconfig. Only the I/O lives here; what to send is decided by the pure modules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import ssl
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Kind:
+    group: str
+    version: str
+    plural: str
+
+    def path(self, namespace: str | None, name: str | None = None, subresource: str | None = None) -> str:
+        base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
+        if namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+        if subresource:
+            base += f"/{subresource}"
+        return base
+
+
+KINDS: dict[tuple[str, str], Kind] = {
+    ("v1", "ConfigMap"): Kind("", "v1", "configmaps"),
+    ("v1", "Service"): Kind("", "v1", "services"),
+    ("v1", "PersistentVolumeClaim"): Kind("", "v1", "persistentvolumeclaims"),
+    ("apps/v1", "Deployment"): Kind("apps", "v1", "deployments"),
+    ("networking.k8s.io/v1", "NetworkPolicy"): Kind("networking.k8s.io", "v1", "networkpolicies"),
+    ("policy/v1", "PodDisruptionBudget"): Kind("policy", "v1", "poddisruptionbudgets"),
+    ("batch/v1", "Job"): Kind("batch", "v1", "jobs"),
+    ("ray.io/v1", "RayJob"): Kind("ray.io", "v1", "rayjobs"),
+    ("retool.dev/v1alpha1", "RetoolRun"): Kind("retool.dev", "v1alpha1", "retoolruns"),
+}
+
+
+def kind_of(obj: dict[str, Any]) -> Kind:
+    key = (obj.get("apiVersion", ""), obj.get("kind", ""))
+    if key not in KINDS:
+        raise ValueError(f"no API mapping for {key[0]} {key[1]}")
+    return KINDS[key]
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str):
+        self.status = status
+        super().__init__(f"HTTP {status}: {message}")
+
+
+def is_subset(desired: Any, observed: Any) -> bool:
+    """Whether every field of ``desired`` is already in ``observed`` (server defaults are extra fields)."""
+    if isinstance(desired, dict):
+        return isinstance(observed, dict) and all(k in observed and is_subset(v, observed[k]) for k, v in desired.items())
+    if isinstance(desired, list):
+        return isinstance(observed, list) and len(desired) == len(observed) and all(is_subset(d, o) for d, o in zip(desired, observed, strict=True))
+    return desired == observed
+
+
+@dataclass
+class Credentials:
+    server: str
+    token: str | None = None
+    scheme: str | None = None
+    ca_path: str | None = None
+    ca_data: bytes | None = None
+    insecure: bool = False
+    cert_path: str | None = None
+    key_path: str | None = None
+
+
+def credentials_from(info: Any) -> Credentials:
+    """From kopf's ConnectionInfo (certificate data is written to private temporary files for ssl)."""
+
+    def as_file(path: Any, data: Any) -> str | None:
+        if path:
+            return str(path)
+        if not data:
+            return None
+        raw = data if isinstance(data, bytes) else data.encode()
+        if b"-----BEGIN" not in raw:
+            raw = base64.b64decode(raw)
+        handle = tempfile.NamedTemporaryFile("wb", suffix=".pem", delete=False)  # noqa: SIM115 - lives as long as the process
+        handle.write(raw)
+        handle.close()
+        return handle.name
+
+    ca = info.ca_data
+    return Credentials(
+        server=info.server.rstrip("/"),
+        token=info.token,
+        scheme=info.scheme,
+        ca_path=str(info.ca_path) if info.ca_path else None,
+        ca_data=(ca if isinstance(ca, bytes) else ca.encode()) if ca else None,
+        insecure=bool(info.insecure),
+        cert_path=as_file(info.certificate_path, info.certificate_data),
+        key_path=as_file(info.private_key_path, info.private_key_data),
+    )
+
+
+class KubeClient:
+    """One aiohttp session for the operator's lifetime; bounded concurrency to spare the API server."""
+
+    def __init__(self, creds: Credentials, *, concurrency: int = 32, timeout: float = 30.0):
+        self._creds = creds
+        self._session: aiohttp.ClientSession | None = None
+        self._limit = asyncio.Semaphore(concurrency)
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+
+    def _ssl(self) -> ssl.SSLContext | bool:
+        if not self._creds.server.startswith("https"):
+            return False
+        if self._creds.insecure:
+            return False
+        context = ssl.create_default_context(cafile=self._creds.ca_path)
+        if self._creds.ca_data:
+            data = self._creds.ca_data
+            context.load_verify_locations(cadata=(data if b"-----BEGIN" in data else base64.b64decode(data)).decode())
+        if self._creds.cert_path:
+            context.load_cert_chain(self._creds.cert_path, self._creds.key_path)
+        return context
+
+    async def _get_session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            headers = {"Accept": "application/json"}
+            if self._creds.token:
+                headers["Authorization"] = f"{self._creds.scheme or 'Bearer'} {self._creds.token}"
+            self._session = aiohttp.ClientSession(
+                base_url=self._creds.server, headers=headers, timeout=self._timeout, connector=aiohttp.TCPConnector(ssl=self._ssl())
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def _request(self, method: str, path: str, *, json: Any = None, content_type: str = "application/json") -> Any:
+        session = await self._get_session()
+        async with self._limit, session.request(method, path, json=json, headers={"Content-Type": content_type}) as response:
+            if response.status >= 400:
+                text = await response.text()
+                raise ApiError(response.status, f"{method} {path}: {text[:300]}")
+            return await response.json(content_type=None)
+
+    async def get(self, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await self._request("GET", kind.path(namespace, name))
+        except ApiError as err:
+            if err.status == 404:
+                return None
+            raise
+
+    async def list(self, kind: Kind, namespace: str, *, label_selector: str | None = None) -> list[dict[str, Any]]:
+        path = kind.path(namespace)
+        if label_selector:
+            path += f"?labelSelector={label_selector}"
+        data = await self._request("GET", path)
+        return list(data.get("items") or [])
+
+    async def create(self, obj: dict[str, Any]) -> bool:
+        """POST; False when it already exists (409): deterministic names make creation idempotent."""
+        kind = kind_of(obj)
+        try:
+            await self._request("POST", kind.path(obj["metadata"]["namespace"]), json=obj)
+        except ApiError as err:
+            if err.status == 409:
+                return False
+            raise
+        return True
+
+    async def patch(self, kind: Kind, namespace: str, name: str, patch: dict[str, Any], *, subresource: str | None = None) -> dict[str, Any]:
+        return await self._request("PATCH", kind.path(namespace, name, subresource), json=patch, content_type="application/merge-patch+json")
+
+    async def ensure(self, obj: dict[str, Any]) -> str:
+        """Create-or-patch: 'created', 'patched' or 'unchanged' (no write when already as desired)."""
+        kind = kind_of(obj)
+        meta = obj["metadata"]
+        current = await self.get(kind, meta["namespace"], meta["name"])
+        if current is None:
+            if await self.create(obj):
+                return "created"
+            current = await self.get(kind, meta["namespace"], meta["name"]) or {}
+        desired = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+        if is_subset(desired, current):
+            return "unchanged"
+        await self.patch(kind, meta["namespace"], meta["name"], desired)
+        return "patched"

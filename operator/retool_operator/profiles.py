@@ -1,0 +1,123 @@
+"""Hardware profiles: what a trainer pod needs on NVIDIA or Ascend nodes.
+
+A profile maps ``spec.hardware`` plus the operator's config to the device resource, node
+selector, tolerations, image, environment and Ray start parameters of the trainer pods. The
+run's own nodeSelector and tolerations are merged over the profile's (the run wins on a key).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from retool.spec.model import HardwareSpec
+from retool_operator.config import OperatorConfig
+
+# The Ascend recipe's runtime settings (verl + vllm-ascend on 910B, public ReTool reproduction).
+ASCEND_ENV: dict[str, str] = {
+    "VLLM_USE_V1": "1",
+    "TORCHDYNAMO_DISABLE": "1",
+    "VLLM_ASCEND_ENABLE_NZ": "0",
+    "TASK_QUEUE_ENABLE": "1",
+    "VLLM_ENABLE_GRAPH_MODE": "1",
+    "HCCL_OP_EXPANSION_MODE": "AIV",
+    "VLLM_ASCEND_ENABLE_MLP_OPTIMIZE": "1",
+    "HCCL_CONNECT_TIMEOUT": "1800",
+}
+NVIDIA_ENV: dict[str, str] = {"NCCL_DEBUG": "WARN"}
+
+# CPU and memory of a trainer pod when the run does not say (one 8-device node of the recipe).
+DEFAULT_TRAINER_RESOURCES: dict[str, dict[str, str]] = {
+    "requests": {"cpu": "32", "memory": "256Gi"},
+    "limits": {"cpu": "64", "memory": "512Gi"},
+}
+RAY_HEAD_RESOURCES: dict[str, dict[str, str]] = {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "4", "memory": "16Gi"}}
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    """Everything accelerator-specific about a trainer pod, resolved from the spec and the config."""
+
+    accelerator: str
+    device_resource: str
+    devices_per_node: int
+    image: str
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    ray_start_params: dict[str, str] = field(default_factory=dict)
+    resources: dict[str, dict[str, str]] = field(default_factory=dict)
+    shared_memory: str = "64Gi"
+
+    def device_resources(self) -> dict[str, dict[str, str]]:
+        """Pod resources: CPU/memory plus the devices in both requests and limits (extended resources must match)."""
+        requests = dict(self.resources.get("requests", {}))
+        limits = dict(self.resources.get("limits", {}))
+        requests[self.device_resource] = str(self.devices_per_node)
+        limits[self.device_resource] = str(self.devices_per_node)
+        return {"requests": requests, "limits": limits}
+
+
+def ray_custom_resources(resources: dict[str, int]) -> str:
+    """rayStartParams ``resources`` value: a JSON object quoted for ``ray start --resources``.
+
+    KubeRay passes the string to the shell verbatim, so it is wrapped in double quotes with the
+    inner quotes escaped: ``"{\\"NPU\\": 8}"``.
+    """
+    return '"' + json.dumps(resources, sort_keys=True).replace('"', '\\"') + '"'
+
+
+def _toleration(t: Any) -> dict[str, Any]:
+    data = t.model_dump(by_alias=True, exclude_none=True)
+    return data
+
+
+def _merge_tolerations(base: list[dict[str, Any]], extra: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = list(base)
+    for t in extra:
+        if t not in out:
+            out.append(t)
+    return out
+
+
+def hardware_profile(hardware: HardwareSpec, config: OperatorConfig) -> HardwareProfile:
+    """The profile of a run's trainer pods."""
+    extra_tolerations = [_toleration(t) for t in hardware.tolerations]
+    resources = (
+        hardware.resources.model_dump(by_alias=True) if (hardware.resources.requests or hardware.resources.limits) else DEFAULT_TRAINER_RESOURCES
+    )
+    resources = {k: {rk: str(rv) for rk, rv in v.items()} for k, v in resources.items() if v}
+    if hardware.accelerator == "ascend":
+        device = hardware.device_resource_name or config.ascend_resource_name
+        selector = {**config.ascend_selector, **hardware.node_selector}
+        tolerations = _merge_tolerations([{"key": device, "operator": "Exists", "effect": "NoSchedule"}], extra_tolerations)
+        return HardwareProfile(
+            accelerator="ascend",
+            device_resource=device,
+            devices_per_node=hardware.devices_per_node,
+            image=hardware.image or config.trainer_image_ascend,
+            node_selector=selector,
+            tolerations=tolerations,
+            env=dict(ASCEND_ENV),
+            # KubeRay v1.7 maps only nvidia.com/gpu (and a few others) to Ray resources: declare NPUs.
+            ray_start_params={"resources": ray_custom_resources({"NPU": hardware.devices_per_node})},
+            resources=resources,
+            shared_memory=str(hardware.shared_memory),
+        )
+    device = hardware.device_resource_name or config.nvidia_resource_name
+    selector = {"nvidia.com/gpu.product": hardware.product} if hardware.product else {}
+    selector.update(hardware.node_selector)
+    tolerations = _merge_tolerations([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}], extra_tolerations)
+    return HardwareProfile(
+        accelerator="nvidia",
+        device_resource=device,
+        devices_per_node=hardware.devices_per_node,
+        image=hardware.image or config.trainer_image_nvidia,
+        node_selector=selector,
+        tolerations=tolerations,
+        env=dict(NVIDIA_ENV),
+        ray_start_params={"num-gpus": str(hardware.devices_per_node)},
+        resources=resources,
+        shared_memory=str(hardware.shared_memory),
+    )
