@@ -52,3 +52,18 @@ $(HELM): | install
 	mv $(TOOLS)/dl/helm/helm $(HELM) && mv $(TOOLS)/dl/kubectl/kubectl $(TOOLS)/kubectl
 	chmod +x $(HELM) $(TOOLS)/kubectl && rm -rf $(TOOLS)/dl
 	$(HELM) version --short
+
+# ---- local demo ---------------------------------------------------------------------------------
+# `make demo` runs the platform's steps around training on an embedded stack on 127.0.0.1 (our
+# sandbox, an MLflow server with sqlite): data preparation from the samples in retool/demo/data,
+# the SFT data check against the sandbox, an MLflow run, and the rendered manifests and stage
+# commands of examples/retoolrun-qwen32b-h200.yaml, all under build/demo. It stops what it
+# started; `make demo KEEP=1` leaves MLflow running (`make demo-stop` stops it).
+.PHONY: demo demo-stop
+KEEP ?=
+
+demo: install ## run the local demo on an embedded stack (KEEP=1 keeps MLflow running)
+	$(PY) -m retool.demo $(if $(filter-out 0,$(KEEP)),--keep)
+
+demo-stop: ## stop the MLflow server a `make demo KEEP=1` left running
+	$(PY) -m retool.demo --stop

@@ -39,7 +39,8 @@ def log_run(
     artifacts: Iterable[Path] = (),
     tags: Mapping[str, str] | None = None,
 ) -> LoggedRun:
-    """Create a finished run with ``params``, ``metrics``, ``tags`` and files as artifacts."""
+    """Create a finished run with ``params``, ``metrics``, ``tags`` and artifacts (files, or directories
+    logged under their own name)."""
     from mlflow.entities import Metric, Param, RunTag
     from mlflow.tracking import MlflowClient
 
@@ -57,7 +58,10 @@ def log_run(
             tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()],
         )
         for path in artifacts:
-            client.log_artifact(run_id, str(path))
+            if path.is_dir():
+                client.log_artifacts(run_id, str(path), artifact_path=path.name)
+            else:
+                client.log_artifact(run_id, str(path))
     except BaseException:
         client.set_terminated(run_id, status="FAILED")
         raise

@@ -21,12 +21,17 @@ RAW = {
     "answer": "42",
 }
 
+def tool_call(arguments, call_id=None):
+    call = {"type": "function", "function": {"name": "code_interpreter", "arguments": arguments}}
+    return call | ({"id": call_id} if call_id else {})
+
+
 MULTI_TURN = {
     "messages": [
         {"role": "user", "content": "What is 6 x 7?"},
-        {"role": "assistant", "content": "Compute.", "tool_calls": [{"id": "a", "type": "function", "function": {"name": "code_interpreter", "arguments": {"code": "print(6 * 7)"}}}]},
+        {"role": "assistant", "content": "Compute.", "tool_calls": [tool_call({"code": "print(6 * 7)"}, "a")]},
         {"role": "tool", "tool_call_id": "a", "content": "42\n"},
-        {"role": "assistant", "content": "Again.", "tool_calls": [{"type": "function", "function": {"name": "code_interpreter", "arguments": json.dumps({"code": "```python\nprint(42)\n```"})}}]},
+        {"role": "assistant", "content": "Again.", "tool_calls": [tool_call(json.dumps({"code": "```python\nprint(42)\n```"}))]},
         {"role": "tool", "content": "42"},
         {"role": "assistant", "content": "\\boxed{42}"},
     ],

@@ -1,0 +1,150 @@
+"""``retool eval`` end to end: a scripted OpenAI-compatible endpoint, the real sandbox, the real reward.
+
+The endpoint answers with tool calls; their code runs in our sandbox; the outputs must come back
+as ``tool`` messages (the endpoint records them) and the final answers quote them, so a sample is
+only scored correct when the whole round trip worked.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from retool.evaluate.app import EvalConfig, run_eval
+from retool.evaluate.results import read_results
+from tests.conftest import repo_env
+from tests.evaluate.scripted_endpoint import Call, Say, ScriptedEndpoint, ServerThread, build_app
+
+pytestmark = pytest.mark.slow
+
+MODEL = "scripted-retool"
+PROBLEMS = [
+    {"problem": "[power] What is 2^10 + 7?", "answer": "1031"},
+    {"problem": "[comb] How many 3-element subsets does a 10-element set have?", "answer": "120"},
+    {"problem": "[fix] What is 1 + 2 + ... + 100?", "answer": "5050"},
+    {"problem": "[guess] What is 3 + 5?", "answer": "8"},
+    {"problem": "[loop] Count the primes below 100.", "answer": "25"},
+    {"problem": "[badargs] What is 6 * 7?", "answer": "42"},
+]
+
+
+def scripts() -> dict[str, list[Call | Say]]:
+    return {
+        "[power]": [Call("print(2**10 + 7)"), Say("The interpreter printed {last}, so the answer is \\boxed{{last}}.")],
+        # A trailing bare expression: the tool must print its value, as in training.
+        "[comb]": [Call("import math\nmath.comb(10, 3)"), Say("So \\boxed{{last}}.")],
+        # A failing call first: the model must see the real traceback, then it fixes the code.
+        "[fix]": [Call("print(total)"), Call("print(sum(range(1, 101)))"), Say("\\boxed{{last}}")],
+        # No tool at all, and a wrong answer.
+        "[guess]": [Say("I think it is \\boxed{7}.")],
+        # Never stops calling the tool: the turn budget ends the conversation.
+        "[loop]": [Call("print(len([p for p in range(2, 100) if all(p % d for d in range(2, p))]))")],
+        # Arguments that are not JSON: the model is told so, then answers.
+        "[badargs]": [Call(raw_arguments='{"code": "print(6*7)"'), Say("The answer is \\boxed{42}.")],
+    }
+
+
+@pytest.fixture
+def endpoint():
+    scripted = ScriptedEndpoint(model=MODEL, scripts=scripts(), fail_first={"[power]"})
+    with ServerThread(build_app(scripted)) as server:
+        yield scripted, server.url
+
+
+@pytest.fixture
+def data(tmp_path):
+    path = tmp_path / "aime_demo.jsonl"
+    path.write_text("".join(json.dumps(p) + "\n" for p in PROBLEMS))
+    return path
+
+
+async def test_eval_round_trips_through_the_real_sandbox(endpoint, data, sandbox, tmp_path):
+    scripted, url = endpoint
+    out = tmp_path / "results.jsonl"
+    config = EvalConfig(endpoint=url, model=MODEL, data=data, n=2, max_turns=3, concurrency=3, sandbox_url=sandbox.base_url, out=out)
+    outcome = await run_eval(config)
+
+    assert scripted.problems == []
+    # Real sandbox output came back to the model as tool messages.
+    assert "1031" in scripted.tool_outputs("[power]")[0]
+    assert scripted.tool_outputs("[comb]")[0].strip() == "120"
+    fix = scripted.tool_outputs("[fix]")
+    assert "NameError" in fix[0] and "total" in fix[0]
+    assert fix[-1].strip() == "5050"
+    assert "JSON" in scripted.tool_outputs("[badargs]")[0]
+
+    results = read_results(out)
+    assert len(results) == len(PROBLEMS) * 2
+    by_problem = {PROBLEMS[r.problem_index]["problem"].split("]")[0] + "]": r for r in results}
+    expected = {
+        "[power]": (True, "1031", 2, 1, "answered"),
+        "[comb]": (True, "120", 2, 1, "answered"),
+        "[fix]": (True, "5050", 3, 2, "answered"),
+        "[guess]": (False, "7", 1, 0, "answered"),
+        "[loop]": (False, None, 3, 3, "max_turns"),
+        "[badargs]": (True, "42", 2, 1, "answered"),
+    }
+    for marker, (acc, pred, turns, calls, stop) in expected.items():
+        r = by_problem[marker]
+        assert (r.acc, r.pred or None, r.turns, r.tool_calls, r.stop) == (acc, pred, turns, calls, stop), marker
+    assert by_problem["[fix]"].tool_failures == 1
+    assert by_problem["[badargs]"].tool_failures == 1
+    assert by_problem["[power]"].messages[-1]["content"].endswith("\\boxed{1031}.")
+
+    summary = outcome.summary
+    assert summary["val-core/aime/acc/mean@2"] == pytest.approx(4 / 6)
+    assert summary["val-core/aime/acc/pass@2"] == pytest.approx(4 / 6)
+    assert summary["eval/tool_calls/total"] == 2 * (1 + 1 + 2 + 0 + 3 + 1)
+    assert summary["eval/stop/max_turns"] == pytest.approx(1 / 6)
+    assert summary["eval/errors"] == 0
+    assert json.loads(outcome.summary_path.read_text()) == pytest.approx(summary)
+
+
+def test_eval_cli_with_embedded_sandbox_and_mlflow(endpoint, data, mlflow, tmp_path):
+    """The command a user runs: no --sandbox-url, so it starts (and stops) its own sandbox."""
+    _, url = endpoint
+    out = tmp_path / "cli.jsonl"
+    command = [
+        sys.executable, "-m", "retool.cli", "eval",
+        "--endpoint", url, "--model", MODEL, "--data", str(data), "-n", "1", "--max-turns", "3",
+        "--out", str(out), "--mlflow-uri", mlflow.base_url, "--experiment", "eval-e2e", "--log-dir", str(tmp_path / "logs"),
+    ]  # fmt: skip
+    done = subprocess.run(command, env=repo_env(), capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["val-core/aime/acc/mean@1"] == pytest.approx(4 / 6)
+    assert len(out.read_text().splitlines()) == len(PROBLEMS)
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(mlflow.base_url)
+    experiment = client.get_experiment_by_name("eval-e2e")
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics["val-core/aime/acc/mean_at_1"] == pytest.approx(4 / 6)
+    assert run.data.params["model"] == MODEL
+    assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"cli.jsonl", "cli.summary.json"}
+    # The embedded sandbox the command started is gone with it.
+    (pid,) = re.findall(r"sandbox ready at \S+ \(pid (\d+)\)", done.stderr)
+    assert not Path(f"/proc/{pid}").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--data", "missing.jsonl"], "missing.jsonl: no such file"),
+        (["-n", "0"], "-n must be at least 1"),
+    ],
+    ids=["missing data file", "zero samples"],
+)
+def test_eval_cli_rejects_bad_input_before_starting_anything(args, message, tmp_path):
+    command = [sys.executable, "-m", "retool.cli", "eval", "--endpoint", "http://127.0.0.1:9", "--model", MODEL, "--data", "x.jsonl", *args]
+    done = subprocess.run(command, env=repo_env(), capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path)
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert not (tmp_path / "build").exists()
