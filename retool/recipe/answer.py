@@ -44,7 +44,7 @@ def strip_tool_regions(text: str) -> str:
     return _FENCED_REGION.sub(" ", text)
 
 
-def _braced(text: str, start: int) -> tuple[str, int] | None:
+def braced_group(text: str, start: int) -> tuple[str, int] | None:
     """Content of the brace group opening at ``text[start] == '{'`` and the index after it."""
     depth = 0
     i = start
@@ -71,7 +71,7 @@ def _box_argument(text: str, pos: int) -> str | None:
     while i < n and text[i] in " \t":
         i += 1
     if i < n and text[i] == "{":
-        group = _braced(text, i)
+        group = braced_group(text, i)
         return group[0] if group else None
     if i == pos:
         return None  # "\boxed5" is not LaTeX
@@ -136,6 +136,7 @@ _UNICODE = {
     "\uff1a": ":",
 }
 _UNICODE_TABLE = str.maketrans(_UNICODE)
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 _TEXT_COMMANDS = re.compile(r"\\(?:text|textrm|textnormal|mbox|mathrm|textbf|mathbf|textit|mathit|operatorname)\s*\{")
 _UNIT_WORDS = re.compile(r"^[\sA-Za-z.]*$")
@@ -162,7 +163,7 @@ def _replace_text_commands(s: str) -> str:
     for match in _TEXT_COMMANDS.finditer(s):
         if match.start() < pos:
             continue
-        group = _braced(s, match.end() - 1)
+        group = braced_group(s, match.end() - 1)
         if group is None:
             continue
         content, end = group
@@ -172,7 +173,7 @@ def _replace_text_commands(s: str) -> str:
             # a unit's power and a compound unit ("\text{ cm}^2", "\text{m}/\text{s}") go with it
             while tail := _UNIT_TAIL.match(s, end):
                 if tail.group("den"):
-                    next_group = _braced(s, tail.end() - 1)
+                    next_group = braced_group(s, tail.end() - 1)
                     if next_group is None or _UNIT_WORDS.match(next_group[0]) is None:
                         break
                     end = next_group[1]
@@ -187,7 +188,7 @@ def _replace_text_commands(s: str) -> str:
 
 def _strip_outer_braces(s: str) -> str:
     while s.startswith("{") and s.endswith("}"):
-        group = _braced(s, 0)
+        group = braced_group(s, 0)
         if group is None or group[1] != len(s):
             break
         s = group[0].strip()
@@ -196,7 +197,7 @@ def _strip_outer_braces(s: str) -> str:
 
 def normalize_answer(answer: str) -> str:
     """Canonical text of an answer: the exact-match key and the input of the numeric parser."""
-    s = answer.translate(_UNICODE_TABLE).strip()
+    s = _CONTROL.sub("", answer.translate(_UNICODE_TABLE)).strip()
     s = s.replace("$", "")
     s = re.sub(r"\\[()\[\]]", "", s)
     s = _DROPPED.sub("", s)

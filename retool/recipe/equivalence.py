@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import re
 
-from retool.recipe.answer import MAX_ANSWER_CHARS, normalize_answer, numbers_equal, parse_number
+from retool.recipe.answer import MAX_ANSWER_CHARS, braced_group, normalize_answer, numbers_equal, parse_number
 from retool.recipe.symbolic import default_pool
 
 logger = logging.getLogger(__name__)
@@ -27,21 +27,28 @@ logger = logging.getLogger(__name__)
 # Default hard limit of the symbolic stage of one comparison, in seconds.
 DEFAULT_TIMEOUT_S = 0.5
 
-# An exponent that itself holds a power, or a literal exponent / factorial argument of five or more
-# digits: a tower like 9^{9^{9^9}} that sympy would try to expand. Such answers are not compared
-# symbolically (exact and numeric stages still apply), which spares a worker restart per attempt.
-_HUGE = re.compile(
-    r"\^\s*\{[^{}]*\^|\^\s*\{[^{}]*\{[^{}]*\^|\^\s*\d{5,}|\^\s*\{\s*\d{5,}\s*\}|\d{4,}\s*!|\\uparrow"
-)
+# A literal exponent or factorial argument of five or more digits, or Knuth's arrows.
+_HUGE_LITERAL = re.compile(r"\^\s*\{?\s*\d{5,}|\d{5,}\s*!|\\uparrow")
+_EXPONENT = re.compile(r"\^\s*\{")
 
 
 def looks_explosive(answer: str) -> bool:
-    """True for power towers and huge factorials whose symbolic evaluation could run for minutes."""
-    return _HUGE.search(answer) is not None
+    """True for power towers and huge literals whose symbolic evaluation could run for minutes.
+
+    Such answers (``9^{9^{9^9}}``, ``2^{123456}``) are not compared symbolically: the exact and
+    numeric stages still apply, and skipping sympy spares a worker restart per attempt.
+    """
+    if _HUGE_LITERAL.search(answer):
+        return True
+    for match in _EXPONENT.finditer(answer):
+        group = braced_group(answer, match.end() - 1)
+        if group is not None and "^" in group[0]:
+            return True
+    return False
 
 
 def is_equivalent(pred: str, truth: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
-    """Whether ``pred`` states the same answer as ``truth``; never takes much longer than ``timeout_s``."""
+    """Whether ``pred`` states the same answer as ``truth``; sympy gets at most ``timeout_s`` of it."""
     if not isinstance(pred, str) or not isinstance(truth, str):
         return False
     norm_pred, norm_truth = normalize_answer(pred), normalize_answer(truth)

@@ -96,19 +96,18 @@ class _Worker:
 class SymbolicPool:
     """``size`` warm workers; :meth:`compare` returns True/False, or None when it ran out of time.
 
-    ``startup_timeout_s`` bounds only the very first wait (the interpreter importing sympy and
-    math-verify); later calls, including those right after a worker was killed, are bounded by their
-    own ``timeout_s`` because the other workers stay warm.
+    ``timeout_s`` of a comparison starts when a warm worker receives it: that is the hard limit on
+    sympy. Waiting for a free or warming worker (concurrent callers queue; the first call waits
+    for the interpreter to import sympy and math-verify) is bounded separately by ``wait_s``.
     """
 
-    def __init__(self, size: int = 2, startup_timeout_s: float = 60.0) -> None:
+    def __init__(self, size: int = 2, wait_s: float = 60.0) -> None:
         if size < 1:
             raise ValueError(f"SymbolicPool size must be >= 1, got {size}")
         self.size = size
-        self.startup_timeout_s = startup_timeout_s
+        self.wait_s = wait_s
         self._idle: list[_Worker] = []
         self._busy = 0
-        self._warm = False
         self._closed = False
         self._cond = threading.Condition()
         self.kills = 0  # workers killed at a deadline: a figure for the benchmark and the logs
@@ -146,22 +145,18 @@ class SymbolicPool:
             self._cond.notify()
 
     def compare(self, pred: str, truth: str, timeout_s: float) -> bool | None:
-        start = time.monotonic()
-        deadline = start + timeout_s
-        wait_deadline = deadline if self._warm else start + max(self.startup_timeout_s, timeout_s)
+        wait_deadline = time.monotonic() + self.wait_s
         worker = self._acquire(wait_deadline)
         if worker is None:
-            logger.warning("no symbolic worker free within %.3fs", timeout_s)
+            logger.warning("no symbolic worker free within %.1fs", self.wait_s)
             return None
         healthy = True
         try:
             if not worker.wait_ready(wait_deadline):
                 healthy = worker.proc.poll() is None  # still importing: keep it for a later call
-                logger.warning("symbolic worker not ready in time (alive=%s)", worker.proc.poll() is None)
+                logger.warning("symbolic worker not ready within %.1fs (alive=%s)", self.wait_s, healthy)
                 return None
-            if not self._warm:
-                self._warm = True
-                deadline = time.monotonic() + timeout_s  # the cold start does not eat the comparison's budget
+            deadline = time.monotonic() + timeout_s
             # the worker's own interval timer fires first, so a slow pure-Python case ends without a kill
             if not worker.send({"pred": pred, "truth": truth, "timeout_s": timeout_s * 0.8}):
                 healthy = False
@@ -178,7 +173,7 @@ class SymbolicPool:
                 return None
             if reply.get("error"):
                 logger.debug("symbolic comparison failed: %s", reply["error"])
-            return bool(reply.get("eq"))
+            return bool(reply["eq"])
         finally:
             self._release(worker, healthy=healthy)
 
@@ -195,10 +190,15 @@ _default_lock = threading.Lock()
 
 
 def default_pool() -> SymbolicPool:
-    """The process-wide pool (size from RETOOL_SYMBOLIC_WORKERS, default 2), created on first use."""
+    """The process-wide pool, created on first use.
+
+    Size from RETOOL_SYMBOLIC_WORKERS, default min(4, CPUs): few answers reach the symbolic stage,
+    and each worker holds ~100 MB.
+    """
     global _default_pool
     with _default_lock:
         if _default_pool is None:
-            _default_pool = SymbolicPool(size=int(os.environ.get("RETOOL_SYMBOLIC_WORKERS", "2")))
+            size = int(os.environ.get("RETOOL_SYMBOLIC_WORKERS", str(min(4, os.cpu_count() or 1))))
+            _default_pool = SymbolicPool(size=size)
             atexit.register(_default_pool.close)
         return _default_pool

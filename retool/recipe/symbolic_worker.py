@@ -29,6 +29,18 @@ import time
 MEMORY_LIMIT_BYTES = int(os.environ.get("RETOOL_SYMBOLIC_MEMORY_BYTES", str(2 << 30)))
 
 
+# One comparison of each kind that reaches this worker (simplify, sets, intervals, logs, roots).
+_WARM_UP = (
+    ("x^2+2x+1", "(x+1)^2"),
+    ("2\\sqrt{2}", "\\sqrt{8}"),
+    ("\\{1,2\\}", "\\{2,1\\}"),
+    ("[1,2)", "[1,2)"),
+    ("\\log_2 8", "3"),
+    ("(1,2)", "(1,2)"),
+    ("\\frac{\\pi}{2}", "\\frac{1}{2}\\pi"),
+)
+
+
 class _SoftTimeoutError(Exception):
     pass
 
@@ -79,7 +91,8 @@ def serve(stdin: object = sys.stdin, stdout: object = sys.stdout) -> None:
     logging.disable(logging.WARNING)  # math-verify warns about its disabled timeouts on every call
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
     signal.signal(signal.SIGALRM, _on_alarm)
-    compare("1", "1")  # import and warm math-verify's caches before declaring readiness
+    for pred, truth in _WARM_UP:  # sympy imports much lazily on first use: pay for it before readiness
+        compare(pred, truth)
     stdout.write('{"ready": true}\n')
     stdout.flush()
     for line in stdin:

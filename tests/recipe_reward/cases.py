@@ -1,0 +1,164 @@
+"""The reward's case table: (id, response text, ground truth, expected correctness).
+
+Shared by the tests and by bench/bench_reward.py. Each category of the issue has its own block;
+the ids read as sentences in pytest's output.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Case(NamedTuple):
+    id: str
+    response: str
+    truth: str
+    correct: bool
+
+
+B = "\\boxed"
+
+EXTRACTION = [
+    Case("last boxed wins over an earlier one", f"first {B}{{3}} then {B}{{5}}", "5", True),
+    Case("earlier boxed is not the answer", f"first {B}{{3}} then {B}{{5}}", "3", False),
+    Case("nested braces inside boxed", f"{B}{{\\frac{{1}}{{2}}}}", "0.5", True),
+    Case("deeply nested braces", f"{B}{{\\frac{{\\sqrt{{{{3}}}}}}{{2}}}}", "\\frac{\\sqrt{3}}{2}", True),
+    Case("escaped braces inside a set", f"{B}{{\\{{1,2\\}}}}", "\\{1,2\\}", True),
+    Case("boxed with a space and a bare token", f"so {B} 5$ done", "5", True),
+    Case("boxed bare token ends at a period", f"hence {B} 42.", "42", True),
+    Case("fbox is a box", "\\fbox{17}", "17", True),
+    Case("boxed with space before the brace", f"{B} {{12}}", "12", True),
+    Case("unclosed last boxed falls back to the previous box", f"{B}{{7}} and then {B}{{8", "7", True),
+    Case("empty last boxed falls back to the previous box", f"{B}{{7}} and then {B}{{}}", "7", True),
+    Case("boxed inside display math", f"$$ {B}{{ 25 }} $$", "25", True),
+    Case("answer line when there is no box", "reasoning...\nAnswer: 34", "34", True),
+    Case("answer line with dollars and a period", "Answer: $34$.", "34", True),
+    Case("bold markdown answer line", "**Final Answer:** 117", "117", True),
+    Case("answer line, last one wins", "Answer: 3\nwait, no.\nAnswer: 4", "4", True),
+    Case("lowercase answer line", "the final answer: 9", "9", True),
+    Case("full-width colon answer line", "Answer\uff1a 12", "12", True),
+    Case("answer tags of the ReTool SFT format", "<answer>\n\\boxed{210}\n</answer>", "210", True),
+    Case("answer tags without a box", "<answer> 210 </answer>", "210", True),
+    Case("boxed beats an answer line", f"Answer: 3\n{B}{{4}}", "4", True),
+    Case("no answer at all is wrong", "I am not sure what the answer is.", "5", False),
+    Case("a bare number in prose is not an answer", "The result is 5", "5", False),
+    Case("empty response is wrong", "", "5", False),
+]
+
+TOOL_OUTPUT = [
+    Case("boxed inside interpreter output is ignored", f"<interpreter>{B}{{9}}</interpreter> so I get {B}{{8}}", "9", False),
+    Case("model answer after interpreter output counts", f"<interpreter>{B}{{9}}</interpreter> so I get {B}{{8}}", "8", True),
+    Case("only interpreter has a box: no answer", f"<code>print(1)</code><interpreter>{B}{{9}}</interpreter> hmm", "9", False),
+    Case("boxed printed by code is not the answer", f'<code>\n```python\nprint("{B}{{6}}")\n```\n</code>', "6", False),
+    Case("tool_response block is ignored", "<tool_response>\nAnswer: 6\n</tool_response>\nDone.", "6", False),
+    Case(
+        "verl decoded tool turn then the real answer",
+        f'<tool_call>\n{{"name": "code_interpreter"}}\n</tool_call>user\n<tool_response>\n{B}{{1}}\n</tool_response>\nassistant\nSo {B}{{2}}',
+        "2",
+        True,
+    ),
+    Case("unclosed tool output at the end is ignored", f"{B}{{3}} then <interpreter>{B}{{4}}", "3", True),
+    Case("output fence is ignored", f"```output\n{B}{{5}}\n```\nThus {B}{{6}}", "6", True),
+    Case("python fence with boxed string is ignored", f"```python\nx = '{B}{{5}}'\n```\nAnswer: 7", "7", True),
+    Case("answer line inside interpreter is ignored", "<interpreter>\nAnswer: 11\n</interpreter>\nAnswer: 12", "11", False),
+]
+
+NORMALISATION = [
+    Case("whitespace inside the box", f"{B}{{ 1 2 }}", "12", True),
+    Case("dollar signs inside the box", f"{B}{{$15$}}", "15", True),
+    Case("text unit after a number", f"{B}{{15\\text{{ cm}}}}", "15", True),
+    Case("text unit with a power", f"{B}{{15\\text{{ cm}}^2}}", "15", True),
+    Case("compound text unit", f"{B}{{3\\text{{ m}}/\\text{{s}}}}", "3", True),
+    Case("mathrm unit", f"{B}{{20\\,\\mathrm{{kg}}}}", "20", True),
+    Case("plain word unit", f"{B}{{12 inches}}", "12", True),
+    Case("text answer unwrapped", f"{B}{{\\text{{Monday}}}}", "Monday", True),
+    Case("degrees with circ", f"{B}{{90^\\circ}}", "90", True),
+    Case("degrees with braced circ", f"{B}{{90^{{\\circ}}}}", "90", True),
+    Case("unicode degree sign", f"{B}{{45°}}", "45", True),
+    Case("degrees as a word", f"{B}{{30 degrees}}", "30", True),
+    Case("thousands separators", f"{B}{{1,000,000}}", "1000000", True),
+    Case("latex thousands separator", f"{B}{{12{{,}}345}}", "12345", True),
+    Case("thin-space thousands separator", f"{B}{{12\\,345}}", "12345", True),
+    Case("leading zeros of an integer", f"{B}{{007}}", "7", True),
+    Case("AIME zero-padded truth", f"{B}{{25}}", "025", True),
+    Case("dfrac equals frac", f"{B}{{\\dfrac{{3}}{{4}}}}", "\\frac{3}{4}", True),
+    Case("tfrac short form", f"{B}{{\\tfrac34}}", "\\frac{3}{4}", True),
+    Case("frac without braces", f"{B}{{\\frac 3 4}}", "0.75", True),
+    Case("unicode minus", f"{B}{{\u22125}}", "-5", True),
+    Case("en dash as minus", f"{B}{{\u20135}}", "-5", True),
+    Case("percent sign", f"{B}{{50\\%}}", "50", True),
+    Case("variable assignment", f"{B}{{x = 14}}", "14", True),
+    Case("subscripted assignment", f"{B}{{a_1=3}}", "3", True),
+    Case("trailing period in box", f"{B}{{8.}}", "8", True),
+    Case("extra braces", f"{B}{{{{{{9}}}}}}", "9", True),
+    Case("left right parentheses", f"{B}{{\\left(1, 2\\right)}}", "(1,2)", True),
+    Case("displaystyle dropped", f"{B}{{\\displaystyle\\frac{{1}}{{3}}}}", "\\frac13", True),
+    Case("inline math delimiters", f"{B}{{\\(6\\)}}", "6", True),
+    Case("plus sign", f"{B}{{+6}}", "6", True),
+    Case("negative zero", f"{B}{{-0}}", "0", True),
+    Case("sqrt without braces", f"{B}{{\\sqrt2}}", "\\sqrt{2}", True),
+    Case("unicode pi", f"{B}{{2\u03c0}}", "2\\pi", True),
+]
+
+NUMERIC = [
+    Case("decimal equals fraction", f"{B}{{0.5}}", "\\frac{1}{2}", True),
+    Case("fraction equals decimal", f"{B}{{\\frac{{1}}{{4}}}}", "0.25", True),
+    Case("slash fraction", f"{B}{{3/4}}", "\\frac{3}{4}", True),
+    Case("trailing decimal zeros", f"{B}{{34.00}}", "34", True),
+    Case("negative fraction forms", f"{B}{{\\frac{{-1}}{{2}}}}", "-\\frac{1}{2}", True),
+    Case("scientific e notation", f"{B}{{1.5e3}}", "1500", True),
+    Case("scientific times ten", f"{B}{{3\\times10^{{4}}}}", "30000", True),
+    Case("unreduced fraction", f"{B}{{\\frac{{6}}{{8}}}}", "\\frac34", True),
+    Case("rounded decimal within tolerance", f"{B}{{0.3333333333}}", "\\frac{1}{3}", True),
+    Case("coarsely rounded decimal is wrong", f"{B}{{0.33}}", "\\frac{1}{3}", False),
+    Case("integer off by one", f"{B}{{35}}", "34", False),
+    Case("sign error", f"{B}{{-34}}", "34", False),
+    Case("fraction vs its inverse", f"{B}{{\\frac{{4}}{{3}}}}", "\\frac{3}{4}", False),
+    Case("division by zero is not a number", f"{B}{{1/0}}", "0", False),
+    Case("percent is not a fraction of one", f"{B}{{50\\%}}", "0.5", False),
+]
+
+SYMBOLIC = [
+    Case("sqrt simplification", f"{B}{{2\\sqrt{{2}}}}", "\\sqrt{8}", True),
+    Case("rationalised denominator", f"{B}{{\\frac{{\\sqrt{{2}}}}{{2}}}}", "\\frac{1}{\\sqrt{2}}", True),
+    Case("expanded polynomial", f"{B}{{x^2+2x+1}}", "(x+1)^2", True),
+    Case("reordered sum", f"{B}{{\\sqrt{{3}}+1}}", "1+\\sqrt{3}", True),
+    Case("pi times fraction", f"{B}{{\\frac{{\\pi}}{{2}}}}", "\\frac{1}{2}\\pi", True),
+    Case("power of two", f"{B}{{2^{{10}}}}", "1024", True),
+    Case("log identity", f"{B}{{\\log_2 8}}", "3", True),
+    Case("interval", f"{B}{{[1, 2)}}", "[1,2)", True),
+    Case("set order does not matter", f"{B}{{\\{{2, 1\\}}}}", "\\{1, 2\\}", True),
+    Case("tuple", f"{B}{{(3, 4)}}", "(3,4)", True),
+    Case("different sqrt", f"{B}{{\\sqrt{{3}}}}", "\\sqrt{2}", False),
+    Case("different polynomial", f"{B}{{x^2+1}}", "(x+1)^2", False),
+    Case("pi vs integer", f"{B}{{\\pi}}", "3", False),
+    Case("tuple order matters", f"{B}{{(4, 3)}}", "(3,4)", False),
+    Case("symbolic vs wrong number", f"{B}{{2^{{10}}}}", "1000", False),
+]
+
+ADVERSARIAL = [
+    Case("power tower of nines", f"{B}{{9^{{9^{{9^9}}}}}}", "5", False),
+    Case("power tower of tens", f"{B}{{10^{{10^{{10}}}}}}", "7", False),
+    Case("huge literal exponent", f"{B}{{2^{{1000000000}}}}", "2", False),
+    Case("huge factorial", f"{B}{{100000!}}", "3", False),
+    Case("very long digit string", f"{B}{{{'9' * 5000}}}", "9", False),
+    Case("deep nesting of braces", f"{B}{{{'{' * 500}1{'}' * 500}}}", "1", True),
+    Case("unbalanced braces", f"{B}{{{'{' * 500}1", "1", False),
+    Case("thousands of boxes", f"{B}{{1}} " * 2000 + f"{B}{{2}}", "2", True),
+    Case("long junk answer", f"{B}{{{'x+' * 2000}x}}", "1", False),
+    Case("latex garbage", f"{B}{{\\frac{{\\frac{{}}{{}}}}{{\\sqrt[}}}}", "1", False),
+    Case("many unclosed tool tags", "<interpreter>" * 2000 + f"{B}{{1}}", "1", False),
+    Case("nul and control characters are ignored", f"{B}{{\x00 3 \x07}}", "3", True),
+]
+
+WRONG = [
+    Case("wrong integer", f"{B}{{123}}", "124", False),
+    Case("wrong text answer", f"{B}{{\\text{{Tuesday}}}}", "Monday", False),
+    Case("answer with extra term", f"{B}{{34 + x}}", "34", False),
+    Case("two answers in one box", f"{B}{{3, 4}}", "3", False),
+    Case("truth is only a substring", f"{B}{{341}}", "34", False),
+    Case("wrong answer line", "Answer: 10", "100", False),
+    Case("zero vs empty", f"{B}{{0}}", "", False),
+]
+
+ALL = EXTRACTION + TOOL_OUTPUT + NORMALISATION + NUMERIC + SYMBOLIC + ADVERSARIAL + WRONG

@@ -1,0 +1,156 @@
+"""The reward as verl runs it: loaded by file path, called from threads, shaping, hard deadlines."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+import retool.recipe.reward as reward_module
+from retool.recipe.reward import compute_score, count_tool_calls, shape_wrong_answer
+from retool.recipe.symbolic import SymbolicPool
+from tests.conftest import repo_env
+from tests.recipe_reward.cases import ALL, SYMBOLIC
+
+REWARD_FILE = Path(reward_module.__file__)
+
+SHAPING = [
+    ("no tool calls keeps -1", {"num_turns": 2}, "", -1.0),
+    ("one call from num_turns", {"num_turns": 4}, "", -0.9),
+    ("three calls from num_turns", {"num_turns": 8}, "", -0.7),
+    ("capped at -0.6", {"num_turns": 20}, "", -0.6),
+    ("calls from verl tool_rewards", {"tool_rewards": [0.0, 0.0]}, "", -0.8),
+    ("calls counted in the text", {}, "<tool_response>a</tool_response><interpreter>b</interpreter>", -0.8),
+    ("num_turns None falls back to text", {"num_turns": None}, "<interpreter>b</interpreter>", -0.9),
+]
+
+
+@pytest.mark.parametrize(("extra_info", "text", "score"), [c[1:] for c in SHAPING], ids=[c[0] for c in SHAPING])
+def test_tool_turn_shaping_of_wrong_answers(extra_info: dict, text: str, score: float) -> None:
+    result = compute_score("dapo", text + " \\boxed{1}", "2", extra_info, tool_turn_shaping=True)
+    assert result["acc"] is False
+    assert result["score"] == pytest.approx(score)
+
+
+def test_shaping_is_off_by_default_and_never_touches_correct_answers() -> None:
+    assert compute_score("dapo", "\\boxed{1}", "2", {"num_turns": 10})["score"] == -1.0
+    assert compute_score("dapo", "\\boxed{2}", "2", {"num_turns": 10}, tool_turn_shaping=True)["score"] == 1.0
+    assert compute_score("dapo", "\\boxed{1}", "2", {"num_turns": 10, "tool_turn_shaping": True})["score"] == pytest.approx(-0.6)
+
+
+def test_shaping_helpers() -> None:
+    assert shape_wrong_answer(0) == -1.0
+    assert shape_wrong_answer(-3) == -1.0
+    assert shape_wrong_answer(2, bonus_per_call=0.2, cap=-0.5) == pytest.approx(-0.6)
+    assert count_tool_calls("<interpreter>x</interpreter>" * 3, None) == 3
+
+
+def test_extra_verl_keyword_arguments_are_accepted() -> None:
+    result = compute_score("dapo", "\\boxed{2}", "2", {}, reward_router_address=None, reward_model_tokenizer=None)
+    assert result == {"score": 1.0, "acc": True, "pred": "2"}
+
+
+VERL_LOADER = textwrap.dedent(
+    """
+    import json, sys
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+    config = OmegaConf.create({"custom_reward_function": {
+        "path": sys.argv[1], "name": "compute_score", "reward_kwargs": {"tool_turn_shaping": True}}})
+    fn = get_custom_reward_fn(config)
+    calls = [
+        dict(data_source="aime_2024", solution_str="<interpreter>\\\\boxed{7}</interpreter> so \\\\boxed{204}", ground_truth="204",
+             extra_info={"num_turns": 4, "rollout_reward_scores": {}}),
+        dict(data_source="aime_2024", solution_str="\\\\boxed{\\\\sqrt{8}}", ground_truth="2\\\\sqrt{2}", extra_info={},
+             reward_router_address=None, reward_model_tokenizer=None),
+        dict(data_source="dapo", solution_str="Answer: 3", ground_truth="4", extra_info={"num_turns": 6}),
+    ]
+    print(json.dumps({"module": sys.modules["custom_module"].__name__, "results": [fn(**c) for c in calls]}))
+    """
+)
+
+
+@pytest.mark.slow
+def test_verl_loads_the_reward_file_by_path(tmp_path: Path) -> None:
+    """verl 0.6.1's own loader (spec_from_file_location as ``custom_module``) with reward_kwargs."""
+    script = tmp_path / "load.py"
+    script.write_text(VERL_LOADER)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(REWARD_FILE)], cwd=tmp_path, env=repo_env(), capture_output=True, text=True, timeout=240, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    payload = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert payload["module"] == "custom_module"
+    assert payload["results"] == [
+        {"score": 1.0, "acc": True, "pred": "204"},
+        {"score": 1.0, "acc": True, "pred": "\\sqrt{8}"},
+        {"score": pytest.approx(-0.8), "acc": False, "pred": "3"},
+    ]
+
+
+def test_concurrent_calls_from_a_thread_pool_agree_with_sequential_ones() -> None:
+    """verl runs compute_score in loop.run_in_executor threads, where signals cannot time anything out."""
+    cases = SYMBOLIC + ALL[:40]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(lambda c: compute_score("dapo", c.response, c.truth)["acc"], cases))
+    assert results == [c.correct for c in cases]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+def test_pool_kills_a_worker_stuck_in_c_and_recovers() -> None:
+    """9^{9^{9^9}} blocks sympy inside one big-integer power: only killing the worker ends it."""
+    pool = SymbolicPool(size=1)
+    try:
+        assert pool.compare("2", "2", timeout_s=60.0) is True  # cold start
+        stuck = pool._idle[0].proc.pid
+        assert pool.compare("9^{9^{9^9}}", "5", timeout_s=0.3) is None
+        assert pool.kills == 1
+        assert not _alive(stuck)
+        assert pool.compare("2\\sqrt{2}", "\\sqrt{8}", timeout_s=60.0) is True  # the replacement serves
+    finally:
+        pool.close()
+
+
+def test_closing_the_pool_ends_its_workers() -> None:
+    pool = SymbolicPool(size=2)
+    assert pool.compare("x+x", "2x", timeout_s=60.0) is True
+    pids = [w.proc.pid for w in pool._idle]
+    pool.close()
+    assert pids and not any(_alive(pid) for pid in pids)
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.compare("1", "1", timeout_s=1.0)
+
+
+def test_pool_size_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="size must be >= 1"):
+        SymbolicPool(size=0)
+
+
+def test_worker_exits_when_its_input_closes() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-I", str(REWARD_FILE.with_name("symbolic_worker.py"))], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdin is not None
+    assert json.loads(proc.stdout.readline()) == {"ready": True}
+    proc.stdin.write(json.dumps({"pred": "\\frac{1}{2}", "truth": "0.5", "timeout_s": 5}) + "\n")
+    proc.stdin.write("not json\n")
+    proc.stdin.flush()
+    assert json.loads(proc.stdout.readline()) == {"eq": True}
+    assert json.loads(proc.stdout.readline())["eq"] is False
+    proc.stdin.close()
+    assert proc.wait(timeout=30) == 0
+    proc.stdout.close()

@@ -1,0 +1,126 @@
+"""The reward case table through compute_score, plus extraction and normalisation tables."""
+
+from __future__ import annotations
+
+import pytest
+
+from retool.recipe.answer import extract_answer, normalize_answer, parse_number
+from retool.recipe.equivalence import looks_explosive
+from retool.recipe.reward import compute_score, is_equivalent
+from tests.recipe_reward.cases import ALL, Case
+
+
+def test_table_covers_every_category_with_at_least_100_cases() -> None:
+    assert len(ALL) >= 100
+    assert len({c.id for c in ALL}) == len(ALL), "case ids must be unique"
+
+
+@pytest.mark.parametrize("case", ALL, ids=[c.id for c in ALL])
+def test_compute_score(case: Case) -> None:
+    result = compute_score("dapo_math", case.response, case.truth)
+    assert set(result) == {"score", "acc", "pred"}
+    assert result["acc"] is case.correct
+    assert result["score"] == (1.0 if case.correct else -1.0)
+    assert isinstance(result["pred"], str)
+
+
+EXTRACT = [
+    ("plain boxed", "x \\boxed{3}", "3"),
+    ("nested fraction", "\\boxed{\\frac{a}{b^{2}}}", "\\frac{a}{b^{2}}"),
+    ("bare token", "\\boxed 17.", "17"),
+    ("fbox", "\\fbox{x+1}", "x+1"),
+    ("boxed ignores interpreter", "\\boxed{1}<interpreter>\\boxed{2}</interpreter>", "1"),
+    ("answer line", "so\nAnswer: $42$.", "$42$"),
+    ("answer tag", "<answer>x=3</answer>", "x=3"),
+    ("boxed name prefix is not boxed", "\\boxedx{3}\nAnswer: 4", "4"),
+    ("nothing", "no answer here", None),
+    ("only tool output", "<tool_response>\\boxed{2}</tool_response>", None),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), [c[1:] for c in EXTRACT], ids=[c[0] for c in EXTRACT])
+def test_extract_answer(text: str, expected: str | None) -> None:
+    assert extract_answer(text) == expected
+
+
+NORMALISE = [
+    ("dollars thousands and unit", "$1{,}000\\text{ cm}$", "1000"),
+    ("degrees", "90^{\\circ}", "90"),
+    ("dfrac short", "\\dfrac12", "\\frac{1}{2}"),
+    ("unicode minus", "\u22127", "-7"),
+    ("leading zeros", "0042", "42"),
+    ("assignment", "y = -3", "-3"),
+    ("spaces between commands kept", "\\pi r^2", "\\pi r^2"),
+    ("left right dropped", "\\left[ 1, 2 \\right]", "[1,2]"),
+    ("text unwrapped when alone", "\\text{(B)}", "(B)"),
+    ("percent", "12.5\\%", "12.5"),
+]
+
+
+@pytest.mark.parametrize(("raw", "expected"), [c[1:] for c in NORMALISE], ids=[c[0] for c in NORMALISE])
+def test_normalize_answer(raw: str, expected: str) -> None:
+    assert normalize_answer(raw) == expected
+
+
+NUMBERS = [
+    ("integer", "12", (12, False)),
+    ("decimal", "0.25", (0.25, True)),
+    ("fraction", "\\frac{3}{4}", (0.75, False)),
+    ("negative fraction", "-\\frac{3}{4}", (-0.75, False)),
+    ("slash", "3/4", (0.75, False)),
+    ("scientific", "2e3", (2000, True)),
+    ("zero denominator", "\\frac{1}{0}", None),
+    ("expression", "2\\sqrt{2}", None),
+    ("huge exponent", "1e100000", None),
+    ("too many digits", "9" * 500, None),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), [c[1:] for c in NUMBERS], ids=[c[0] for c in NUMBERS])
+def test_parse_number(text: str, expected: tuple[float, bool] | None) -> None:
+    parsed = parse_number(text)
+    if expected is None:
+        assert parsed is None
+    else:
+        assert parsed is not None
+        assert (float(parsed[0]), parsed[1]) == expected
+
+
+EXPLOSIVE = [
+    ("tower", "9^{9^{9^9}}", True),
+    ("tower with braces inside", "2^{{3}^{4}}", True),
+    ("long exponent", "2^{123456}", True),
+    ("huge factorial", "10000!", True),
+    ("knuth arrows", "3\\uparrow\\uparrow3", True),
+    ("ordinary power", "2^{10}", False),
+    ("exponential", "e^{i\\pi}", False),
+    ("small factorial", "10!", False),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), [c[1:] for c in EXPLOSIVE], ids=[c[0] for c in EXPLOSIVE])
+def test_looks_explosive(text: str, expected: bool) -> None:
+    assert looks_explosive(text) is expected
+
+
+@pytest.mark.parametrize(
+    ("pred", "truth"),
+    [(1, "1"), ("1", None), ("", "1"), ("1", "")],
+    ids=["non-string prediction", "non-string truth", "empty prediction", "empty truth"],
+)
+def test_is_equivalent_rejects_non_answers(pred: object, truth: object) -> None:
+    assert is_equivalent(pred, truth) is False  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("truth", "correct"),
+    [(["12", "twelve"], True), (("13", "14"), False), (12, True), (None, False)],
+    ids=["any of a list", "none of a tuple", "an integer truth", "no truth"],
+)
+def test_ground_truth_shapes(truth: object, correct: bool) -> None:
+    assert compute_score("aime_2025", "\\boxed{12}", truth)["acc"] is correct
+
+
+def test_numpy_array_ground_truth() -> None:
+    np = pytest.importorskip("numpy")
+    assert compute_score("aime_2025", "\\boxed{12}", np.array(["11", "12"], dtype=object))["acc"] is True
