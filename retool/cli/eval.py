@@ -45,6 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--sandbox-workers", type=int, default=4, help="workers of the embedded sandbox; default 4")
     parser.add_argument("--run-timeout", type=float, default=30.0, help="seconds per code execution; default 30")
     parser.add_argument("--memory-limit-mb", type=int, default=1024, help="memory per code execution; default 1024")
+    parser.add_argument("--max-output-chars", type=int, default=4096, help="longest tool output shown to the model (head and tail kept); default 4096, as in RL")
     parser.add_argument("--out", type=Path, default=Path("eval-results.jsonl"), help="per-sample results (jsonl); the summary goes to <out>.summary.json")
     parser.add_argument("--mlflow-uri", default=os.environ.get("MLFLOW_TRACKING_URI"), help="log params, metrics and results to this MLflow server (default: $MLFLOW_TRACKING_URI)")
     parser.add_argument("--experiment", default="retool-eval", help="MLflow experiment; default retool-eval")
@@ -79,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         sandbox_workers=args.sandbox_workers,
         run_timeout_s=args.run_timeout,
         memory_limit_mb=args.memory_limit_mb,
+        max_output_chars=args.max_output_chars,
         out=args.out,
         mlflow_uri=args.mlflow_uri,
         experiment=args.experiment,

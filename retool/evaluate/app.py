@@ -19,7 +19,7 @@ from retool.evaluate.mlflow_log import LoggedRun, log_run
 from retool.evaluate.problems import load_problems
 from retool.evaluate.results import SampleResult, summarize
 from retool.evaluate.runner import evaluate
-from retool.evaluate.tools import CODE_INTERPRETER_SCHEMA, sandbox_tool
+from retool.evaluate.tools import DEFAULT_MAX_OUTPUT_CHARS, sandbox_tool, training_tool_schema
 from retool.recipe.reward import compute_score
 
 logger = logging.getLogger(__name__)
@@ -44,6 +44,7 @@ class EvalConfig:
     sandbox_workers: int = 4
     run_timeout_s: float = 30.0
     memory_limit_mb: int = 1024
+    max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
     out: Path = Path("eval-results.jsonl")
     mlflow_uri: str | None = None
     experiment: str = "retool-eval"
@@ -96,13 +97,19 @@ async def run_eval(config: EvalConfig, *, progress: bool = False) -> EvalOutcome
             bar.set_postfix(acc=f"{solved / bar.n:.3f}")
 
         try:
-            async with sandbox_tool(sandbox_url, run_timeout_s=config.run_timeout_s, memory_limit_mb=config.memory_limit_mb, concurrency=config.concurrency) as tool:
+            async with sandbox_tool(
+                sandbox_url,
+                run_timeout_s=config.run_timeout_s,
+                memory_limit_mb=config.memory_limit_mb,
+                max_output_chars=config.max_output_chars,
+                concurrency=config.concurrency,
+            ) as tool:
                 results = await evaluate(
                     problems,
                     n=config.n,
                     chat=chat,
                     execute=tool,
-                    tools=[CODE_INTERPRETER_SCHEMA],
+                    tools=[training_tool_schema()],
                     score=compute_score,
                     max_turns=config.max_turns,
                     concurrency=config.concurrency,
