@@ -12,6 +12,7 @@ from collections.abc import Sequence
 COMMANDS: tuple[str, ...] = (
     "validate",
     "render",
+    "sandbox",
     "eval",
 )
 

@@ -1,0 +1,5 @@
+import sys
+
+from retool.sandbox.serve import main
+
+sys.exit(main())

@@ -1,0 +1,289 @@
+"""The execution engine as the server sees it: a fixed pool of warm workers and a bounded queue.
+
+No web framework here, so it can be tested and benchmarked alone. ``run`` either hands the job to an
+idle worker, waits in a bounded FIFO for one, or refuses at once (``PoolOverloaded``: the server
+answers 429) — a caller never hangs on a full replica. Dead or stuck workers are replaced from the
+template in the background; a dead template is restarted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from retool.sandbox import protocol
+from retool.sandbox.metrics import SandboxMetrics
+from retool.sandbox.settings import SandboxSettings
+
+logger = logging.getLogger(__name__)
+
+RESULT_GRACE_S = 10.0
+"""How long past its run_timeout a worker may take to answer before it is declared stuck."""
+
+BLAS_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "NUMEXPR_NUM_THREADS": "1"}
+
+
+class PoolOverloaded(Exception):  # noqa: N818 (reads as a state, like asyncio.QueueFull)
+    """Every worker is busy and the queue is full: refuse now, the client retries later."""
+
+
+class PoolUnavailable(Exception):  # noqa: N818
+    """The pool is closed or cannot start workers."""
+
+
+@dataclass(frozen=True)
+class Job:
+    code: str
+    run_timeout: float
+    memory_limit_mb: int
+    stdin: str | None = None
+    files: dict[str, str | None] = field(default_factory=dict)
+    fetch_files: list[str] = field(default_factory=list)
+
+    def message(self) -> dict[str, Any]:
+        return {
+            "type": "job",
+            "code": self.code,
+            "run_timeout": self.run_timeout,
+            "memory_limit_mb": self.memory_limit_mb,
+            "stdin": self.stdin,
+            "files": self.files,
+            "fetch_files": self.fetch_files,
+        }
+
+
+@dataclass
+class WorkerHandle:
+    slot: int
+    keeper_pid: int
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    isolation: dict[str, Any]
+
+
+def template_env(settings: SandboxSettings) -> dict[str, str]:
+    """The template's whole environment: what pass_env allows, plus single-threaded BLAS. No secrets."""
+    env = {name: os.environ[name] for name in settings.pass_env if name in os.environ}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    # The template must import this package wherever the server found it (editable installs, tests).
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    env.update(BLAS_ENV, PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1", HOME=settings.tmp_root)
+    return env
+
+
+def worker_config(settings: SandboxSettings, slot: int) -> dict[str, Any]:
+    return {
+        "slot": slot,
+        "output_limit_bytes": settings.output_limit_bytes,
+        "max_processes": settings.max_processes,
+        "max_file_size_mb": settings.max_file_size_mb,
+        "max_open_files": settings.max_open_files,
+        "max_fetch_bytes": settings.max_fetch_bytes,
+        "tmp_size_mb": settings.tmp_size_mb,
+        "tmp_root": settings.tmp_root,
+        "isolation": settings.isolation,
+        "uid_base": settings.uid_base,
+    }
+
+
+class ExecutionPool:
+    def __init__(self, settings: SandboxSettings, metrics: SandboxMetrics | None = None) -> None:
+        self.settings = settings
+        self.metrics = metrics or SandboxMetrics()
+        self.queue_size = settings.effective_queue_size
+        self._idle: asyncio.Queue[WorkerHandle] = asyncio.Queue()
+        self._workers: dict[int, WorkerHandle] = {}
+        self._busy = 0
+        self._waiting = 0
+        self._closed = False
+        self._control: socket.socket | None = None
+        self._template: subprocess.Popen | None = None
+        self._template_info: dict[str, Any] = {}
+        self._control_lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task] = set()
+        self.isolation: dict[str, Any] = {}
+        self.restarts = 0
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start the template and every worker; returns when all are warm."""
+        await self._start_template()
+        results = await asyncio.gather(*(self._spawn(slot) for slot in range(self.settings.workers)), return_exceptions=True)
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            logger.error("%d of %d workers failed to start: %s", len(failures), len(results), failures[0])
+            for slot, result in enumerate(results):
+                if isinstance(result, BaseException):
+                    self._background(self._replace(slot))
+        if not self._workers:
+            raise PoolUnavailable(f"no worker could start: {failures[0] if failures else 'unknown'}")
+
+    async def close(self) -> None:
+        self._closed = True
+        for task in list(self._tasks):
+            task.cancel()
+        for worker in list(self._workers.values()):
+            self._kill(worker)
+        self._workers.clear()
+        if self._control is not None:
+            self._control.close()
+        if self._template is not None and self._template.poll() is None:
+            self._template.kill()
+            await asyncio.to_thread(self._template.wait)
+
+    async def _start_template(self) -> None:
+        if self._template is not None and self._template.poll() is None:
+            self._template.kill()
+            await asyncio.to_thread(self._template.wait)
+        if self._control is not None:
+            self._control.close()
+        ours, theirs = socket.socketpair()
+        command = [sys.executable, "-m", "retool.sandbox.template", "--control-fd", str(theirs.fileno()), "--preload", ",".join(self.settings.preload)]
+        self._template = subprocess.Popen(command, pass_fds=[theirs.fileno()], env=template_env(self.settings), stdin=subprocess.DEVNULL)
+        theirs.close()
+        ours.settimeout(self.settings.worker_start_timeout_s)
+        try:
+            ready, _ = await asyncio.to_thread(protocol.recv, ours)
+        except (OSError, protocol.ChannelClosedError) as exc:
+            ours.close()
+            raise PoolUnavailable(f"the template interpreter did not start: {exc}") from exc
+        ours.settimeout(None)
+        self._control = ours
+        self._template_info = {"pid": self._template.pid, "load_seconds": round(ready["load_seconds"], 3), "problems": ready["problems"]}
+        for problem in ready["problems"]:
+            logger.warning("template: %s", problem)
+        logger.info("template ready in %.2fs (pid %d)", ready["load_seconds"], self._template.pid)
+
+    async def _spawn(self, slot: int) -> WorkerHandle:
+        async with self._control_lock:
+            try:
+                reply, fds = await asyncio.to_thread(self._request_spawn, slot)
+            except (OSError, protocol.ChannelClosedError):
+                if self._closed:
+                    raise
+                logger.warning("template gone; restarting it")
+                await self._start_template()
+                reply, fds = await asyncio.to_thread(self._request_spawn, slot)
+        sock = socket.socket(fileno=fds[0])
+        reader, writer = await asyncio.open_unix_connection(sock=sock)
+        try:
+            hello = await asyncio.wait_for(protocol.read_message(reader), timeout=self.settings.worker_start_timeout_s)
+        except (asyncio.TimeoutError, protocol.ChannelClosedError) as exc:
+            writer.close()
+            _signal(reply["pid"], signal.SIGKILL)
+            raise PoolUnavailable(f"worker {slot} did not start: {exc!r}") from exc
+        worker = WorkerHandle(slot, reply["pid"], reader, writer, hello["isolation"])
+        self.isolation = worker.isolation
+        if self._closed:
+            self._kill(worker)
+            raise PoolUnavailable("pool closed")
+        self._workers[slot] = worker
+        self.metrics.live_workers.set(len(self._workers))
+        self._idle.put_nowait(worker)
+        return worker
+
+    def _request_spawn(self, slot: int) -> tuple[dict[str, Any], list[int]]:
+        if self._control is None:
+            raise protocol.ChannelClosedError("no template")
+        protocol.send(self._control, {"op": "spawn", "config": worker_config(self.settings, slot)})
+        reply, fds = protocol.recv(self._control, with_fds=1)
+        if not fds:
+            raise protocol.ChannelClosedError("template sent no worker socket")
+        return reply, fds
+
+    async def _replace(self, slot: int) -> None:
+        delay = 0.05
+        while not self._closed:
+            try:
+                await self._spawn(slot)
+                return
+            except Exception as exc:
+                logger.error("could not replace worker %d: %s; retrying in %.2fs", slot, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def _retire(self, worker: WorkerHandle, reason: str) -> None:
+        logger.warning("worker %d retired: %s", worker.slot, reason)
+        self._kill(worker)
+        if self._workers.get(worker.slot) is worker:
+            del self._workers[worker.slot]
+        self.metrics.live_workers.set(len(self._workers))
+        self.metrics.worker_restarts.inc()
+        self.restarts += 1
+        if not self._closed:
+            self._background(self._replace(worker.slot))
+
+    def _kill(self, worker: WorkerHandle) -> None:
+        worker.writer.close()
+        _signal(worker.keeper_pid, signal.SIGKILL)
+
+    def _background(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ---- running jobs ------------------------------------------------------------------------
+    async def run(self, job: Job) -> dict[str, Any]:
+        """Run ``job`` on a worker; the worker's result message (``worker_died`` set if it died)."""
+        if self._closed:
+            raise PoolUnavailable("the sandbox is shutting down")
+        if self._idle.empty() and self._waiting >= self.queue_size:
+            raise PoolOverloaded(f"all {self.settings.workers} workers busy and {self._waiting} requests queued")
+        self._waiting += 1
+        self.metrics.queue_depth.set(self._waiting)
+        try:
+            worker = await self._idle.get()
+        finally:
+            self._waiting -= 1
+            self.metrics.queue_depth.set(self._waiting)
+        # Shielded: if the caller goes away the execution still finishes and the worker comes back.
+        return await asyncio.shield(self._execute(worker, job))
+
+    async def _execute(self, worker: WorkerHandle, job: Job) -> dict[str, Any]:
+        self._busy += 1
+        self.metrics.busy_workers.set(self._busy)
+        started = time.monotonic()
+        try:
+            worker.writer.write(protocol.encode(job.message()))
+            await worker.writer.drain()
+            result = await asyncio.wait_for(protocol.read_message(worker.reader), timeout=job.run_timeout + RESULT_GRACE_S)
+        except (protocol.ChannelClosedError, ConnectionError, asyncio.TimeoutError) as exc:
+            self._retire(worker, f"during an execution: {exc!r}")
+            return {"type": "result", "worker_died": True, "execution_time": time.monotonic() - started}
+        finally:
+            self._busy -= 1
+            self.metrics.busy_workers.set(self._busy)
+        self._idle.put_nowait(worker)
+        return result
+
+    # ---- state -------------------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        return not self._closed and bool(self._workers)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "workers": self.settings.workers,
+            "live_workers": len(self._workers),
+            "busy_workers": self._busy,
+            "queue_depth": self._waiting,
+            "queue_size": self.queue_size,
+            "worker_restarts": self.restarts,
+            "template": self._template_info,
+            "isolation": self.isolation,
+        }
+
+
+def _signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(OSError):
+        os.kill(pid, sig)

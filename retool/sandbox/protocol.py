@@ -1,0 +1,68 @@
+"""Length-prefixed JSON messages between the server, the template and the workers (Unix sockets)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import struct
+from typing import Any
+
+_HEADER = struct.Struct("!I")
+MAX_MESSAGE = 256 << 20
+
+
+class ChannelClosedError(ConnectionError):
+    """The other end went away (a dead worker or template)."""
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    body = json.dumps(message, separators=(",", ":")).encode()
+    return _HEADER.pack(len(body)) + body
+
+
+def _recv_exact(sock: socket.socket, size: int) -> bytes:
+    chunks = []
+    while size:
+        chunk = sock.recv(min(size, 1 << 20))
+        if not chunk:
+            raise ChannelClosedError("peer closed the channel")
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
+    data = encode(message)
+    if fds:
+        socket.send_fds(sock, [data[:_HEADER.size]], fds)
+        sock.sendall(data[_HEADER.size:])
+    else:
+        sock.sendall(data)
+
+
+def recv(sock: socket.socket, with_fds: int = 0) -> tuple[dict[str, Any], list[int]]:
+    fds: list[int] = []
+    if with_fds:
+        header, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, with_fds)
+        if not header:
+            raise ChannelClosedError("peer closed the channel")
+        if len(header) < _HEADER.size:
+            header += _recv_exact(sock, _HEADER.size - len(header))
+    else:
+        header = _recv_exact(sock, _HEADER.size)
+    (size,) = _HEADER.unpack(header)
+    if size > MAX_MESSAGE:
+        raise ChannelClosedError(f"message of {size} bytes is over the limit")
+    return json.loads(_recv_exact(sock, size)), fds
+
+
+async def read_message(reader: asyncio.StreamReader) -> dict[str, Any]:
+    try:
+        header = await reader.readexactly(_HEADER.size)
+        (size,) = _HEADER.unpack(header)
+        if size > MAX_MESSAGE:
+            raise ChannelClosedError(f"message of {size} bytes is over the limit")
+        return json.loads(await reader.readexactly(size))
+    except asyncio.IncompleteReadError as exc:
+        raise ChannelClosedError("peer closed the channel") from exc

@@ -1,0 +1,42 @@
+"""Run a sandbox replica: ``retool sandbox serve`` and ``python -m retool.sandbox``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from retool.sandbox import isolation, logs
+from retool.sandbox.settings import SandboxSettings
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", help="bind address (default 127.0.0.1; 0.0.0.0 in a pod)")
+    parser.add_argument("--port", type=int, help="port (default 8080)")
+    parser.add_argument("--workers", type=int, help="concurrent executions of this replica (default 16)")
+    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+
+
+def settings_from(args: argparse.Namespace) -> SandboxSettings:
+    """Environment (RETOOL_SANDBOX_*) first, flags override it."""
+    overrides = {k: v for k, v in {"host": args.host, "port": args.port, "workers": args.workers}.items() if v is not None}
+    return SandboxSettings(**overrides)
+
+
+def serve(settings: SandboxSettings, log_level: str = "info") -> None:
+    import uvicorn
+
+    from retool.sandbox.server import create_app
+
+    logs.configure(getattr(logging, log_level.upper()))
+    # Root-owned /proc entries: code running as the same uid cannot read our environment.
+    isolation.set_dumpable(False)
+    config = uvicorn.Config(create_app(settings), host=settings.host, port=settings.port, log_config=None, access_log=False, log_level=log_level)
+    uvicorn.Server(config).run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m retool.sandbox", description="SandboxFusion-compatible code sandbox")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    serve(settings_from(args), args.log_level)
+    return 0

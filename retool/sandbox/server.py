@@ -1,0 +1,159 @@
+"""The sandbox's HTTP face: SandboxFusion's ``/run_code`` and ``/v1/ping``, plus probes and metrics.
+
+Thin: validation and status codes here, everything about executing code in ``pool``/``worker``.
+A full replica answers 429 with Retry-After at once (the client backs off), a replica without
+workers 503; neither ever leaves a caller hanging.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from retool.sandbox.api import RunCodeRequest, RunCodeResponse
+from retool.sandbox.metrics import SandboxMetrics
+from retool.sandbox.outcome import checked_relative_path
+from retool.sandbox.pool import ExecutionPool, Job, PoolOverloaded, PoolUnavailable
+from retool.sandbox.responses import build_response
+from retool.sandbox.settings import SandboxSettings
+
+logger = logging.getLogger("retool.sandbox.server")
+
+LANGUAGES = frozenset({"python", "python3"})
+
+
+class InvalidRequestError(ValueError):
+    """The request cannot be run as given (answered 400 with a SandboxError body naming the field)."""
+
+
+def job_from_request(request: RunCodeRequest, settings: SandboxSettings) -> Job:
+    """Validate a request against this replica's limits; InvalidRequestError names what is wrong."""
+    if request.language.lower() not in LANGUAGES:
+        raise InvalidRequestError(f"language {request.language!r} is not supported: this sandbox runs only python")
+    if request.run_timeout > settings.max_run_timeout_s:
+        raise InvalidRequestError(f"run_timeout {request.run_timeout} is over this sandbox's maximum of {settings.max_run_timeout_s} s")
+    memory = request.memory_limit_MB
+    if memory is None or memory <= 0:
+        memory = settings.default_memory_limit_mb
+    if memory > settings.max_memory_limit_mb:
+        raise InvalidRequestError(f"memory_limit_MB {memory} is over this sandbox's maximum of {settings.max_memory_limit_mb}")
+    for path, content in request.files.items():
+        try:
+            checked_relative_path(path)
+            base64.b64decode(content or "", validate=True)
+        except ValueError as exc:
+            detail = "is not valid base64" if isinstance(exc, binascii.Error) else str(exc)
+            raise InvalidRequestError(f"files[{path!r}]: {detail}") from exc
+    for path in request.fetch_files:
+        try:
+            checked_relative_path(path)
+        except ValueError as exc:
+            raise InvalidRequestError(f"fetch_files: {exc}") from exc
+    return Job(
+        code=request.code,
+        run_timeout=request.run_timeout,
+        memory_limit_mb=memory,
+        stdin=request.stdin,
+        files=dict(request.files),
+        fetch_files=list(request.fetch_files),
+    )
+
+
+def create_app(settings: SandboxSettings | None = None) -> FastAPI:
+    settings = settings or SandboxSettings()
+    metrics = SandboxMetrics()
+    pool = ExecutionPool(settings, metrics)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        await pool.start()
+        logger.info("sandbox ready", extra={"workers": settings.workers, "isolation": pool.isolation})
+        try:
+            yield
+        finally:
+            await pool.close()
+
+    app = FastAPI(title="retool sandbox", description="SandboxFusion-compatible code sandbox", lifespan=lifespan)
+    app.state.pool = pool
+    app.state.settings = settings
+    app.state.metrics = metrics
+
+    def refuse(status_code: int, message: str, retry_after: int | None = None) -> JSONResponse:
+        body = RunCodeResponse(status="SandboxError", message=message, executor_pod_name=settings.pod_name).model_dump()
+        headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+        return JSONResponse(body, status_code=status_code, headers=headers)
+
+    @app.get("/healthz")
+    async def healthz() -> dict:
+        """Liveness: the event loop answers. Dead workers are replaced by the pool, not by a restart."""
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        """Ready when at least one warm worker is alive; details include the isolation obtained."""
+        snapshot = pool.snapshot()
+        ready = pool.ready
+        return JSONResponse({"ready": ready, **snapshot}, status_code=200 if ready else 503)
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/ping")
+    async def ping() -> str:
+        return "pong"
+
+    @app.post("/run_code", response_model=RunCodeResponse, response_model_exclude_none=False)
+    async def run_code(body: RunCodeRequest, request: Request) -> JSONResponse:
+        started = time.monotonic()
+        try:
+            job = job_from_request(body, settings)
+        except InvalidRequestError as exc:
+            metrics.requests.labels("Rejected").inc()
+            return refuse(400, str(exc))
+        try:
+            result = await pool.run(job)
+        except PoolOverloaded as exc:
+            metrics.requests.labels("Rejected").inc()
+            metrics.rejected.inc()
+            return refuse(429, f"sandbox busy: {exc}; retry later", settings.retry_after_s)
+        except PoolUnavailable as exc:
+            metrics.requests.labels("Rejected").inc()
+            return refuse(503, f"sandbox unavailable: {exc}", settings.retry_after_s)
+        response = build_response(result, settings.pod_name)
+        elapsed = time.monotonic() - started
+        metrics.requests.labels(response.status).inc()
+        metrics.latency.observe(elapsed)
+        if result.get("execution_time") is not None:
+            metrics.execution.observe(result["execution_time"])
+        if result.get("timed_out"):
+            metrics.timeouts.inc()
+        if result.get("memory_error"):
+            metrics.memory_kills.inc()
+        if result.get("output_truncated"):
+            metrics.truncated.inc()
+        run = response.run_result
+        logger.log(
+            logging.DEBUG if response.status == "Success" else logging.INFO,
+            "run_code",
+            extra={
+                "status": response.status,
+                "run_status": run.status if run else None,
+                "return_code": run.return_code if run else None,
+                "seconds": round(elapsed, 4),
+                "timed_out": bool(result.get("timed_out")),
+                "memory_error": bool(result.get("memory_error")),
+                "worker_died": bool(result.get("worker_died")),
+            },
+        )
+        return JSONResponse(response.model_dump())
+
+    return app

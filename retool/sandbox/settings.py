@@ -1,0 +1,58 @@
+"""Sandbox configuration: one pydantic-settings object, environment prefix ``RETOOL_SANDBOX_``.
+
+The CLI flags (--host, --port, --workers) override the environment; everything else is tuned
+through the environment so the operator can set it on the Deployment.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from retool.spec.names import SANDBOX_PORT
+
+DEFAULT_PRELOAD: tuple[str, ...] = (
+    "math", "cmath", "itertools", "functools", "fractions", "decimal", "collections", "heapq", "bisect",
+    "random", "statistics", "re", "string", "json", "datetime", "time", "operator", "copy", "typing",
+    "dataclasses", "numbers", "array", "struct", "hashlib", "ctypes", "subprocess", "signal", "threading",
+    "io", "textwrap", "pprint", "traceback", "multiprocessing",
+    "numpy", "numpy.linalg", "sympy", "scipy", "scipy.linalg", "scipy.optimize", "scipy.special",
+    "scipy.integrate",
+)  # fmt: skip
+"""Modules imported once into the template, so executions get them for the cost of a fork."""
+
+
+class SandboxSettings(BaseSettings):
+    """Every knob of a sandbox replica."""
+
+    model_config = SettingsConfigDict(env_prefix="RETOOL_SANDBOX_", extra="ignore")
+
+    host: str = Field("127.0.0.1", description="Bind address; 0.0.0.0 in a pod.")
+    port: int = Field(SANDBOX_PORT, ge=1, le=65535)
+    workers: int = Field(16, ge=1, le=512, description="Concurrent executions of this replica (warm worker processes).")
+    queue_size: int | None = Field(None, ge=0, description="Requests allowed to wait for a worker; beyond that 429. Default: 4 x workers.")
+    retry_after_s: int = Field(1, ge=1, description="Retry-After sent with 429.")
+    default_memory_limit_mb: int = Field(1024, ge=16)
+    max_memory_limit_mb: int = Field(8192, ge=16)
+    max_run_timeout_s: float = Field(300.0, gt=0)
+    output_limit_bytes: int = Field(1 << 20, ge=1024, description="Cap of stdout and of stderr each; the rest is dropped with a marker.")
+    max_processes: int = Field(64, ge=1, description="RLIMIT_NPROC of an execution (processes and threads).")
+    max_file_size_mb: int = Field(64, ge=1, description="RLIMIT_FSIZE of an execution.")
+    max_open_files: int = Field(256, ge=16, description="RLIMIT_NOFILE of an execution.")
+    tmp_size_mb: int = Field(256, ge=1, description="Size of an execution's private /tmp (when mount namespaces are available).")
+    max_fetch_bytes: int = Field(16 << 20, ge=0, description="Total size of files returned by fetch_files.")
+    isolation: Literal["auto", "none"] = Field("auto", description="auto: strongest namespaces the kernel allows; none: processes, rlimits and uids only.")
+    uid_base: int = Field(60000, ge=1, description="When started as root, execution slot i runs as uid/gid uid_base + i.")
+    tmp_root: str = Field(default_factory=tempfile.gettempdir, description="Where per-execution directories live without a private /tmp.")
+    preload: tuple[str, ...] = Field(DEFAULT_PRELOAD, description="Modules imported into the warm template.")
+    pass_env: tuple[str, ...] = Field(("PATH", "LANG", "LC_ALL", "TZ", "PYTHONPATH"), description="Server variables the template keeps; all others are dropped.")
+    worker_start_timeout_s: float = Field(120.0, gt=0)
+    pod_name: str = Field(default_factory=lambda: os.environ.get("POD_NAME") or os.environ.get("HOSTNAME") or "local")
+
+    @property
+    def effective_queue_size(self) -> int:
+        return self.queue_size if self.queue_size is not None else 4 * self.workers
