@@ -13,6 +13,7 @@ COMMANDS: tuple[str, ...] = (
     "validate",
     "render",
     "sandbox",
+    "data",
     "eval",
 )
 

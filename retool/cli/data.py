@@ -1,0 +1,80 @@
+"""``retool data prepare sft|rl|eval|all``: turn raw data sets into the parquet files verl trains on.
+
+``all`` reads a RetoolRun and writes every output where the later stages look for it: this is the
+command the operator's prepare stage runs (the spec is mounted at /etc/retool/run.yaml).
+Exit 0 when the outputs were written (malformed rows are reported, not fatal), 1 on an unreadable
+spec or source, or a source without a single valid row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+from retool.runtime.context import SPEC_MOUNT_PATH
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    data = subparsers.add_parser("data", help="prepare SFT, RL and evaluation data", description="Data set preparation.")
+    actions = data.add_subparsers(dest="data_command", metavar="ACTION", required=True)
+    prepare = actions.add_parser("prepare", help="convert a data source into verl parquet", description="Convert data sources into verl parquet.")
+    kinds = prepare.add_subparsers(dest="kind", metavar="KIND", required=True)
+
+    def common(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--split", default="train", help="split of a hub dataset (default: train)")
+        parser.add_argument("--s3-endpoint", default=None, help="S3-compatible endpoint for s3:// sources (default: boto3's, e.g. AWS_ENDPOINT_URL)")
+        parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+        parser.set_defaults(func=run)
+
+    def single(name: str, help_text: str) -> argparse.ArgumentParser:
+        parser = kinds.add_parser(name, help=help_text, description=help_text)
+        parser.add_argument("--source", required=True, help="hub id (org/name), local parquet/jsonl file or directory, or s3://bucket/key")
+        parser.add_argument("--out", required=True, help="output parquet file")
+        common(parser)
+        return parser
+
+    sft = single("sft", "ReTool-SFT (or multi-turn) trajectories -> multi-turn messages + tools")
+    sft.add_argument("--data-source", default="retool_sft", help="data_source of rows that have none")
+    rl = single("rl", "DAPO-Math-17k -> deduplicated RL prompts with one answer instruction")
+    rl.add_argument("--data-source", default=None, help="override every row's data_source")
+    ev = single("eval", "AIME-style problems (Problem/Answer or problem/answer) -> eval parquet")
+    ev.add_argument("--name", required=True, help="eval set name, used as data_source (e.g. aime_2024)")
+    everything = kinds.add_parser("all", help="every output of a RetoolRun, at its run paths", description="Prepare every data set of a RetoolRun.")
+    everything.add_argument("--spec", default=SPEC_MOUNT_PATH, help=f"RetoolRun YAML (default: {SPEC_MOUNT_PATH}, where the operator mounts it)")
+    common(everything)
+
+
+def run(args: argparse.Namespace) -> int:
+    from retool.data import prepare_eval, prepare_rl, prepare_run, prepare_sft
+    from retool.spec.validate import SpecError, parse_run
+
+    options = {"split": args.split, "s3_endpoint": args.s3_endpoint}
+    try:
+        if args.kind == "sft":
+            summaries = [prepare_sft(args.source, args.out, data_source=args.data_source, **options)]
+        elif args.kind == "rl":
+            summaries = [prepare_rl(args.source, args.out, data_source=args.data_source, **options)]
+        elif args.kind == "eval":
+            summaries = [prepare_eval(args.source, args.out, name=args.name, **options)]
+        else:
+            try:
+                document = yaml.safe_load(Path(args.spec).read_text(encoding="utf-8"))
+            except (OSError, yaml.YAMLError) as exc:
+                print(f"error: {args.spec}: {exc}", file=sys.stderr)
+                return 1
+            summaries = prepare_run(parse_run(document), s3_endpoint=args.s3_endpoint, split=args.split)
+    except SpecError as exc:
+        print(f"error: {args.spec}: {exc}", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps([s.to_dict() for s in summaries], indent=2, default=str))
+    else:
+        print("\n".join(s.render() for s in summaries))
+    return 0

@@ -1,0 +1,106 @@
+"""AIME-style evaluation sets -> the RL parquet layout, one file per set, ``data_source`` = the set's name.
+
+AIME 2024 (Maxwell-Jia/AIME_2024) spells its columns ``Problem``/``Answer``, AIME 2025
+(yentinglin/aime_2025) ``problem``/``answer``; both are accepted (case-insensitive), and the prompt
+gets the same single answer instruction as training, so validation scores measure the same task.
+The set's name becomes ``data_source``, which verl uses in metric names (val-core/aime_2024/...).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from retool.data.dedup import QuestionDeduplicator
+from retool.data.report import MalformedLog, MalformedRowError, PrepareSummary
+from retool.data.rl import strip_answer_instruction
+from retool.data.schema import EVAL_SPLIT, RL_SCHEMA, rl_row
+from retool.data.sources import BadLine, RowBatch, iter_batches
+from retool.data.writer import AtomicParquetWriter
+
+logger = logging.getLogger(__name__)
+
+QUESTION_COLUMNS = ("problem", "question")
+ANSWER_COLUMNS = ("answer",)
+ID_COLUMNS = ("id", "problem_id", "url")
+
+
+@dataclass(frozen=True)
+class EvalProblem:
+    question: str
+    answer: str
+    source_id: str | None
+
+
+def _field(row: Mapping[str, Any], names: tuple[str, ...]) -> Any:
+    lowered = {str(key).lower(): value for key, value in row.items()}
+    for name in names:
+        if lowered.get(name) is not None:
+            return lowered[name]
+    return None
+
+
+def parse_eval_row(row: Any) -> EvalProblem:
+    """Read an AIME row; raise ``MalformedRowError`` when the problem or the answer is missing."""
+    if isinstance(row, BadLine):
+        raise MalformedRowError(row.reason)
+    if not isinstance(row, Mapping):
+        raise MalformedRowError(f"row is a {type(row).__name__}, not an object")
+    question = _field(row, QUESTION_COLUMNS)
+    if not isinstance(question, str) or not question.strip():
+        raise MalformedRowError("missing problem")
+    answer = _field(row, ANSWER_COLUMNS)
+    if isinstance(answer, bool) or not isinstance(answer, str | int | float):
+        raise MalformedRowError("missing answer")
+    answer_text = str(int(answer)) if isinstance(answer, float) and answer.is_integer() else str(answer).strip()
+    if not answer_text:
+        raise MalformedRowError("missing answer")
+    source_id = _field(row, ID_COLUMNS)
+    stripped, _ = strip_answer_instruction(question)
+    return EvalProblem(question=stripped, answer=answer_text, source_id=None if source_id is None else str(source_id))
+
+
+def prepare_eval(
+    source: str,
+    out: str,
+    *,
+    name: str,
+    split: str = "train",
+    batches: Iterable[RowBatch] | None = None,
+    **source_options: Any,
+) -> PrepareSummary:
+    """Convert one AIME-style set into ``out`` with ``data_source = name``; return and log the summary."""
+    started = time.monotonic()
+    summary = PrepareSummary(kind=f"eval:{name}", source=source, output=str(out))
+    log = MalformedLog()
+    dedup = QuestionDeduplicator()
+    with AtomicParquetWriter(out, RL_SCHEMA) as writer:
+        index = 0
+        for batch in batches if batches is not None else iter_batches(source, split=split, batch_rows=4096, **source_options):
+            summary.rows_read += len(batch)
+            for offset, row in enumerate(batch.to_rows()):
+                try:
+                    problem = parse_eval_row(row)
+                except MalformedRowError as exc:
+                    log.add(batch.where(offset), str(exc), row)
+                    continue
+                if not dedup.admit(problem.question, problem.answer, batch.where(offset)):
+                    continue
+                writer.write(
+                    rl_row(data_source=name, question=problem.question, ground_truth=problem.answer, index=index, split=EVAL_SPLIT, source_id=problem.source_id)
+                )
+                index += 1
+        writer.flush()
+        summary.absorb(log)
+        if writer.rows_written == 0:
+            raise ValueError(f"{source}: no valid rows ({summary.rows_read} read, {log.count} malformed: {dict(log.by_reason)})")
+        writer.commit()
+    summary.rows_written = writer.rows_written
+    summary.duplicates = dedup.duplicates
+    summary.counters = {"duplicate_questions_with_different_answer": dedup.conflicts}
+    summary.seconds = time.monotonic() - started
+    summary.log()
+    return summary
