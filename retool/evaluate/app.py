@@ -88,13 +88,13 @@ async def run_eval(config: EvalConfig, *, progress: bool = False) -> EvalOutcome
             sandbox_url = server.base_url
         bar = _progress_bar(len(problems) * config.n, enabled=progress)
         stack.callback(bar.close)
-        solved = 0
+        done, solved = 0, 0
 
         def on_sample(result: SampleResult) -> None:
-            nonlocal solved
-            solved += int(result.acc)
+            nonlocal done, solved
+            done, solved = done + 1, solved + int(result.acc)
             bar.update(1)
-            bar.set_postfix(acc=f"{solved / bar.n:.3f}")
+            bar.set_postfix(acc=f"{solved / done:.3f}")
 
         try:
             async with sandbox_tool(

@@ -8,6 +8,8 @@ half-way, so nothing is left RUNNING.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -65,7 +67,10 @@ def log_run(
     except BaseException:
         client.set_terminated(run_id, status="FAILED")
         raise
-    client.set_terminated(run_id, status="FINISHED")
+    # MLflow prints a "View run ... at: URL" line to stdout when a run ends; keep stdout for our output.
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        client.set_terminated(run_id, status="FINISHED")
+    logger.debug("mlflow: %s", printed.getvalue().strip())
     url = f"{tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
     logger.info("logged MLflow run %s", url)
     return LoggedRun(experiment_id=experiment_id, run_id=run_id, url=url)
