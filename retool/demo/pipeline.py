@@ -28,6 +28,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from retool.data_check.app import CheckConfig, run_check
+from retool.demo.prepare import prepare_samples
 from retool.demo.render import render_run
 from retool.demo.samples import EVAL_FILE, SFT_FILE
 from retool.embedded.process import ManagedServer
@@ -109,13 +110,6 @@ def start_stack(servers: list[ManagedServer], progress: bool) -> None:
         raise first
 
 
-def prepare_data(out_dir: Path, progress: bool) -> dict[str, Path]:
-    """The sample files as the platform's prepared datasets (what the prepare stage writes on the PVC)."""
-    from retool.demo.prepare import prepare_samples
-
-    return prepare_samples(SFT_FILE, EVAL_FILE, out_dir, progress=progress)
-
-
 def _timed(seconds: dict[str, float], name: str, step: Callable[[], object]) -> object:
     started = time.monotonic()
     try:
@@ -137,16 +131,18 @@ def run_demo(config: DemoConfig) -> DemoSummary:
     kept_pid = None
     try:
         _timed(seconds, "start_stack", lambda: start_stack([sandbox, mlflow], config.progress))
-        prepared = _timed(seconds, "prepare", lambda: prepare_data(out / "data", config.progress))
+        prepared = _timed(seconds, "prepare", lambda: prepare_samples(SFT_FILE, EVAL_FILE, out / "data", progress=config.progress))
+        # The shipped trajectories carry their answers (the prepared SFT layout has no answer column),
+        # so the check scores every final answer as well as re-running every code block.
         check = _timed(
             seconds,
             "data_check",
             lambda: asyncio.run(
-                run_check(CheckConfig(file=prepared["sft"], out_dir=out / "data-check", sandbox_url=sandbox.base_url, concurrency=4), progress=config.progress)
+                run_check(CheckConfig(file=SFT_FILE, out_dir=out / "data-check", sandbox_url=sandbox.base_url, concurrency=4), progress=config.progress)
             ),
         )
         rendered = _timed(seconds, "render", lambda: _render(config.example, out / "render", config.progress))
-        figures = {**check.report.metrics(), "demo/render/objects": float(len(rendered.kinds)), "demo/render/stages": float(len(rendered.commands))}
+        figures = {**check.report.metrics(), **prepared.figures(), "demo/render/objects": float(len(rendered.kinds)), "demo/render/stages": float(len(rendered.commands))}
         logged = _timed(
             seconds,
             "mlflow",
@@ -169,7 +165,7 @@ def run_demo(config: DemoConfig) -> DemoSummary:
             report=check.markdown_path,
             manifests=rendered.manifests,
             commands=rendered.commands,
-            prepared=prepared,
+            prepared={"sft": prepared.sft, "eval": prepared.eval},
             figures=figures,
             check_ok=check.report.ok,
             kept_mlflow_pid=kept_pid,

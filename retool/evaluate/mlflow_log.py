@@ -28,7 +28,7 @@ class LoggedRun:
     experiment_id: str
     run_id: str
     url: str
-    """The run's page in the MLflow UI."""
+    """The run's page in the MLflow UI (for a server URI)."""
 
 
 def log_run(
@@ -71,6 +71,9 @@ def log_run(
     with contextlib.redirect_stdout(io.StringIO()) as printed:
         client.set_terminated(run_id, status="FINISHED")
     logger.debug("mlflow: %s", printed.getvalue().strip())
-    url = f"{tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+    if tracking_uri.startswith(("http://", "https://")):
+        url = f"{tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+    else:  # a database or file store has no UI of its own
+        url = f"{tracking_uri} (experiment {experiment_id}, run {run_id})"
     logger.info("logged MLflow run %s", url)
     return LoggedRun(experiment_id=experiment_id, run_id=run_id, url=url)

@@ -105,14 +105,16 @@ async def test_eval_round_trips_through_the_real_sandbox(endpoint, data, sandbox
     assert json.loads(outcome.summary_path.read_text()) == pytest.approx(summary)
 
 
-def test_eval_cli_with_embedded_sandbox_and_mlflow(endpoint, data, mlflow, tmp_path):
-    """The command a user runs: no --sandbox-url, so it starts (and stops) its own sandbox."""
+def test_eval_cli_with_embedded_sandbox_and_mlflow(endpoint, data, tmp_path):
+    """The command a user runs: no --sandbox-url, so it starts (and stops) its own sandbox. MLflow is
+    a sqlite store here (the demo's test logs through a real MLflow server)."""
     _, url = endpoint
+    tracking_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     out = tmp_path / "cli.jsonl"
     command = [
         sys.executable, "-m", "retool.cli", "eval",
         "--endpoint", url, "--model", MODEL, "--data", str(data), "-n", "1", "--max-turns", "3",
-        "--out", str(out), "--mlflow-uri", mlflow.base_url, "--experiment", "eval-e2e", "--log-dir", str(tmp_path / "logs"),
+        "--out", str(out), "--mlflow-uri", tracking_uri, "--experiment", "eval-e2e", "--log-dir", str(tmp_path / "logs"),
     ]  # fmt: skip
     done = subprocess.run(command, env=repo_env(), capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stderr
@@ -122,7 +124,7 @@ def test_eval_cli_with_embedded_sandbox_and_mlflow(endpoint, data, mlflow, tmp_p
 
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(mlflow.base_url)
+    client = MlflowClient(tracking_uri)
     experiment = client.get_experiment_by_name("eval-e2e")
     (run,) = client.search_runs([experiment.experiment_id])
     assert run.info.status == "FINISHED"
