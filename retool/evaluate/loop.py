@@ -108,7 +108,7 @@ async def run_conversation(
         # Calls of one turn are independent scripts: run them together, answer in the model's order.
         results = await asyncio.gather(*(execute(call) for call in turn.tool_calls))
         for call, result in zip(turn.tool_calls, results, strict=True):
-            messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result.text})
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": result.text})
             transcript.tool_calls += 1
             transcript.tool_failures += 0 if result.ok else 1
             transcript.tool_seconds += result.elapsed_s
