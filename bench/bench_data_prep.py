@@ -29,7 +29,7 @@ DAPO_PREFIX = (
     "(without quotes) where $Answer is the answer to the problem.\n\n"
 )
 DAPO_SUFFIX = '\n\nRemember to put your answer on its own line after "Answer:".'
-WORDS = "let triangle circle integer prime sum product find the number of real roots polynomial sequence probability".split()
+WORDS = ["let", "triangle", "circle", "integer", "prime", "sum", "product", "find", "the", "number", "of", "real", "roots", "polynomial", "sequence", "probability"]
 
 
 def unique_problems(count: int, rng: np.random.Generator) -> tuple[list[str], list[str]]:

@@ -36,7 +36,7 @@ class EvalProblem:
 
 
 def _field(row: Mapping[str, Any], names: tuple[str, ...]) -> Any:
-    lowered = {str(key).lower(): value for key, value in row.items()}
+    lowered = {str(key).lower(): value for key, value in row.items() if value is not None}  # "Problem" and "problem" may both exist
     for name in names:
         if lowered.get(name) is not None:
             return lowered[name]

@@ -15,7 +15,8 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 MAX_EXAMPLES = 5
-SNIPPET_CHARS = 160
+SNIPPET_CHARS = 240
+FIELD_CHARS = 100
 
 
 class MalformedRowError(ValueError):
@@ -44,12 +45,24 @@ class MalformedLog:
             self.examples.append(MalformedExample(where=where, reason=reason, snippet=snippet(row)))
 
 
+def _shorten(value: Any) -> Any:
+    """Long strings keep their head and tail: enough to recognise a row, short enough for a log line."""
+    if isinstance(value, str) and len(value) > FIELD_CHARS:
+        half = FIELD_CHARS // 2
+        return value[:half] + " ... " + value[-half:]
+    if isinstance(value, dict):
+        return {key: _shorten(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_shorten(item) for item in value]
+    return value
+
+
 def snippet(row: Any) -> str:
     """A short, single-line rendering of a row for reports."""
     if row is None:
         return ""
     try:
-        text = json.dumps(row, ensure_ascii=False, default=str)
+        text = json.dumps(_shorten(row), ensure_ascii=False, default=str)
     except (TypeError, ValueError):
         text = repr(row)
     text = " ".join(text.split())

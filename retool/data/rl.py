@@ -127,6 +127,16 @@ def parse_dapo_row(row: Any, default_data_source: str = DEFAULT_DATA_SOURCE) -> 
     )
 
 
+def without_instructions(row: Any) -> Any:
+    """The row as reported: DAPO's boilerplate removed from its prompt, so the example shows the problem."""
+    if not isinstance(row, Mapping) or not isinstance(row.get("prompt"), list):
+        return row
+    prompt = [
+        {**m, "content": strip_answer_instruction(m["content"])[0]} if isinstance(m, Mapping) and isinstance(m.get("content"), str) else m for m in row["prompt"]
+    ]
+    return {**row, "prompt": prompt}
+
+
 def batch_pair_keys(batch: pa.RecordBatch) -> pa.Array | None:
     """Per row: all prompt texts joined with the ground truth, or null when a part is missing.
 
@@ -188,7 +198,7 @@ class RLConverter:
         try:
             problem = parse_dapo_row(row)
         except MalformedRowError as exc:
-            self.log.add(where, str(exc), row)
+            self.log.add(where, str(exc), without_instructions(row))
             return str(exc)
         if not self.questions.admit(problem.question, problem.ground_truth, where):
             return None
