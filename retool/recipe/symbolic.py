@@ -3,8 +3,9 @@
 verl calls the reward from a thread pool (``loop.run_in_executor``), so neither ``signal.alarm``
 nor math-verify's own signal-based timeouts can be used in the caller, and sympy can block inside
 one C call for minutes. Each comparison therefore runs in a child process (see
-:mod:`retool.recipe.symbolic_worker`) that is killed at its deadline and replaced at once; a pool
-of warm workers keeps the next call from waiting for the replacement's imports.
+:mod:`retool.recipe.symbolic_worker`: a warm zygote and the executor it forks) whose executor is
+killed at the deadline and re-forked from the zygote in milliseconds; a whole worker is replaced
+(seconds of imports, while the others serve) only if its zygote dies.
 
 Thread-safe: each worker serves one caller at a time.
 """
@@ -12,10 +13,12 @@ Thread-safe: each worker serves one caller at a time.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import os
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -49,6 +52,7 @@ class _Worker:
         )
         self._buffer = b""
         self.ready = False
+        self.executor_pid: int | None = None
 
     def read_line(self, deadline: float) -> bytes | None:
         """One line from the worker, or None if none came before ``deadline`` or it died."""
@@ -67,10 +71,31 @@ class _Worker:
         return line
 
     def wait_ready(self, deadline: float) -> bool:
-        if not self.ready:
+        """Whether an executor is ready for a request, waiting for its announcement until ``deadline``.
+
+        Lines other than the announcement (a reply the killed executor wrote just before the kill)
+        are skipped.
+        """
+        while not self.ready:
             line = self.read_line(deadline)
-            self.ready = line is not None and _decode(line).get("ready") is True
-        return self.ready
+            if line is None:
+                return False
+            announcement = _decode(line)
+            if announcement.get("ready") is True:
+                self.ready = True
+                self.executor_pid = announcement.get("pid") if isinstance(announcement.get("pid"), int) else None
+        return True
+
+    def kill_executor(self) -> bool:
+        """Kill the executor busy with a late request; the zygote forks a warm one. False if that is not possible."""
+        self.ready = False
+        if self.executor_pid is None or self.proc.poll() is not None:
+            return False
+        # ProcessLookupError: it finished at the last moment; the zygote announces a new one either way
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.executor_pid, signal.SIGKILL)
+        self.executor_pid = None
+        return True
 
     def send(self, request: dict) -> bool:
         assert self.proc.stdin is not None
@@ -163,9 +188,9 @@ class SymbolicPool:
                 return None
             line = worker.read_line(deadline)
             if line is None:
-                healthy = False
                 self.kills += 1
-                logger.info("symbolic comparison passed its %.3fs deadline; worker %d killed", timeout_s, worker.proc.pid)
+                healthy = worker.kill_executor()
+                logger.info("symbolic comparison passed its %.3fs deadline; executor of worker %d killed", timeout_s, worker.proc.pid)
                 return None
             reply = _decode(line)
             if "eq" not in reply:

@@ -4,8 +4,9 @@ Run as a script (``python symbolic_worker.py``) by :mod:`retool.recipe.symbolic`
 standard library and math-verify so that it starts the same way wherever the reward file lives.
 
 Protocol: each stdin line is JSON ``{"pred": str, "truth": str, "timeout_s": float}``; each answer is
-one stdout line ``{"eq": bool}`` or ``{"eq": false, "error": str}``. The worker prints ``{"ready": true}``
-once its imports are done.
+one stdout line ``{"eq": bool}`` or ``{"eq": false, "error": str}``. Requests are served by an
+executor forked from this (warm) process, which prints ``{"ready": true, "pid": N}`` when it starts;
+the parent kills that pid at a deadline and waits for the next ready line.
 
 Why a separate process: sympy can spend minutes inside one C-level big-integer operation
 (``9^{9^{9^9}}``) that no signal interrupts, and verl calls the reward from a thread pool where
@@ -24,6 +25,7 @@ import signal
 import sys
 import threading
 import time
+from typing import BinaryIO
 
 # A comparison needs tens of MB; a cap turns a memory bomb into a MemoryError instead of swapping.
 MEMORY_LIMIT_BYTES = int(os.environ.get("RETOOL_SYMBOLIC_MEMORY_BYTES", str(2 << 30)))
@@ -86,16 +88,13 @@ def _limit_cpu(budget_s: float) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
 
 
-def serve(stdin: object = sys.stdin, stdout: object = sys.stdout) -> None:
+def _serve_requests(stdin: BinaryIO, stdout: BinaryIO) -> None:
+    """The executor: answer requests until stdin closes. Runs in a child forked from the warm zygote."""
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
-    logging.disable(logging.WARNING)  # math-verify warns about its disabled timeouts on every call
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
     signal.signal(signal.SIGALRM, _on_alarm)
-    for pred, truth in _WARM_UP:  # sympy imports much lazily on first use: pay for it before readiness
-        compare(pred, truth)
-    stdout.write('{"ready": true}\n')
+    stdout.write(json.dumps({"ready": True, "pid": os.getpid()}).encode() + b"\n")
     stdout.flush()
-    for line in stdin:
+    while line := stdin.readline():
         try:
             request = json.loads(line)
             budget = max(float(request.get("timeout_s", 1.0)), 0.001)
@@ -109,8 +108,39 @@ def serve(stdin: object = sys.stdin, stdout: object = sys.stdout) -> None:
             reply = {"eq": False, "error": "timeout"}
         except Exception as exc:  # any failure of one comparison (MemoryError, RecursionError, ...) is "not equivalent"
             reply = {"eq": False, "error": f"{type(exc).__name__}: {exc}"[:200]}
-        stdout.write(json.dumps(reply) + "\n")
+        stdout.write(json.dumps(reply).encode() + b"\n")
         stdout.flush()
+
+
+def serve(stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
+    """The zygote: import and warm up once, then fork an executor, and a new one whenever it is killed.
+
+    A killed executor is replaced by a fork of this warm process in milliseconds, instead of a new
+    interpreter that needs seconds to import sympy. The zygote never reads stdin and runs no
+    threads, so forking it is safe; it exits when an executor ends normally (stdin closed).
+    """
+    stdin = stdin or sys.stdin.buffer
+    stdout = stdout or sys.stdout.buffer
+    logging.disable(logging.WARNING)  # math-verify warns about its disabled timeouts on every call
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
+    for pred, truth in _WARM_UP:  # sympy imports much lazily on first use: pay for it before forking
+        compare(pred, truth)
+    stdout.flush()
+    parent = os.getppid()
+    while True:
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                _serve_requests(stdin, stdout)
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+            return
+        if os.getppid() != parent:
+            return  # orphaned: nobody will send work
 
 
 if __name__ == "__main__":

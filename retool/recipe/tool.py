@@ -16,6 +16,7 @@ import asyncio
 import logging
 import time
 from typing import Any, Literal
+from urllib.parse import urlsplit
 from uuid import uuid4
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -66,7 +67,8 @@ class CodeInterpreterConfig(BaseModel):
     @field_validator("sandbox_url")
     @classmethod
     def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")) or len(value) <= len("https://"):
+        parsed = urlsplit(value)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise ValueError(f"sandbox_url must be an http(s) URL, got {value!r}")
         return value.rstrip("/")
 

@@ -19,7 +19,9 @@ DEFAULT_PRELOAD: tuple[str, ...] = (
     "math", "cmath", "itertools", "functools", "fractions", "decimal", "collections", "heapq", "bisect",
     "random", "statistics", "re", "string", "json", "datetime", "time", "operator", "copy", "typing",
     "dataclasses", "numbers", "array", "struct", "hashlib", "ctypes", "subprocess", "signal", "threading",
-    "io", "textwrap", "pprint", "traceback", "multiprocessing",
+    "io", "textwrap", "pprint", "traceback", "multiprocessing", "glob", "pathlib", "socket", "encodings.idna",
+    "csv", "base64", "unicodedata", "tempfile", "shutil", "secrets", "contextlib", "enum", "warnings", "inspect",
+    "ast", "resource", "gc", "queue", "timeit", "sys", "os",
     "numpy", "numpy.linalg", "sympy", "scipy", "scipy.linalg", "scipy.optimize", "scipy.special",
     "scipy.integrate",
 )  # fmt: skip

@@ -86,6 +86,8 @@ def setup_isolation(config: WorkerConfig) -> tuple[isolation.IsolationReport, bo
         problems.append("namespaces disabled by configuration (isolation=none)")
     if not root:
         problems.append("not started as root: executions run as the server's uid")
+    elif not readable_by_others(os.path.dirname(os.__file__)):
+        problems.append("the Python installation is not readable by the execution uids: only preloaded modules can be imported")
     namespaces = mode != "none"
     report = isolation.IsolationReport(
         mode=mode,
@@ -97,6 +99,20 @@ def setup_isolation(config: WorkerConfig) -> tuple[isolation.IsolationReport, bo
         problems=tuple(problems),
     )
     return report, namespaces
+
+
+def readable_by_others(path: str) -> bool:
+    """Whether a uid without privileges can reach and list ``path`` (every parent searchable)."""
+    current = os.path.abspath(path)
+    if not os.stat(current).st_mode & 0o004:
+        return False
+    while True:
+        if not os.stat(current).st_mode & 0o001:
+            return False
+        parent = os.path.dirname(current)
+        if parent == current:
+            return True
+        current = parent
 
 
 def worker_main(sock: socket.socket, config: WorkerConfig) -> NoReturn:

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -111,18 +112,48 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.slow
-def test_pool_kills_a_worker_stuck_in_c_and_recovers() -> None:
-    """9^{9^{9^9}} blocks sympy inside one big-integer power: only killing the worker ends it."""
+def test_pool_kills_an_executor_stuck_in_c_and_recovers_from_the_warm_zygote() -> None:
+    """9^{9^{9^9}} blocks sympy inside one big-integer power: only killing the executor ends it."""
     pool = SymbolicPool(size=1)
     try:
         assert pool.compare("2", "2", timeout_s=60.0) is True  # cold start
-        stuck = pool._idle[0].proc.pid
+        worker = pool._idle[0]
+        zygote, stuck = worker.proc.pid, worker.executor_pid
+        assert stuck is not None and stuck != zygote
         assert pool.compare("9^{9^{9^9}}", "5", timeout_s=0.3) is None
         assert pool.kills == 1
+        assert pool.compare("2\\sqrt{2}", "\\sqrt{8}", timeout_s=5.0) is True  # a fresh fork serves at once
+        assert pool._idle[0].proc.pid == zygote and _alive(zygote)
+        assert pool._idle[0].executor_pid not in (None, stuck)
         assert not _alive(stuck)
-        assert pool.compare("2\\sqrt{2}", "\\sqrt{8}", timeout_s=60.0) is True  # the replacement serves
     finally:
         pool.close()
+
+
+ORPHAN = textwrap.dedent(
+    """
+    import json, os, sys, threading, time
+    from retool.recipe.symbolic import SymbolicPool
+    pool = SymbolicPool(size=1)
+    pool.compare("1", "1", timeout_s=60.0)
+    worker = pool._idle[0]
+    print(json.dumps([worker.proc.pid, worker.executor_pid]), flush=True)
+    threading.Thread(target=pool.compare, args=("9^{9^{9^9}}", "5", 1.0), daemon=True).start()
+    time.sleep(0.3)
+    os._exit(0)  # the trainer process dies while the executor is stuck in C
+    """
+)
+
+
+@pytest.mark.slow
+def test_workers_do_not_outlive_a_dead_parent(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-c", ORPHAN], cwd=tmp_path, env=repo_env(), capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    pids = json.loads(proc.stdout.strip().splitlines()[-1])
+    deadline = time.monotonic() + 60
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(_alive(pid) for pid in pids), "the CPU limit ends a stuck orphan executor, then its zygote exits"
 
 
 def test_closing_the_pool_ends_its_workers() -> None:
@@ -145,7 +176,8 @@ def test_worker_exits_when_its_input_closes() -> None:
         [sys.executable, "-I", str(REWARD_FILE.with_name("symbolic_worker.py"))], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
     assert proc.stdout is not None and proc.stdin is not None
-    assert json.loads(proc.stdout.readline()) == {"ready": True}
+    ready = json.loads(proc.stdout.readline())
+    assert ready["ready"] is True and isinstance(ready["pid"], int) and ready["pid"] != proc.pid
     proc.stdin.write(json.dumps({"pred": "\\frac{1}{2}", "truth": "0.5", "timeout_s": 5}) + "\n")
     proc.stdin.write("not json\n")
     proc.stdin.flush()

@@ -1,0 +1,188 @@
+"""Hostile code costs only itself: each case against the real server, with bystander requests in flight.
+
+Every case asserts the status the code deserves, that ordinary requests sent at the same time still
+succeed quickly, and (via the module's final test) that no worker had to be replaced and no process
+of an execution uid survived.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from retool.sandbox.api import RunCodeResponse
+from tests.sandbox.conftest import SECRET, RunningServer, processes_of_uids
+
+pytestmark = pytest.mark.slow
+
+UID_BASE = 60000
+
+
+@dataclass(frozen=True)
+class Hostile:
+    code: str
+    run_status: str  # expected run_result.status
+    response_status: str = "Failed"
+    timeout: float = 1.5
+    memory_mb: int = 256
+    stdout_has: str = ""
+    stderr_has: str = ""
+    return_code: int | None = None
+
+
+CASES = {
+    "fork bomb is stopped at the timeout and its processes are killed": Hostile(
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n", "TimeLimitExceeded"
+    ),
+    "memory bomb gets MemoryError at memory_limit_MB": Hostile("x = bytearray(3 * 1024**3)\n", "Error", stderr_has="MemoryError"),
+    "growing memory bomb gets MemoryError": Hostile("chunks = []\nwhile True:\n    chunks.append(bytearray(50 * 1024**2))\n", "Error", stderr_has="MemoryError"),
+    "memory limit cannot be raised again (hard rlimit)": Hostile(
+        "import resource\nresource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))\n", "Error", stderr_has="ValueError"
+    ),
+    "infinite loop is killed at run_timeout": Hostile("while True:\n    pass\n", "TimeLimitExceeded", timeout=1.0),
+    "busy loop inside numpy's C code is killed at run_timeout": Hostile(
+        "import numpy as np\na = np.random.rand(2500, 2500)\nwhile True:\n    np.linalg.eigvals(a)\n", "TimeLimitExceeded", timeout=1.0
+    ),
+    "killing its parent is refused": Hostile("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint('parent survived')\n", "Error", stderr_has="PermissionError"),
+    "kill(-1) reaches only its own processes": Hostile("import os, signal\nos.kill(-1, signal.SIGKILL)\nprint('still here')\n", "Error", stderr_has="ProcessLookupError"),
+    "huge output is capped with a marker and returns at once": Hostile(
+        "import sys\nsys.stdout.write('x' * 10_000_000)\n", "Finished", response_status="Success", stdout_has="[output truncated: 10000000 bytes written"
+    ),
+    "endless output is capped and stopped at the timeout": Hostile(
+        "while True:\n    print('y' * 1000)\n", "TimeLimitExceeded", timeout=1.0, stdout_has="[output truncated"
+    ),
+    "deep recursion raises RecursionError": Hostile("def f(n):\n    return f(n + 1)\nf(0)\n", "Error", stderr_has="RecursionError"),
+    "segfault via ctypes is reported as SIGSEGV": Hostile("import ctypes\nctypes.string_at(0)\n", "Error", stderr_has="SIGSEGV", return_code=-11),
+    "sys.exit with a code is a failure with that code": Hostile("print('bye')\nimport sys\nsys.exit(3)\n", "Error", stdout_has="bye", return_code=3),
+    "sys.exit(0) is a success": Hostile("import sys\nsys.exit(0)\n", "Finished", response_status="Success", return_code=0),
+    "os._exit skips the interpreter's exit": Hostile("import os, sys\nprint('flushed', flush=True)\nos._exit(7)\n", "Error", stdout_has="flushed", return_code=7),
+    "detached double-forked daemon does not outlive its request": Hostile(
+        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n    os._exit(0)\nprint('parent done')\n",
+        "Finished",
+        response_status="Success",
+        stdout_has="parent done",
+    ),
+}
+
+
+async def post(client: httpx.AsyncClient, code: str, timeout: float = 2.0, memory_mb: int = 256) -> tuple[RunCodeResponse, float]:
+    started = time.monotonic()
+    reply = await client.post("/run_code", json={"code": code, "language": "python", "run_timeout": timeout, "memory_limit_MB": memory_mb}, timeout=60)
+    assert reply.status_code == 200, reply.text
+    return RunCodeResponse.model_validate(reply.json()), time.monotonic() - started
+
+
+async def with_bystanders(server: RunningServer, code: str, timeout: float, memory_mb: int) -> RunCodeResponse:
+    """Run the hostile code while two ordinary requests go through the same replica."""
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        hostile = asyncio.create_task(post(client, code, timeout, memory_mb))
+        await asyncio.sleep(0.05)
+        bystanders = await asyncio.gather(*(post(client, "import math\nprint(math.comb(10, 3))") for _ in range(2)))
+        response, _ = await hostile
+        for answer, elapsed in bystanders:
+            assert answer.status == "Success" and answer.run_result is not None and answer.run_result.stdout == "120\n"
+            assert elapsed < 2.0, f"a bystander took {elapsed:.2f}s"
+        return response
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+async def test_hostile_code_costs_only_itself(server: RunningServer, case: Hostile) -> None:
+    response = await with_bystanders(server, case.code, case.timeout, case.memory_mb)
+    run = response.run_result
+    assert run is not None, response
+    assert (response.status, run.status) == (case.response_status, case.run_status), run
+    assert case.stdout_has in (run.stdout or "")
+    assert case.stderr_has in (run.stderr or "")
+    if case.return_code is not None:
+        assert run.return_code == case.return_code
+    if run.status == "TimeLimitExceeded":
+        assert run.execution_time is not None and case.timeout <= run.execution_time < case.timeout + 0.5
+
+
+async def test_numpy_and_scipy_run_under_a_small_memory_limit(server: RunningServer) -> None:
+    code = "import numpy as np, scipy.linalg\nprint(round(float(scipy.linalg.det(np.eye(3) * 2)), 3), np.ones(1000).sum())\n"
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        response, _ = await post(client, code, memory_mb=64)
+    assert response.status == "Success" and response.run_result.stdout == "8.0 1000.0\n", response
+
+
+async def test_no_secret_reaches_the_code(server: RunningServer) -> None:
+    code = (
+        "import os, glob\nfound = [repr(dict(os.environ))]\n"
+        "for path in ['/proc/1/environ', '/proc/self/environ', f'/proc/{os.getppid()}/environ', f'/proc/{PID}/environ', *glob.glob('/proc/*/environ')]:\n"
+        "    try:\n        found.append(open(path, 'rb').read().decode(errors='replace'))\n    except OSError as e:\n        found.append(type(e).__name__)\n"
+        "print('\\n'.join(found))\n"
+    ).replace("PID", str(server.process.pid))
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        response, _ = await post(client, code)
+    assert response.status == "Success", response
+    assert SECRET not in response.run_result.stdout
+    assert "RETOOL_SANDBOX_TEST_SECRET" not in response.run_result.stdout
+
+
+async def test_writes_outside_the_temp_dir_do_not_land(server: RunningServer, tmp_path) -> None:
+    marker = uuid.uuid4().hex
+    targets = [f"/tmp/escape-{marker}", f"/var/tmp/escape-{marker}", f"/dev/shm/escape-{marker}", str(tmp_path / f"escape-{marker}"), f"/escape-{marker}", f"/etc/escape-{marker}"]
+    code = (
+        f"import os\nfor path in {targets!r}:\n"
+        "    try:\n        open(path, 'w').write('x')\n        print('wrote', path)\n    except OSError as e:\n        print('refused', path, type(e).__name__)\n"
+        "open('inside.txt', 'w').write('fine')\nprint('inside ok')\n"
+    )
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        response, _ = await post(client, code)
+    assert response.status == "Success" and "inside ok" in response.run_result.stdout, response
+    for path in targets:
+        assert not os.path.exists(path), f"{path} was written on the host: {response.run_result.stdout}"
+
+
+async def test_no_network_not_even_loopback(server: RunningServer) -> None:
+    port = server.url.rsplit(":", 1)[1]
+    code = (
+        "import socket\n"
+        f"for host, port in [('127.0.0.1', {port}), ('::1', {port}), ('8.8.8.8', 53)]:\n"
+        "    try:\n        socket.create_connection((host, port), timeout=1).close()\n        print('connected', host)\n"
+        "    except OSError as e:\n        print('blocked', host, type(e).__name__)\n"
+    )
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        response, _ = await post(client, code)
+    assert response.status == "Success", response
+    assert "connected" not in response.run_result.stdout
+    assert response.run_result.stdout.count("blocked") == 3
+    assert server.readyz()["isolation"]["network_isolated"] is True
+
+
+async def test_dead_workers_are_replaced(server: RunningServer) -> None:
+    """Kill a worker from outside (as a crash would); the replica keeps answering and refills."""
+    template = server.readyz()["template"]["pid"]
+    keepers = [int(pid) for pid in Path(f"/proc/{template}/task/{template}/children").read_text().split()]
+    before = server.readyz()["worker_restarts"]
+    os.kill(keepers[0], 9)
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        results = await asyncio.gather(*(post(client, "print(6 * 7)") for _ in range(8)))
+    assert all(r.status in ("Success", "Failed") for r, _ in results)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and server.readyz()["live_workers"] < server.workers:
+        await asyncio.sleep(0.1)
+    state = server.readyz()
+    assert state["live_workers"] == server.workers and state["worker_restarts"] == before + 1
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        response, _ = await post(client, "print(6 * 7)")
+    assert response.run_result.stdout == "42\n"
+
+
+def test_zz_no_execution_process_survives_and_metrics_saw_it(server: RunningServer) -> None:
+    """Runs last in this module: everything above left no process behind and was counted."""
+    deadline = time.monotonic() + 5
+    while processes_of_uids(range(UID_BASE, UID_BASE + server.workers)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_of_uids(range(UID_BASE, UID_BASE + server.workers)) == []
+    assert server.metric("retool_sandbox_timeouts_total") >= 4
+    assert server.metric("retool_sandbox_memory_kills_total") >= 2
+    assert server.metric("retool_sandbox_output_truncated_total") >= 2
