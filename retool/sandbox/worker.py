@@ -258,9 +258,9 @@ class Worker:
             with contextlib.suppress(ProcessLookupError):  # as pid 1 of the namespace: every other process in it
                 os.kill(-1, signal.SIGKILL)
             return
+        for target in _descendants(os.getpid()):
+            _signal(target, signal.SIGKILL)
         if pid:
-            for target in _descendants(os.getpid()):
-                _signal(target, signal.SIGKILL)
             with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL)
         if self.drop == "uid":
@@ -277,15 +277,22 @@ class Worker:
                     os.waitpid(-1, 0)
                 except ChildProcessError:
                     return
-        for _ in range(1000):  # orphans re-parented to us as subreaper; all were SIGKILLed
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
+        # Without a pid namespace: orphans come back to us (subreaper). Wait until every process of
+        # the execution is gone, zombies included (they count against RLIMIT_NPROC of the next one).
+        deadline = time.monotonic() + 5.0
+        next_kill = time.monotonic() + 0.2
+        while time.monotonic() < deadline:
+            with contextlib.suppress(ChildProcessError):
+                while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                    pass
+            remaining = _processes_of_uid(self.uid) if self.drop == "uid" else len(_descendants(os.getpid()))
+            if not remaining:
                 return
-            if pid == 0:
-                if not _descendants(os.getpid()):
-                    return
-                time.sleep(0.001)
+            if time.monotonic() > next_kill:
+                self._kill_leftovers(0)
+                next_kill = time.monotonic() + 0.2
+            time.sleep(0.002)
+        logger.warning("processes of the last execution still alive after 5 s")
 
     def _clean_workdir(self) -> None:
         for name in os.listdir(self.workdir):
