@@ -11,6 +11,7 @@ from collections.abc import Sequence
 # Modules under retool.cli, each defining register(subparsers) that adds one sub-command.
 COMMANDS: tuple[str, ...] = (
     "validate",
+    "storage",
 )
 
 
