@@ -101,6 +101,15 @@ def log_eval_results(tracking_uri: str, run_id: str, rows: Iterable[Mapping[str,
     return results
 
 
+def load_eval_results(tracking_uri: str, run_id: str) -> dict[str, dict[str, float]]:
+    """The per-source summary an eval run logged (``eval/results.json``): what the operator puts in status.results."""
+    mlflow_client = client(tracking_uri)
+    with reported(tracking_uri, f"reading the eval results of run {run_id}"), tempfile.TemporaryDirectory() as tmp:
+        path = mlflow_client.download_artifacts(run_id, "eval/results.json", tmp)
+        with open(path) as f:
+            return json.load(f)
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 

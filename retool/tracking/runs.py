@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from retool.runtime.context import StageContext
 from retool.tracking import naming
 from retool.tracking._client import TrackingError, client, is_resource_exists, reported
 from retool.tracking.params import batches, param_changes
@@ -135,3 +136,34 @@ def stage_env(tracking_uri: str, experiment: str, run_id: str) -> dict[str, str]
     resumes ``MLFLOW_RUN_ID``; so trainer.project_name must be the same experiment name.
     """
     return {"MLFLOW_TRACKING_URI": tracking_uri, "MLFLOW_EXPERIMENT_NAME": experiment, "MLFLOW_RUN_ID": run_id}
+
+
+@dataclass(frozen=True)
+class StageRun:
+    run_id: str
+    experiment: str
+    env: dict[str, str]
+    """Add to the stage command's environment (see :func:`stage_env`)."""
+
+
+def prepare_stage_run(ctx: StageContext, stage: str, *, commands: Mapping[str, str] | None = None, tags: Mapping[str, str] | None = None) -> StageRun | None:
+    """What a stage entrypoint calls before running its command; None when the run is not tracked.
+
+    Finds or creates the run of this attempt under ``ctx.mlflow_parent_run_id`` (tagged with the
+    image), stores the rendered commands, and returns the environment that points verl at it.
+    After the command exits, call ``end_run(uri, run_id, "FINISHED" or "FAILED")``.
+    """
+    uri, parent_run_id = ctx.mlflow_tracking_uri, ctx.mlflow_parent_run_id
+    if not uri or not parent_run_id:
+        return None
+    run_tags = {naming.TAG_IMAGE: ctx.image} if ctx.image else {}
+    run_tags.update(tags or {})
+    run_id = start_stage_run(uri, parent_run_id, stage, ctx.attempt, run_tags)
+    experiment = ctx.mlflow_experiment
+    if not experiment:
+        mlflow_client = client(uri)
+        with reported(uri, f"reading the experiment of run {parent_run_id}"):
+            experiment = mlflow_client.get_experiment(mlflow_client.get_run(parent_run_id).info.experiment_id).name
+    if commands:
+        log_stage_commands(uri, run_id, commands)
+    return StageRun(run_id=run_id, experiment=experiment, env=stage_env(uri, experiment, run_id))

@@ -16,13 +16,16 @@ import pytest
 from mlflow import MlflowClient
 
 from retool.recipe.metrics import samples_from_rows, to_mlflow_metrics, validation_metrics
+from retool.runtime.context import StageContext
 from retool.tracking import (
     TrackingError,
     end_run,
     ensure_parent_run,
+    load_eval_results,
     log_eval_results,
     log_stage_commands,
     log_validation_samples,
+    prepare_stage_run,
     register_final_model,
     stage_env,
     start_stage_run,
@@ -174,8 +177,34 @@ def test_eval_results_metrics_table_and_summary(mlflow_server: MLflowServer) -> 
     assert stored == results.results
     table = load_table(mlflow_server, run_id, "eval/samples_table.json")
     assert len(table["data"]) == len(rows)
+    assert load_eval_results(mlflow_server.uri, run_id) == results.results, "what the operator reads back for status.results"
     with pytest.raises(ValueError, match="no per-sample results"):
         log_eval_results(mlflow_server.uri, run_id, [])
+
+
+def test_a_stage_entrypoint_prepares_its_run_from_the_pod_environment(mlflow_server: MLflowServer) -> None:
+    kwargs, parent = new_parent(mlflow_server)
+    ctx = StageContext.from_env(
+        {
+            "RETOOL_RUN_NAME": kwargs["name"],
+            "RETOOL_RUN_NAMESPACE": kwargs["namespace"],
+            "RETOOL_SANDBOX_URL": "http://x-sandbox.ns.svc:8080",
+            "RETOOL_ATTEMPT": "2",
+            "RETOOL_IMAGE": "retool/trainer:0.3",
+            "MLFLOW_TRACKING_URI": mlflow_server.uri,
+            "RETOOL_MLFLOW_PARENT_RUN_ID": parent.run_id,
+        }
+    )
+    stage = prepare_stage_run(ctx, "rl", commands={"rl.sh": "python -m verl.trainer.main_ppo ..."})
+    assert stage is not None
+    assert stage.experiment == kwargs["experiment"]
+    assert stage.env == {"MLFLOW_TRACKING_URI": mlflow_server.uri, "MLFLOW_EXPERIMENT_NAME": kwargs["experiment"], "MLFLOW_RUN_ID": stage.run_id}
+    assert prepare_stage_run(ctx, "rl").run_id == stage.run_id, "a restarted pod reuses its attempt's run"
+    run = MlflowClient(mlflow_server.uri).get_run(stage.run_id)
+    assert (run.data.tags["retool.attempt"], run.data.tags["retool.image"]) == ("2", "retool/trainer:0.3")
+    assert [f.path for f in MlflowClient(mlflow_server.uri).list_artifacts(stage.run_id, "commands")] == ["commands/rl.sh"]
+    untracked = StageContext(run_name="r", namespace="n", sandbox_url="http://s")
+    assert prepare_stage_run(untracked, "rl") is None
 
 
 def make_model_dir(root: Path) -> Path:
