@@ -14,6 +14,7 @@ COMMANDS: tuple[str, ...] = (
     "render",
     "sandbox",
     "data",
+    "storage",
     "eval",
 )
 

@@ -1,0 +1,46 @@
+"""One MlflowClient per call, bound to an explicit tracking URI, with errors that name the server.
+
+Never the fluent API (``mlflow.set_tracking_uri``/``start_run``): that keeps process-global
+and thread-local state, and the operator talks to several tracking servers from worker threads.
+An ``MlflowClient`` built per call carries its URI and nothing else, so every function in this
+package may run concurrently in ``asyncio.to_thread``.
+
+How long a call may block is MLflow's HTTP policy, read from the environment at call time:
+``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` (default 7, with exponential backoff) and
+``MLFLOW_HTTP_REQUEST_TIMEOUT`` (default 120 s). The operator sets small values so an
+unreachable tracker costs seconds and kopf retries the handler.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+
+class TrackingError(RuntimeError):
+    """An MLflow call failed; the message names the tracking server and the action."""
+
+
+def client(tracking_uri: str | None) -> Any:
+    from mlflow import MlflowClient
+
+    if tracking_uri is not None and not tracking_uri:
+        raise ValueError("tracking_uri is empty")
+    return MlflowClient(tracking_uri=tracking_uri)
+
+
+@contextlib.contextmanager
+def reported(tracking_uri: str | None, action: str) -> Iterator[None]:
+    """Re-raise MLflow and transport failures as TrackingError naming the server and what was attempted."""
+    from mlflow.exceptions import MlflowException
+    from requests.exceptions import RequestException
+
+    try:
+        yield
+    except (MlflowException, RequestException, OSError) as exc:
+        raise TrackingError(f"MLflow at {tracking_uri or '<default>'}: {action} failed: {exc}") from exc
+
+
+def is_resource_exists(exc: BaseException) -> bool:
+    return getattr(exc, "error_code", None) == "RESOURCE_ALREADY_EXISTS"

@@ -1,0 +1,169 @@
+"""Experiments, the parent run of a RetoolRun and the run of each stage attempt.
+
+All functions are synchronous, idempotent and thread-safe (see ``_client``); the operator
+calls them as ``await asyncio.to_thread(ensure_parent_run, ...)``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from retool.runtime.context import StageContext
+from retool.tracking import naming
+from retool.tracking._client import TrackingError, client, is_resource_exists, reported
+from retool.tracking.params import batches, param_changes
+
+log = logging.getLogger(__name__)
+
+RUN_STATUSES = ("FINISHED", "FAILED", "KILLED")
+
+
+@dataclass(frozen=True)
+class ParentRun:
+    experiment_id: str
+    run_id: str
+    url: str
+    changed_params: tuple[str, ...] = ()
+    """Spec fields whose value differs from the one logged when the run was created (MLflow params are immutable)."""
+
+
+def ensure_experiment(tracking_uri: str, name: str) -> str:
+    """The experiment's id, creating it (or restoring it if someone deleted it in the UI)."""
+    mlflow_client = client(tracking_uri)
+    with reported(tracking_uri, f"finding experiment {name!r}"):
+        experiment = mlflow_client.get_experiment_by_name(name)
+        if experiment is None:
+            try:
+                return mlflow_client.create_experiment(name, tags={"retool.managed": "true"})
+            except Exception as exc:
+                if not is_resource_exists(exc):
+                    raise
+                experiment = mlflow_client.get_experiment_by_name(name)  # created concurrently
+        if experiment.lifecycle_stage == "deleted":
+            log.warning("restoring deleted MLflow experiment %r", name)
+            mlflow_client.restore_experiment(experiment.experiment_id)
+        return experiment.experiment_id
+
+
+def _find_one(mlflow_client: Any, experiment_ids: list[str], filter_string: str) -> Any | None:
+    runs = mlflow_client.search_runs(experiment_ids, filter_string=filter_string, max_results=1, order_by=["attributes.start_time ASC"])
+    return runs[0] if runs else None
+
+
+def ensure_parent_run(
+    tracking_uri: str, *, experiment: str, namespace: str | None, name: str, uid: str, spec_params: Mapping[str, str], image: str | None = None
+) -> ParentRun:
+    """Find the RetoolRun's parent run by ``retool.uid`` or create it; log the spec params not yet logged.
+
+    A retry or an operator restart finds the same run, so there is never a second parent. A spec
+    edited since creation cannot overwrite params (MLflow forbids it): the changed keys are
+    returned and listed in the ``retool.paramsChanged`` tag; each stage run records the spec it ran.
+    """
+    if not uid:
+        raise ValueError("uid is required: it is how the parent run is found again")
+    experiment_id = ensure_experiment(tracking_uri, experiment)
+    mlflow_client = client(tracking_uri)
+    with reported(tracking_uri, f"ensuring the parent run of {namespace}/{name}"):
+        found = _find_one(mlflow_client, [experiment_id], naming.parent_run_filter(uid))
+        if found is None:
+            run = mlflow_client.create_run(experiment_id, run_name=name, tags=naming.parent_tags(namespace=namespace, name=name, uid=uid, image=image))
+            run_id, existing = run.info.run_id, {}
+            log.info("created MLflow parent run %s for %s/%s in experiment %s", run_id, namespace, name, experiment_id)
+        else:
+            run_id, existing = found.info.run_id, dict(found.data.params)
+        new, changed = param_changes(existing, spec_params)
+        from mlflow.entities import Param
+
+        for batch in batches(new):
+            mlflow_client.log_batch(run_id, params=[Param(k, v) for k, v in batch.items()])
+        if changed:
+            log.warning("spec of %s/%s changed since its MLflow run was created: %s", namespace, name, ", ".join(changed))
+            mlflow_client.set_tag(run_id, naming.TAG_PARAMS_CHANGED, ",".join(changed)[: naming.MAX_TAG_VALUE])
+    return ParentRun(experiment_id=experiment_id, run_id=run_id, url=naming.run_url(tracking_uri, experiment_id, run_id), changed_params=tuple(changed))
+
+
+def start_stage_run(tracking_uri: str, parent_run_id: str, stage: str, attempt: int, tags: Mapping[str, str] | None = None) -> str:
+    """The run of one stage attempt, nested under the parent; found again by (parent, stage, attempt).
+
+    Its name is ``<run>-<stage>-<attempt>`` like the stage's Job/RayJob. Hand its id to the stage
+    as ``MLFLOW_RUN_ID``: verl's MLflow logger then resumes this run instead of creating one.
+    """
+    mlflow_client = client(tracking_uri)
+    with reported(tracking_uri, f"starting the MLflow run of stage {stage} attempt {attempt}"):
+        parent = mlflow_client.get_run(parent_run_id)
+        parent_tags = dict(parent.data.tags)
+        if parent_tags.get(naming.TAG_ROLE) != naming.ROLE_PARENT:
+            raise TrackingError(f"MLflow run {parent_run_id} is not a RetoolRun parent run (tag {naming.TAG_ROLE} is {parent_tags.get(naming.TAG_ROLE)!r})")
+        experiment_id = parent.info.experiment_id
+        found = _find_one(mlflow_client, [experiment_id], naming.stage_run_filter(parent_run_id, stage, attempt))
+        if found is not None:
+            return found.info.run_id
+        run_tags = naming.stage_tags(parent_tags, parent_run_id, stage, attempt, dict(tags or {}))
+        run_name = naming.stage_run_name(parent_tags.get(naming.TAG_NAME, "run"), stage, attempt)
+        run = mlflow_client.create_run(experiment_id, run_name=run_name, tags=run_tags)
+        log.info("created MLflow run %s (%s) under parent %s", run.info.run_id, run_name, parent_run_id)
+        return run.info.run_id
+
+
+def end_run(tracking_uri: str, run_id: str, status: str = "FINISHED") -> None:
+    """Mark a stage (or the parent) run finished, failed or killed; repeating it is harmless."""
+    if status not in RUN_STATUSES:
+        raise ValueError(f"status must be one of {', '.join(RUN_STATUSES)}, got {status!r}")
+    with reported(tracking_uri, f"ending run {run_id}"):
+        client(tracking_uri).set_terminated(run_id, status=status)
+
+
+def log_stage_commands(tracking_uri: str, run_id: str, commands: Mapping[str, str]) -> list[str]:
+    """Store rendered commands/files (``{"rl.sh": "...", "tool_config.yaml": "..."}``) under ``commands/``."""
+    mlflow_client = client(tracking_uri)
+    paths = []
+    with reported(tracking_uri, f"logging the rendered commands of run {run_id}"):
+        for file_name, text in commands.items():
+            if "/" in file_name or file_name in ("", ".", ".."):
+                raise ValueError(f"command file name {file_name!r} must be a plain file name")
+            mlflow_client.log_text(run_id, text, f"commands/{file_name}")
+            paths.append(f"commands/{file_name}")
+    return paths
+
+
+def stage_env(tracking_uri: str, experiment: str, run_id: str) -> dict[str, str]:
+    """Environment that makes verl (``trainer.logger`` with mlflow) log into the stage's run.
+
+    verl calls ``mlflow.set_experiment(trainer.project_name)`` then ``mlflow.start_run()``, which
+    resumes ``MLFLOW_RUN_ID``; so trainer.project_name must be the same experiment name.
+    """
+    return {"MLFLOW_TRACKING_URI": tracking_uri, "MLFLOW_EXPERIMENT_NAME": experiment, "MLFLOW_RUN_ID": run_id}
+
+
+@dataclass(frozen=True)
+class StageRun:
+    run_id: str
+    experiment: str
+    env: dict[str, str]
+    """Add to the stage command's environment (see :func:`stage_env`)."""
+
+
+def prepare_stage_run(ctx: StageContext, stage: str, *, commands: Mapping[str, str] | None = None, tags: Mapping[str, str] | None = None) -> StageRun | None:
+    """What a stage entrypoint calls before running its command; None when the run is not tracked.
+
+    Finds or creates the run of this attempt under ``ctx.mlflow_parent_run_id`` (tagged with the
+    image), stores the rendered commands, and returns the environment that points verl at it.
+    After the command exits, call ``end_run(uri, run_id, "FINISHED" or "FAILED")``.
+    """
+    uri, parent_run_id = ctx.mlflow_tracking_uri, ctx.mlflow_parent_run_id
+    if not uri or not parent_run_id:
+        return None
+    run_tags = {naming.TAG_IMAGE: ctx.image} if ctx.image else {}
+    run_tags.update(tags or {})
+    run_id = start_stage_run(uri, parent_run_id, stage, ctx.attempt, run_tags)
+    experiment = ctx.mlflow_experiment
+    if not experiment:
+        mlflow_client = client(uri)
+        with reported(uri, f"reading the experiment of run {parent_run_id}"):
+            experiment = mlflow_client.get_experiment(mlflow_client.get_run(parent_run_id).info.experiment_id).name
+    if commands:
+        log_stage_commands(uri, run_id, commands)
+    return StageRun(run_id=run_id, experiment=experiment, env=stage_env(uri, experiment, run_id))
