@@ -15,7 +15,6 @@ import argparse
 import json
 import logging
 import os
-import posixpath
 import signal
 import subprocess
 import sys
@@ -27,7 +26,7 @@ import yaml
 from retool.recipe.checkpoints import latest_step
 from retool.recipe.command import StageCommand
 from retool.recipe.render import render_stage
-from retool.recipe.render_common import PYTHON
+from retool.recipe.render_common import PYTHON, attempt_dir
 from retool.runtime.context import SPEC_MOUNT_PATH, StageContext
 from retool.runtime.paths import run_paths
 from retool.spec.names import STAGES
@@ -49,10 +48,6 @@ def resolve(command: StageCommand) -> StageCommand:
     step = latest_step(directory, subdir)
     log.info("latest checkpoint in %s: global_step_%d", directory, step)
     return command.with_latest_step(step)
-
-
-def record_dir(stage_files: str, stage: str, attempt: int) -> str:
-    return posixpath.join(stage_files, f"{stage}-{attempt}")
 
 
 def write_files(command: StageCommand, record: str) -> None:
@@ -115,7 +110,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     if args.dry_run:
         sys.stdout.write(command.shell() + "\n")
         return 0
-    write_files(command, record_dir(run_paths(run).stage_files, args.stage, ctx.attempt))
+    write_files(command, attempt_dir(run_paths(run), args.stage, ctx.attempt))
     return run_steps(command, environ)
 
 

@@ -32,8 +32,13 @@ _RESERVED = {"true", "false", "null", "none", "nan", "inf", "-inf", "+inf"}
 
 
 def _quoted(text: str) -> str:
-    """A Hydra quoted string (double quotes read best inside the single quotes of a shell)."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A Hydra quoted string (double quotes read best inside the single quotes of a shell).
+
+    Hydra keeps backslashes literal except before a quote (and so before the closing quote), and
+    OmegaConf would resolve ``${...}`` even inside quotes, so exactly those are escaped.
+    """
+    escaped = re.sub(r'(\\*)("|$)', lambda m: m.group(1) * 2 + ("\\" + m.group(2) if m.group(2) else ""), text)
+    return '"' + escaped.replace("${", "\\${") + '"'
 
 
 def hydra_value(value: Any) -> str:

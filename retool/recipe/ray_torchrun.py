@@ -72,7 +72,8 @@ def launch(*, nodes: int, devices_per_node: int, device_resource: str, port: int
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    ray.init(address=environ.get("RAY_ADDRESS", "auto"))
+    if not ray.is_initialized():
+        ray.init(address=environ.get("RAY_ADDRESS", "auto"))
     group = placement_group([bundle_resources(device_resource, devices_per_node)] * nodes, strategy="STRICT_SPREAD")
     ray.get(group.ready())
     device_options = {"num_gpus": devices_per_node} if device_resource == "GPU" else {"resources": {device_resource: devices_per_node}}

@@ -17,7 +17,7 @@ PPO_MODULE = "verl.trainer.main_ppo"
 MERGER_MODULE = "verl.model_merger"
 RAY_TORCHRUN_MODULE = "retool.recipe.ray_torchrun"
 TOOL_CONFIG_FILE = "tool_config.yaml"
-RECIPE_DIR = str(Path(__file__).resolve().parent)
+RECIPE_DIR = str(Path(__file__).parent)
 """Where this package's recipe modules are installed: verl loads the reward function by file path."""
 
 DATASET_CLASS = ("pkg://retool.recipe.dataset", "RetoolRLDataset")
@@ -53,8 +53,13 @@ def process_env(run: RetoolRun, ctx: StageContext) -> dict[str, str]:
     return env
 
 
+def attempt_dir(paths: RunPaths, stage: str, attempt: int) -> str:
+    """``stages/<stage>-<attempt>/``: this attempt's tool config and rendered command."""
+    return posixpath.join(paths.stage_files, f"{stage}-{attempt}")
+
+
 def tool_config_path(paths: RunPaths, ctx: StageContext, stage: str) -> str:
-    return posixpath.join(paths.stage_files, f"{stage}-{ctx.attempt}", TOOL_CONFIG_FILE)
+    return posixpath.join(attempt_dir(paths, stage, ctx.attempt), TOOL_CONFIG_FILE)
 
 
 def tool_config_file(run: RetoolRun, ctx: StageContext, stage: str) -> tuple[str, str]:
@@ -68,3 +73,14 @@ def tool_config_file(run: RetoolRun, ctx: StageContext, stage: str) -> tuple[str
         concurrency=spec.sandbox.max_concurrent,
     )
     return tool_config_path(run_paths(run), ctx, stage), content
+
+
+def model_source_notes(run: RetoolRun) -> tuple[str, ...]:
+    """What verl cannot do with ``model.base`` by itself (it loads a hub id or a local path, at the default revision)."""
+    model = run.spec.model
+    notes = []
+    if model.base.startswith("s3://"):
+        notes.append(f"model.base {model.base} is read by verl as a path: it must be staged onto the PVC first")
+    if model.revision:
+        notes.append(f"model.revision {model.revision} is not passed to verl, which loads the hub id at its default revision")
+    return tuple(notes)

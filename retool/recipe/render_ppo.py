@@ -19,8 +19,10 @@ from retool.recipe.render_common import (
     PYTHON,
     RECIPE_DIR,
     REWARD_FUNCTION,
+    attempt_dir,
     experiment_name,
     loggers,
+    model_source_notes,
     process_env,
     stage_run_name,
     tool_config_file,
@@ -182,6 +184,8 @@ def render_rl(run: RetoolRun, ctx: StageContext) -> StageCommand:
         overrides["actor_rollout_ref.rollout.trace.token2text"] = True
     path, content = tool_config_file(run, ctx, "rl")
     notes = ("a retry resumes from the latest checkpoint in trainer.default_local_dir (resume_mode=auto)",)
+    if not spec.sft.enabled:
+        notes += model_source_notes(run)
     return StageCommand(
         stage="rl",
         argv=(PYTHON, "-m", PPO_MODULE, *hydra_overrides(overrides)),
@@ -206,7 +210,8 @@ def render_eval(run: RetoolRun, ctx: StageContext) -> StageCommand:
             "trainer.val_before_train": True,
             "trainer.total_epochs": 1,
             "trainer.resume_mode": "disable",
-            "trainer.default_local_dir": posixpath.join(paths.stage_files, f"eval-{ctx.attempt}", "unused-checkpoints"),
+            # Never written (resume disabled, no training step); kept away from the RL checkpoints.
+            "trainer.default_local_dir": posixpath.join(attempt_dir(paths, "eval", ctx.attempt), "no-checkpoints"),
             # Every sample as JSON lines (input, output, gts, score, acc, pred, ...) in <eval_output>/0.jsonl.
             "trainer.validation_data_dir": paths.eval_output,
         }

@@ -16,6 +16,7 @@ from retool.recipe.render_common import (
     TORCHRUN_PORT,
     experiment_name,
     loggers,
+    model_source_notes,
     process_env,
     stage_run_name,
 )
@@ -80,7 +81,7 @@ def render_sft(run: RetoolRun, ctx: StageContext, spec_file: str) -> StageComman
     hw = run.spec.hardware
     overrides = sft_overrides(run, ctx)
     program = ("-m", SFT_MODULE, *hydra_overrides(overrides))
-    notes: tuple[str, ...] = ()
+    notes = model_source_notes(run)
     if hw.nodes == 1:
         argv = ("torchrun", "--standalone", "--nnodes=1", f"--nproc_per_node={hw.devices_per_node}", *program)
     else:
@@ -92,7 +93,7 @@ def render_sft(run: RetoolRun, ctx: StageContext, spec_file: str) -> StageComman
             "--port", str(TORCHRUN_PORT),
             "--", *program,
         )  # fmt: skip
-        notes = (f"one torchrun per node on the RayJob's {hw.nodes} nodes; the master address is the first node's IP, found at run time",)
+        notes += (f"one torchrun per node on the RayJob's {hw.nodes} nodes; the master address is the first node's IP, found at run time",)
     return StageCommand(stage="sft", argv=argv, env=process_env(run, ctx), config_name="sft_trainer", overrides=overrides, notes=notes)
 
 
