@@ -20,6 +20,7 @@ from retool_operator.config import OperatorConfig
 from retool_operator.kube import KubeClient, credentials_from
 from retool_operator.reconcile import Event
 from retool_operator.runner import Reconciler
+from retool_operator.tracking import parent_run_factory
 from retool_operator.webhook import review
 
 log = logging.getLogger(__name__)
@@ -66,23 +67,38 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    configure(settings, CONFIG)
-    memo.config = CONFIG
-    memo.reconciler = None
+    """Settings, and the memo shared by every handler (tests may pre-fill ``config`` and ``parent_runs``)."""
+    config = memo.get("config") or CONFIG
+    configure(settings, config)
+    memo.config = config
+    memo.setdefault("parent_runs", True)
+    # One holder object in the operator-wide memo: kopf gives each object a shallow copy of it,
+    # so every handler shares this one Reconciler (one client session, one lock per run).
+    memo.shared = SharedState()
+
+
+class SharedState:
+    """Operator-wide state reachable from every handler's memo."""
+
+    def __init__(self) -> None:
+        self.reconciler: Reconciler | None = None
 
 
 def _reconciler(memo: kopf.Memo) -> Reconciler:
-    if memo.get("reconciler") is None:
+    shared: SharedState = memo.shared
+    if shared.reconciler is None:
         if not _CONNECTION:
             raise kopf.TemporaryError("not logged in to the API server yet", delay=1)
-        memo.reconciler = Reconciler(KubeClient(credentials_from(_CONNECTION[0])), memo.config, post_event=post_event)
-    return memo.reconciler
+        factory = parent_run_factory() if memo.parent_runs else None
+        shared.reconciler = Reconciler(KubeClient(credentials_from(_CONNECTION[0])), memo.config, post_event=post_event, parent_factory=factory)
+    return shared.reconciler
 
 
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
-    reconciler = memo.get("reconciler")
+    reconciler = memo.shared.reconciler
     if reconciler is not None:
+        reconciler.shutdown()
         await reconciler.client.close()
 
 
@@ -110,14 +126,19 @@ async def stage_child_event(meta: kopf.Meta, namespace: str, memo: kopf.Memo, **
 @kopf.on.delete(*RUN_RESOURCE, optional=True)
 async def run_deleted(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
     """Children go with the run through owner references; checkpoints (PVC) and MLflow stay."""
-    reconciler = memo.get("reconciler")
+    reconciler = memo.shared.reconciler
     if reconciler is not None:
         reconciler.forget(namespace, name)
 
 
-@kopf.on.validate(*RUN_RESOURCE, id="validate-retoolrun", operations=["CREATE", "UPDATE"])
 def validate_retoolrun(body: kopf.Body, old: kopf.BodyEssence | None, operation: str | None, **_: Any) -> None:
     """Admission: the pydantic model and cross-field rules, plus no edits to started stages' inputs."""
     problems = review(operation or "", dict(body), dict(old) if old else None)
     if problems:
         raise kopf.AdmissionError("invalid RetoolRun: " + "; ".join(problems), code=422)
+
+
+# kopf refuses to start with admission handlers but no admission server, so the handler is
+# registered only when the webhook is enabled (the create path checks the same rules regardless).
+if CONFIG.webhook_enabled:
+    kopf.on.validate(*RUN_RESOURCE, id="validate-retoolrun", operations=["CREATE", "UPDATE"])(validate_retoolrun)

@@ -19,6 +19,8 @@ import aiohttp
 
 log = logging.getLogger(__name__)
 
+USER_AGENT = "retool-operator"
+
 
 @dataclass(frozen=True)
 class Kind:
@@ -138,7 +140,7 @@ class KubeClient:
 
     async def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            headers = {"Accept": "application/json"}
+            headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
             if self._creds.token:
                 headers["Authorization"] = f"{self._creds.scheme or 'Bearer'} {self._creds.token}"
             self._session = aiohttp.ClientSession(

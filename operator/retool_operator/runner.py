@@ -23,7 +23,7 @@ from retool_operator.config import OperatorConfig
 from retool_operator.kube import KINDS, Kind, KubeClient
 from retool_operator.reconcile import Decision, Event, Observed, decide
 from retool_operator.status import dump, invalid_spec_status, load
-from retool_operator.tracking import ensure_parent_run, parent_run_factory, tracking_target
+from retool_operator.tracking import ensure_parent_run, tracking_target
 from retool_operator.webhook import spec_problems
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,15 @@ def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 
 class Reconciler:
-    def __init__(self, client: KubeClient, config: OperatorConfig, *, post_event: EventSink, now: Callable[[], dt.datetime] = utcnow):
+    def __init__(
+        self,
+        client: KubeClient,
+        config: OperatorConfig,
+        *,
+        post_event: EventSink,
+        parent_factory: Callable[..., Any] | None = None,
+        now: Callable[[], dt.datetime] = utcnow,
+    ):
         self.client = client
         self.config = config
         self.post_event = post_event
@@ -59,7 +67,7 @@ class Reconciler:
         self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self._mlflow_down_since: dict[tuple[str, str], float] = {}
         self._managed_trackers: set[str] = set()
-        self._parent_factory = parent_run_factory()
+        self._parent_factory = parent_factory
         self.passes = 0
 
     # ------------------------------------------------------------ scheduling
@@ -98,6 +106,12 @@ class Reconciler:
             old.cancel()
         loop = asyncio.get_running_loop()
         self._timers[key] = loop.call_later(max(delay, 0.05), lambda: asyncio.ensure_future(self.trigger(*key)))
+
+    def shutdown(self) -> None:
+        """Cancel pending retry timers (the operator is stopping; a restart re-derives them from status)."""
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
 
     def forget(self, namespace: str, name: str) -> None:
         key = (namespace, name)

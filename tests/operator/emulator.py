@@ -1,0 +1,127 @@
+"""The real operator (kopf, in this event loop) against kmock's KubernetesEmulator on 127.0.0.1.
+
+The emulator serves the API groups the operator touches; the test talks to it over HTTP with the
+operator's own client class (a different User-Agent), so it can tell the operator's requests apart
+for the RBAC check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+import kmock
+import kopf
+import yaml
+from retool_operator import handlers  # noqa: F401  (registers the handlers)
+from retool_operator.config import OperatorConfig
+from retool_operator.kube import KINDS, Credentials, KubeClient
+
+T = TypeVar("T")
+
+RESOURCES: dict[str, tuple[str, bool, set[str]]] = {
+    "retool.dev/v1alpha1/retoolruns": ("RetoolRun", True, {"status"}),
+    "apps/v1/deployments": ("Deployment", True, {"status", "scale"}),
+    "v1/services": ("Service", True, set()),
+    "v1/configmaps": ("ConfigMap", True, set()),
+    "v1/persistentvolumeclaims": ("PersistentVolumeClaim", True, set()),
+    "v1/events": ("Event", True, set()),
+    "v1/namespaces": ("Namespace", False, set()),
+    "networking.k8s.io/v1/networkpolicies": ("NetworkPolicy", True, set()),
+    "policy/v1/poddisruptionbudgets": ("PodDisruptionBudget", True, {"status"}),
+    "batch/v1/jobs": ("Job", True, {"status"}),
+    "ray.io/v1/rayjobs": ("RayJob", True, {"status"}),
+    "apiextensions.k8s.io/v1/customresourcedefinitions": ("CustomResourceDefinition", False, {"status"}),
+}
+VERBS = {"get", "list", "watch", "create", "patch", "update", "delete"}
+TEST_AGENT = "retool-tests"
+
+RUNS = KINDS[("retool.dev/v1alpha1", "RetoolRun")]
+JOBS = KINDS[("batch/v1", "Job")]
+RAYJOBS = KINDS[("ray.io/v1", "RayJob")]
+DEPLOYMENTS = KINDS[("apps/v1", "Deployment")]
+
+
+def declare(k8s: kmock.KubernetesEmulator) -> None:
+    for path, (kind, namespaced, subresources) in RESOURCES.items():
+        k8s.resources[path] = kmock.ResourceInfo(kind=kind, namespaced=namespaced, verbs=VERBS, subresources=subresources)
+
+
+def write_kubeconfig(path: Path, server: str) -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "emulator", "cluster": {"server": server}}],
+                "users": [{"name": "tester", "user": {"token": "test-token"}}],
+                "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "tester", "namespace": "default"}}],
+                "current-context": "emulator",
+            }
+        )
+    )
+    return path
+
+
+class ObserverClient(KubeClient):
+    """The test's own client: same code paths, but marked so its requests are not the operator's."""
+
+    async def _get_session(self) -> Any:
+        if self._session is None or self._session.closed:
+            # No keep-alive: a pooled connection sometimes stalls on its first request after an
+            # operator in the same loop stops (kmock's server side); a fresh one never does.
+            self._session = aiohttp.ClientSession(
+                base_url=self._creds.server, headers={"User-Agent": TEST_AGENT}, connector=aiohttp.TCPConnector(force_close=True), timeout=aiohttp.ClientTimeout(total=10)
+            )
+        return self._session
+
+
+@contextlib.asynccontextmanager
+async def running_operator(config: OperatorConfig) -> AsyncIterator[None]:
+    """kopf.operator() as a task; stopped (and awaited) on exit, like a pod being replaced."""
+    stop, ready = asyncio.Event(), asyncio.Event()
+    memo = kopf.Memo(config=config, parent_runs=False)
+    task = asyncio.create_task(kopf.operator(clusterwide=True, standalone=True, stop_flag=stop, ready_flag=ready, memo=memo))
+    await asyncio.wait_for(ready.wait(), timeout=15)
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=15)
+
+
+async def eventually(probe: Callable[[], Awaitable[T | None]], *, timeout: float = 15.0, what: str = "condition") -> T:
+    """Poll ``probe`` until it returns something truthy; fail with ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await probe()
+        if last:
+            return last
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def operator_requests(k8s: kmock.KubernetesEmulator) -> list[tuple[str, str, str]]:
+    """(group, resource[/subresource], verb) of every resource request the operator made."""
+    out = []
+    for request in k8s:
+        agent = request.headers.get("User-Agent", "")
+        if agent == TEST_AGENT or request.resource is None or request.resource.plural is None:
+            continue  # the test's own calls, and discovery (granted to every authenticated user)
+        action = request.action.value if request.action else ""
+        verb = {"LIST": "list", "WATCH": "watch", "FETCH": "get", "CREATE": "create", "DELETE": "delete"}.get(action)
+        if verb is None:
+            verb = "update" if str(request.method.value).upper() == "PUT" else "patch"
+        resource = request.resource.plural + (f"/{request.subresource}" if request.subresource else "")
+        out.append((request.resource.group or "", resource, verb))
+    return out
+
+
+def credentials_for(server: str) -> Credentials:
+    return Credentials(server=server.rstrip("/"))
