@@ -21,6 +21,7 @@ from retool.evaluate.results import SampleResult, summarize
 from retool.evaluate.runner import evaluate
 from retool.evaluate.tools import DEFAULT_MAX_OUTPUT_CHARS, sandbox_tool, training_tool_schema
 from retool.recipe.reward import compute_score
+from retool.tracking.evaluation import log_eval_results
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +65,22 @@ class EvalOutcome:
     results_path: Path
     summary_path: Path
     mlflow: LoggedRun | None
+
+
+def tracking_row(result: SampleResult) -> dict[str, object]:
+    """A per-sample row as the tracking helpers read them (uid per problem; the conversation left out)."""
+    return {
+        "uid": f"{result.data_source}/{result.problem_index}",
+        "data_source": result.data_source,
+        "sample": result.sample_index,
+        "score": result.score,
+        "acc": float(result.acc),
+        "pred": result.pred or "",
+        "ground_truth": result.ground_truth,
+        "turns": result.turns,
+        "tool_calls": result.tool_calls,
+        "stop": result.stop,
+    }
 
 
 def summary_path_for(results_path: Path) -> Path:
@@ -131,6 +148,9 @@ async def run_eval(config: EvalConfig, *, progress: bool = False) -> EvalOutcome
             metrics=summary,
             artifacts=[config.out, summary_path],
             tags={"retool.kind": "eval", "retool.model": config.model},
+            # The eval stage's layout too (eval/samples.jsonl, eval/results.json...), so tools that
+            # read an eval stage's run (load_eval_results) read this one.
+            also=lambda run_id: log_eval_results(config.mlflow_uri, run_id, [tracking_row(r) for r in results]),
         )
     return EvalOutcome(results=results, summary=summary, results_path=config.out, summary_path=summary_path, mlflow=logged)
 

@@ -1,9 +1,9 @@
 """Log one evaluation (or data check) to an MLflow tracking server as a single run.
 
-A thin layer over ``MlflowClient``: the experiment is created on first use, metric and param
-names are made legal for MLflow exactly as verl's MLflow logger does (``@`` becomes ``_at_``, see
-``retool.recipe.metrics.mlflow_metric_key``), and the run is marked FAILED when logging breaks
-half-way, so nothing is left RUNNING.
+A thin layer over ``MlflowClient`` and the tracking helpers: the experiment is created on first
+use, metric names are made legal for MLflow exactly as verl's MLflow logger does (``@`` becomes
+``_at_``), params are sanitised and fitted (``retool.tracking.params.mlflow_params``), and the
+run is marked FAILED when logging breaks half-way, so nothing is left RUNNING.
 """
 
 from __future__ import annotations
@@ -11,16 +11,16 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from retool.recipe.metrics import mlflow_metric_key, to_mlflow_metrics
+from retool.recipe.metrics import to_mlflow_metrics
+from retool.tracking.naming import run_url
+from retool.tracking.params import mlflow_params
 
 logger = logging.getLogger(__name__)
-
-MAX_PARAM_VALUE = 6000
 
 
 @dataclass(frozen=True)
@@ -40,9 +40,10 @@ def log_run(
     metrics: Mapping[str, float],
     artifacts: Iterable[Path] = (),
     tags: Mapping[str, str] | None = None,
+    also: Callable[[str], object] | None = None,
 ) -> LoggedRun:
     """Create a finished run with ``params``, ``metrics``, ``tags`` and artifacts (files, or directories
-    logged under their own name)."""
+    logged under their own name); ``also(run_id)`` logs anything else before the run is finished."""
     from mlflow.entities import Metric, Param, RunTag
     from mlflow.tracking import MlflowClient
 
@@ -56,7 +57,7 @@ def log_run(
         client.log_batch(
             run_id,
             metrics=[Metric(k, v, timestamp, 0) for k, v in sorted(to_mlflow_metrics(metrics).items())],
-            params=[Param(mlflow_metric_key(k), str(v)[:MAX_PARAM_VALUE]) for k, v in sorted(params.items())],
+            params=[Param(k, v) for k, v in sorted(mlflow_params({k: str(v) for k, v in params.items()}).items())],
             tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()],
         )
         for path in artifacts:
@@ -64,6 +65,8 @@ def log_run(
                 client.log_artifacts(run_id, str(path), artifact_path=path.name)
             else:
                 client.log_artifact(run_id, str(path))
+        if also is not None:
+            also(run_id)
     except BaseException:
         client.set_terminated(run_id, status="FAILED")
         raise
@@ -71,9 +74,8 @@ def log_run(
     with contextlib.redirect_stdout(io.StringIO()) as printed:
         client.set_terminated(run_id, status="FINISHED")
     logger.debug("mlflow: %s", printed.getvalue().strip())
-    if tracking_uri.startswith(("http://", "https://")):
-        url = f"{tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
-    else:  # a database or file store has no UI of its own
-        url = f"{tracking_uri} (experiment {experiment_id}, run {run_id})"
+    # A database or file store has no UI of its own: name the run instead of a page.
+    has_ui = tracking_uri.startswith(("http://", "https://"))
+    url = run_url(tracking_uri, experiment_id, run_id) if has_ui else f"{tracking_uri} (experiment {experiment_id}, run {run_id})"
     logger.info("logged MLflow run %s", url)
     return LoggedRun(experiment_id=experiment_id, run_id=run_id, url=url)

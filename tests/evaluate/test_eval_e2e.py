@@ -17,6 +17,7 @@ import pytest
 
 from retool.evaluate.app import EvalConfig, run_eval
 from retool.evaluate.results import read_results
+from retool.tracking.evaluation import load_eval_results
 from tests.conftest import repo_env
 from tests.evaluate.scripted_endpoint import Call, Say, ScriptedEndpoint, ServerThread, build_app
 
@@ -130,7 +131,9 @@ def test_eval_cli_with_embedded_sandbox_and_mlflow(endpoint, data, tmp_path):
     assert run.info.status == "FINISHED"
     assert run.data.metrics["val-core/aime/acc/mean_at_1"] == pytest.approx(4 / 6)
     assert run.data.params["model"] == MODEL
-    assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"cli.jsonl", "cli.summary.json"}
+    assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"cli.jsonl", "cli.summary.json", "eval"}
+    # The eval stage's layout too: what the operator reads into status.results.
+    assert load_eval_results(tracking_uri, run.info.run_id)["aime"]["mean@1"] == pytest.approx(4 / 6)
     # The embedded sandbox the command started is gone with it.
     (pid,) = re.findall(r"sandbox ready at \S+ \(pid (\d+)\)", done.stderr)
     assert not Path(f"/proc/{pid}").exists()
