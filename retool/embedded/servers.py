@@ -62,7 +62,9 @@ def mlflow_server(root: Path, *, port: int | None = None, start_timeout_s: float
         base_url=f"http://{HOST}:{port}",
         ready_path="/health",
         log_path=root / "mlflow.log",
-        env=_child_env(),
+        # No job runner (a second process that only serves MLflow's GenAI jobs): one less thing
+        # competing for a laptop's cores, and nothing the demo or an evaluation uses.
+        env=_child_env({"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}),
         cwd=root,
         start_timeout_s=start_timeout_s,
     )

@@ -117,7 +117,8 @@ def test_eval_cli_with_embedded_sandbox_and_mlflow(endpoint, data, tmp_path):
         "--endpoint", url, "--model", MODEL, "--data", str(data), "-n", "1", "--max-turns", "3",
         "--out", str(out), "--mlflow-uri", tracking_uri, "--experiment", "eval-e2e", "--log-dir", str(tmp_path / "logs"),
     ]  # fmt: skip
-    done = subprocess.run(command, env=repo_env(), capture_output=True, text=True, timeout=240, check=False)
+    # cwd: a sqlite store keeps artifacts in ./mlruns, MLflow's default.
+    done = subprocess.run(command, env=repo_env(), capture_output=True, text=True, timeout=240, check=False, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert summary["val-core/aime/acc/mean@1"] == pytest.approx(4 / 6)
