@@ -90,21 +90,12 @@ def summary_path_for(results_path: Path) -> Path:
 async def run_eval(config: EvalConfig, *, progress: bool = False) -> EvalOutcome:
     problems = load_problems(config.data, config.limit)
     logger.info("%d problem(s) x %d sample(s) from %s", len(problems), config.n, config.data)
-    chat = ChatClient(
-        config.endpoint,
-        config.model,
-        api_key=config.api_key,
-        sampling=Sampling(temperature=config.temperature, top_p=config.top_p, max_tokens=config.max_tokens, seed=config.seed),
-        timeout_s=config.request_timeout_s,
-        max_connections=config.concurrency,
-    )
     with contextlib.ExitStack() as stack:
         sandbox_url = config.sandbox_url
         if sandbox_url is None:
             server = stack.enter_context(sandbox_server(config.log_dir, workers=config.sandbox_workers))
             sandbox_url = server.base_url
-        bar = _progress_bar(len(problems) * config.n, enabled=progress)
-        stack.callback(bar.close)
+        bar = stack.enter_context(_progress_bar(len(problems) * config.n, enabled=progress))
         done, solved = 0, 0
 
         def on_sample(result: SampleResult) -> None:
@@ -113,6 +104,14 @@ async def run_eval(config: EvalConfig, *, progress: bool = False) -> EvalOutcome
             bar.update(1)
             bar.set_postfix(acc=f"{solved / done:.3f}")
 
+        chat = ChatClient(
+            config.endpoint,
+            config.model,
+            api_key=config.api_key,
+            sampling=Sampling(temperature=config.temperature, top_p=config.top_p, max_tokens=config.max_tokens, seed=config.seed),
+            timeout_s=config.request_timeout_s,
+            max_connections=config.concurrency,
+        )
         try:
             async with sandbox_tool(
                 sandbox_url,
