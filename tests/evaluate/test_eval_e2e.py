@@ -154,3 +154,25 @@ def test_eval_cli_rejects_bad_input_before_starting_anything(args, message, tmp_
     assert done.returncode == 2
     assert message in done.stderr
     assert not (tmp_path / "build").exists()
+
+
+async def test_a_failing_endpoint_is_recorded_per_sample_not_fatal(endpoint, sandbox, tmp_path):
+    """A request the endpoint refuses (HTTP 400, not retried) ends that sample with its error; the others complete."""
+    from retool.evaluate.chat import ChatClient
+    from retool.evaluate.problems import problem_from_row
+    from retool.evaluate.runner import evaluate
+    from retool.evaluate.tools import sandbox_tool, training_tool_schema
+    from retool.recipe.reward import compute_score
+
+    _, url = endpoint
+    problems = [problem_from_row(PROBLEMS[0], 0), problem_from_row({"problem": "[unscripted] 1 + 1?", "answer": "2"}, 1)]
+    chat = ChatClient(url, MODEL, retries=1, backoff_s=0.01)
+    async with sandbox_tool(sandbox.base_url) as tool:
+        results = await evaluate(
+            problems, n=1, chat=chat, execute=tool, tools=[training_tool_schema()], score=compute_score, max_turns=3, concurrency=2, out=tmp_path / "r.jsonl"
+        )
+    await chat.aclose()
+    ok, failed = results
+    assert ok.acc and ok.error is None
+    assert not failed.acc and failed.stop == "error" and "HTTP 400" in failed.error and "no script for this prompt" in failed.error
+    assert len((tmp_path / "r.jsonl").read_text().splitlines()) == 2
