@@ -2,7 +2,8 @@
 
 1. start our sandbox and an MLflow server (sqlite, local artifacts) on 127.0.0.1;
 2. prepare SFT and eval data from the sample files shipped in ``retool/demo/data``;
-3. check the SFT trajectories against the sandbox (``retool data check``);
+3. check the SFT trajectories against the sandbox (``retool data check``): the shipped file
+   (answers scored) and the prepared parquet (preparation kept every block with its output);
 4. log a run to MLflow: params, the figures, the report and the rendered files as artifacts;
 5. render the Kubernetes objects and per-stage verl commands of a RetoolRun example;
 6. stop what it started, unless asked to keep MLflow running.
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from retool.data_check.app import CheckConfig, run_check
+from retool.data_check.app import CheckConfig, CheckOutcome, run_check
 from retool.demo.prepare import prepare_samples
 from retool.demo.render import render_run
 from retool.demo.samples import EVAL_FILE, SFT_FILE
@@ -122,7 +123,7 @@ def run_demo(config: DemoConfig) -> DemoSummary:
     out = config.out.resolve()
     pid_file = out / "mlflow.pid"
     stop_previous_mlflow(pid_file)
-    for stale in ("data", "data-check", "render", "mlflow", "logs"):
+    for stale in ("data", "data-check", "data-check-prepared", "render", "mlflow", "logs"):
         shutil.rmtree(out / stale, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     seconds: dict[str, float] = {}
@@ -132,17 +133,26 @@ def run_demo(config: DemoConfig) -> DemoSummary:
     try:
         _timed(seconds, "start_stack", lambda: start_stack([sandbox, mlflow], config.progress))
         prepared = _timed(seconds, "prepare", lambda: prepare_samples(SFT_FILE, EVAL_FILE, out / "data", progress=config.progress))
-        # The shipped trajectories carry their answers (the prepared SFT layout has no answer column),
-        # so the check scores every final answer as well as re-running every code block.
-        check = _timed(
+        # The shipped trajectories carry their answers (the prepared SFT layout has no answer
+        # column), so checking them scores every final answer; checking the prepared parquet too
+        # shows that preparation kept every code block with its output.
+        check, check_prepared = _timed(
             seconds,
             "data_check",
-            lambda: asyncio.run(
-                run_check(CheckConfig(file=SFT_FILE, out_dir=out / "data-check", sandbox_url=sandbox.base_url, concurrency=4), progress=config.progress)
+            lambda: (
+                _check(SFT_FILE, out / "data-check", sandbox.base_url, config.progress),
+                _check(prepared.sft, out / "data-check-prepared", sandbox.base_url, config.progress),
             ),
         )
         rendered = _timed(seconds, "render", lambda: _render(config.example, out / "render", config.progress))
-        figures = {**check.report.metrics(), **prepared.figures(), "demo/render/objects": float(len(rendered.kinds)), "demo/render/stages": float(len(rendered.commands))}
+        prepared_figures = {k.replace("data_check/", "data_check_prepared/", 1): v for k, v in check_prepared.report.metrics().items()}
+        figures = {
+            **check.report.metrics(),
+            **prepared_figures,
+            **prepared.figures(),
+            "demo/render/objects": float(len(rendered.kinds)),
+            "demo/render/stages": float(len(rendered.commands)),
+        }
         logged = _timed(
             seconds,
             "mlflow",
@@ -152,8 +162,8 @@ def run_demo(config: DemoConfig) -> DemoSummary:
                 run_name="demo",
                 params={"example": config.example.name, "sft_samples": SFT_FILE.name, "eval_samples": EVAL_FILE.name, "sandbox_workers": config.sandbox_workers},
                 metrics={**figures, **{f"demo/seconds/{k}": v for k, v in seconds.items()}},
-                artifacts=[check.markdown_path, check.json_path, rendered.manifests, out / "render" / "commands"],
-                tags={"retool.kind": "demo", "retool.check_ok": str(check.report.ok).lower()},
+                artifacts=[out / "data-check", out / "data-check-prepared", rendered.manifests, out / "render" / "commands"],
+                tags={"retool.kind": "demo", "retool.check_ok": str(check.report.ok and check_prepared.report.ok).lower()},
             ),
         )
         if config.keep:
@@ -167,7 +177,7 @@ def run_demo(config: DemoConfig) -> DemoSummary:
             commands=rendered.commands,
             prepared={"sft": prepared.sft, "eval": prepared.eval},
             figures=figures,
-            check_ok=check.report.ok,
+            check_ok=check.report.ok and check_prepared.report.ok,
             kept_mlflow_pid=kept_pid,
             seconds=seconds,
         )
@@ -175,6 +185,10 @@ def run_demo(config: DemoConfig) -> DemoSummary:
         sandbox.stop()
         if kept_pid is None:
             mlflow.stop()
+
+
+def _check(file: Path, out_dir: Path, sandbox_url: str, progress: bool) -> CheckOutcome:
+    return asyncio.run(run_check(CheckConfig(file=file, out_dir=out_dir, sandbox_url=sandbox_url, concurrency=4), progress=progress))
 
 
 def _render(example: Path, out_dir: Path, progress: bool):
@@ -191,6 +205,8 @@ def summary_text(summary: DemoSummary) -> str:
         "",
         f"  data check   {int(f['data_check/trajectories'])} SFT trajectories, {int(f['data_check/blocks'])} code blocks re-run in the sandbox: "
         f"{f['data_check/output_agreement']:.0%} of outputs reproduced, {f['data_check/answer_accuracy']:.0%} of answers correct",
+        f"               the prepared SFT parquet keeps them: {f['data_check_prepared/output_agreement']:.0%} of its "
+        f"{int(f['data_check_prepared/blocks'])} code blocks reproduced",
         f"  report       {summary.report}",
         f"  prepared     {', '.join(str(p) for p in summary.prepared.values())}",
         f"  manifests    {summary.manifests} ({int(f['demo/render/objects'])} Kubernetes objects)",

@@ -78,6 +78,7 @@ def test_demo_runs_for_real_keeps_mlflow_on_request_and_stops_it(tmp_path):
 
     # What it says, and where.
     assert "4 SFT trajectories, 6 code blocks re-run in the sandbox: 100% of outputs reproduced, 100% of answers correct" in done.stdout
+    assert "the prepared SFT parquet keeps them: 100% of its 6 code blocks reproduced" in done.stdout
     servers = {name: (url, int(pid)) for name, url, pid in re.findall(r"(\w+) ready at (\S+) \(pid (\d+)\)", done.stderr)}
     assert set(servers) == {"sandbox", "mlflow"}
     assert gone(servers["sandbox"][1]), "the sandbox must stop with the demo"
@@ -88,6 +89,8 @@ def test_demo_runs_for_real_keeps_mlflow_on_request_and_stops_it(tmp_path):
     # The files it promises.
     report = json.loads((out / "data-check" / "report.json").read_text())
     assert report["ok"] is True and report["metrics"]["data_check/blocks"] == 6
+    prepared_report = json.loads((out / "data-check-prepared" / "report.json").read_text())
+    assert prepared_report["ok"] is True and prepared_report["metrics"]["data_check/blocks"] == 6
     import pyarrow.parquet as pq
 
     assert pq.read_table(out / "data" / "sft" / "train.parquet").num_rows == 4
@@ -108,7 +111,8 @@ def test_demo_runs_for_real_keeps_mlflow_on_request_and_stops_it(tmp_path):
     assert run.data.metrics["data_check/answer_accuracy"] == 1.0
     assert run.data.params["example"] == "retoolrun-qwen32b-h200.yaml"
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert {"report.md", "report.json", "manifests.yaml", "commands"} <= artifacts
+    assert artifacts == {"data-check", "data-check-prepared", "manifests.yaml", "commands"}
+    assert run.data.metrics["data_check_prepared/output_agreement"] == 1.0
 
     # `make demo-stop`.
     stopped = subprocess.run([sys.executable, "-m", "retool.demo", "--out", str(out), "--stop"], env=env, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
