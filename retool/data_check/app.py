@@ -66,7 +66,7 @@ def load_trajectories(path: Path, limit: int | None = None) -> tuple[list[Trajec
     return trajectories, unreadable
 
 
-async def run_check(config: CheckConfig, *, progress: bool = False) -> CheckOutcome:
+async def run_check(config: CheckConfig, *, progress: bool = False, label: str = "data check") -> CheckOutcome:
     trajectories, unreadable = load_trajectories(config.file, config.limit)
     blocks = sum(len(t.steps) for t in trajectories)
     logger.info("%d trajectories, %d code blocks, %d unreadable rows in %s", len(trajectories), blocks, len(unreadable), config.file)
@@ -76,7 +76,7 @@ async def run_check(config: CheckConfig, *, progress: bool = False) -> CheckOutc
         sandbox_url = config.sandbox_url
         if sandbox_url is None:
             sandbox_url = stack.enter_context(sandbox_server(config.log_dir, workers=config.sandbox_workers)).base_url
-        bar = stack.enter_context(tqdm(total=blocks, desc="data check", unit="block", disable=not progress, dynamic_ncols=True))
+        bar = stack.enter_context(tqdm(total=blocks, desc=label, unit="block", disable=not progress, dynamic_ncols=True))
         async with sandbox_tool(sandbox_url, run_timeout_s=config.run_timeout_s, memory_limit_mb=config.memory_limit_mb, concurrency=config.concurrency) as tool:
             report = await check_trajectories(
                 trajectories,

@@ -140,8 +140,8 @@ def run_demo(config: DemoConfig) -> DemoSummary:
             seconds,
             "data_check",
             lambda: (
-                _check(SFT_FILE, out / "data-check", sandbox.base_url, config.progress),
-                _check(prepared.sft, out / "data-check-prepared", sandbox.base_url, config.progress),
+                _check(SFT_FILE, out / "data-check", sandbox.base_url, config.progress, "data check"),
+                _check(prepared.sft, out / "data-check-prepared", sandbox.base_url, config.progress, "data check (prepared parquet)"),
             ),
         )
         rendered = _timed(seconds, "render", lambda: _render(config.example, out / "render", config.progress))
@@ -187,8 +187,8 @@ def run_demo(config: DemoConfig) -> DemoSummary:
             mlflow.stop()
 
 
-def _check(file: Path, out_dir: Path, sandbox_url: str, progress: bool) -> CheckOutcome:
-    return asyncio.run(run_check(CheckConfig(file=file, out_dir=out_dir, sandbox_url=sandbox_url, concurrency=4), progress=progress))
+def _check(file: Path, out_dir: Path, sandbox_url: str, progress: bool, label: str) -> CheckOutcome:
+    return asyncio.run(run_check(CheckConfig(file=file, out_dir=out_dir, sandbox_url=sandbox_url, concurrency=4), progress=progress, label=label))
 
 
 def _render(example: Path, out_dir: Path, progress: bool):
