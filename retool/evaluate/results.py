@@ -1,7 +1,7 @@
 """Per-sample results (one jsonl line each) and the run summary computed from them.
 
-The summary is a pure function of the results so it can be recomputed from a results file
-(``retool eval --summarize results.jsonl``) and tested against hand-computed tables.
+The summary is a pure function of the results, so it can be recomputed from a results file
+(``summarize(read_results(path))``) and tested against hand-computed tables.
 """
 
 from __future__ import annotations
