@@ -37,7 +37,7 @@ LOOP_CODE = "count = 0\nfor a in range(1, 900):\n    for b in range(a, 900):\n  
 class Call:
     name: str
     code: str
-    expect_status: str  # run_result.status
+    expect_status: str  # run_result.status (SandboxFusion: Finished for any exit, TimeLimitExceeded)
     expect_stdout: str | None = None  # exact stdout, computed locally for deterministic code
     expect_stderr: str | None = None  # substring
     run_timeout: float = 10.0
@@ -65,9 +65,9 @@ def build_calls() -> dict[str, Call]:
         "loop": LOOP_CODE,
     }
     calls = {name: Call(name, code, "Finished", local_stdout(code)) for name, code in sources.items()}
-    calls["nameerror"] = Call("nameerror", "x = 1\nprint(undefined_name + x)\n", "Error", "", "NameError")
+    calls["nameerror"] = Call("nameerror", "x = 1\nprint(undefined_name + x)\n", "Finished", "", "NameError")
     calls["infinite"] = Call("infinite", "while True:\n    pass\n", "TimeLimitExceeded", run_timeout=2.0, adversarial=True)
-    calls["membomb"] = Call("membomb", "x = b'x' * (600 * 1024 * 1024)\nprint(len(x))\n", "Error", expect_stderr="MemoryError", memory_mb=256, adversarial=True)
+    calls["membomb"] = Call("membomb", "x = b'x' * (600 * 1024 * 1024)\nprint(len(x))\n", "Finished", "", expect_stderr="MemoryError", memory_mb=256, adversarial=True)
     return calls
 
 
@@ -94,6 +94,9 @@ def check(call: Call, status: int, body: dict) -> str | None:
     if status != 200:
         return f"HTTP {status}"
     run = body.get("run_result") or {}
+    expected_request_status = "Success" if call.expect_status == "Finished" and call.expect_stderr is None else "Failed"
+    if body.get("status") != expected_request_status:
+        return f"{call.name}: status {body.get('status')!r}, expected {expected_request_status!r} ({(run.get('stderr') or '')[-120:]!r})"
     if run.get("status") != call.expect_status:
         return f"{call.name}: run status {run.get('status')!r}, expected {call.expect_status!r} ({(run.get('stderr') or '')[-120:]!r})"
     if call.expect_stdout is not None and run.get("stdout") != call.expect_stdout:

@@ -57,13 +57,16 @@ class Verdict:
 
 
 def verdict(*, exit_code: int | None, term_signal: int | None, timed_out: bool) -> Verdict:
-    """SandboxFusion's statuses: Finished+Success only for exit 0; a timeout is TimeLimitExceeded+Failed."""
-    return_code = -term_signal if term_signal else exit_code
+    """SandboxFusion's statuses, exactly: ``Finished`` whenever the process ended by itself (any exit
+    code, or a signal: negative return code), ``TimeLimitExceeded`` (no return code) when we killed it
+    at run_timeout; the request is ``Success`` only for Finished with return code 0. (``Error`` is kept
+    for sandbox-side failures.) verl's tool shows stdout+stderr only for Finished runs, so a traceback
+    must come back as Finished for the model to see it.
+    """
     if timed_out:
-        return Verdict("TimeLimitExceeded", "Failed", return_code)
-    if exit_code == 0 and not term_signal:
-        return Verdict("Finished", "Success", 0)
-    return Verdict("Error", "Failed", return_code)
+        return Verdict("TimeLimitExceeded", "Failed", None)
+    return_code = -term_signal if term_signal else exit_code
+    return Verdict("Finished", "Success" if return_code == 0 else "Failed", return_code)
 
 
 def signal_note(term_signal: int | None, timed_out: bool) -> str:

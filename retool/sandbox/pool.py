@@ -68,6 +68,9 @@ class WorkerHandle:
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
     isolation: dict[str, Any]
+    pidfd: int = -1
+    busy: bool = False
+    dead: bool = False
 
 
 def template_env(settings: SandboxSettings) -> dict[str, str]:
@@ -187,6 +190,13 @@ class ExecutionPool:
         if self._closed:
             self._kill(worker)
             raise PoolUnavailable("pool closed")
+        # Notice a worker dying while idle (killed, OOM), so no request is ever handed to a dead one.
+        try:
+            worker.pidfd = os.pidfd_open(worker.keeper_pid)
+        except OSError:  # already gone
+            self._kill(worker)
+            raise PoolUnavailable(f"worker {slot} died while starting") from None
+        asyncio.get_running_loop().add_reader(worker.pidfd, self._on_exit, worker)
         self._workers[slot] = worker
         self.metrics.live_workers.set(len(self._workers))
         self._idle.put_nowait(worker)
@@ -212,7 +222,16 @@ class ExecutionPool:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
+    def _on_exit(self, worker: WorkerHandle) -> None:
+        if not worker.dead and not worker.busy:  # a busy one is retired by the request that sees it die
+            self._retire(worker, "died while idle")
+        elif worker.pidfd >= 0:
+            asyncio.get_running_loop().remove_reader(worker.pidfd)
+
     def _retire(self, worker: WorkerHandle, reason: str) -> None:
+        if worker.dead:
+            return
+        worker.dead = True
         logger.warning("worker %d retired: %s", worker.slot, reason)
         self._kill(worker)
         if self._workers.get(worker.slot) is worker:
@@ -226,6 +245,11 @@ class ExecutionPool:
     def _kill(self, worker: WorkerHandle) -> None:
         worker.writer.close()
         _signal(worker.keeper_pid, signal.SIGKILL)
+        if worker.pidfd >= 0:
+            with contextlib.suppress(Exception):
+                asyncio.get_running_loop().remove_reader(worker.pidfd)
+            os.close(worker.pidfd)
+            worker.pidfd = -1
 
     def _background(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -243,6 +267,9 @@ class ExecutionPool:
         self.metrics.queue_depth.set(self._waiting)
         try:
             worker = await self._idle.get()
+            while worker.dead:  # died while queued as idle: its replacement is on the way
+                worker = await self._idle.get()
+            worker.busy = True
         finally:
             self._waiting -= 1
             self.metrics.queue_depth.set(self._waiting)
@@ -263,6 +290,9 @@ class ExecutionPool:
         finally:
             self._busy -= 1
             self.metrics.busy_workers.set(self._busy)
+            worker.busy = False
+        if worker.dead:  # exited right after answering
+            return result
         self._idle.put_nowait(worker)
         return result
 

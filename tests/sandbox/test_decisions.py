@@ -33,12 +33,18 @@ def test_rlimits_are_hard_and_count_memory_on_top_of_the_warm_interpreter() -> N
     ("kwargs", "expected"),
     [
         ({"exit_code": 0, "term_signal": None, "timed_out": False}, ("Finished", "Success", 0)),
-        ({"exit_code": 1, "term_signal": None, "timed_out": False}, ("Error", "Failed", 1)),
-        ({"exit_code": None, "term_signal": 11, "timed_out": False}, ("Error", "Failed", -11)),
-        ({"exit_code": None, "term_signal": 9, "timed_out": True}, ("TimeLimitExceeded", "Failed", -9)),
-        ({"exit_code": 0, "term_signal": None, "timed_out": True}, ("TimeLimitExceeded", "Failed", 0)),
+        ({"exit_code": 1, "term_signal": None, "timed_out": False}, ("Finished", "Failed", 1)),
+        ({"exit_code": None, "term_signal": 11, "timed_out": False}, ("Finished", "Failed", -11)),
+        ({"exit_code": None, "term_signal": 9, "timed_out": True}, ("TimeLimitExceeded", "Failed", None)),
+        ({"exit_code": 0, "term_signal": None, "timed_out": True}, ("TimeLimitExceeded", "Failed", None)),
     ],
-    ids=["exit 0 is success", "exit 1 is a failure", "a signal is an error with a negative code", "timeout", "timeout wins over a clean exit"],
+    ids=[
+        "exit 0 is success",
+        "exit 1 finished but failed (as SandboxFusion)",
+        "a signal finished with a negative code",
+        "timeout has no return code",
+        "timeout wins over a clean exit",
+    ],
 )
 def test_verdict(kwargs: dict, expected: tuple) -> None:
     decided = verdict(**kwargs)
@@ -111,8 +117,8 @@ def test_python3_is_accepted_as_python() -> None:
     ("result", "status", "run_status", "return_code"),
     [
         ({"exit_code": 0, "stdout": "1\n", "stderr": "", "execution_time": 0.01}, "Success", "Finished", 0),
-        ({"exit_code": 2, "stdout": "", "stderr": "boom", "execution_time": 0.01}, "Failed", "Error", 2),
-        ({"exit_code": None, "signal": 9, "timed_out": True, "stdout": "", "stderr": ""}, "Failed", "TimeLimitExceeded", -9),
+        ({"exit_code": 2, "stdout": "", "stderr": "boom", "execution_time": 0.01}, "Failed", "Finished", 2),
+        ({"exit_code": None, "signal": 9, "timed_out": True, "stdout": "", "stderr": ""}, "Failed", "TimeLimitExceeded", None),
         ({"worker_died": True, "execution_time": 0.2}, "Failed", "Error", None),
         ({"sandbox_error": "OSError: boom"}, "SandboxError", None, None),
     ],
