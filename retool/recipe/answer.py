@@ -30,7 +30,7 @@ _FENCED_REGION = re.compile(r"```(?:python|py|output|text)?[ \t]*\n.*?(?:```|\Z)
 _BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
 _ANSWER_LINE = re.compile(
-    r"^[ \t>*#_`-]*(?:the[ \t]+)?(?:final[ \t]+)?answer(?:[ \t]+is)?[ \t*_]*[:：][ \t*_]*(?P<ans>[^\n]*?)[ \t*_]*$",
+    r"^[ \t>*#_`-]*(?:the[ \t]+)?(?:final[ \t]+)?answer(?:[ \t]+is)?[ \t*_]*[:：][ \t*_]*(?P<ans>[^\n]*)$",
     re.I | re.M,
 )
 
@@ -44,35 +44,38 @@ def strip_tool_regions(text: str) -> str:
     return _FENCED_REGION.sub(" ", text)
 
 
-def braced_group(text: str, start: int) -> tuple[str, int] | None:
-    """Content of the brace group opening at ``text[start] == '{'`` and the index after it."""
-    depth = 0
-    i = start
+def brace_pairs(text: str) -> dict[int, int]:
+    """Index of every ``{`` with a match -> index of its ``}`` (escaped braces skipped), in one pass.
+
+    Computed once per string, so that input full of unclosed braces costs linear time, where
+    matching each brace by scanning forward would be quadratic.
+    """
+    pairs: dict[int, int] = {}
+    stack: list[int] = []
+    i = 0
     n = len(text)
     while i < n:
         ch = text[i]
         if ch == "\\":
-            i += 2  # an escaped character such as \{ or \} never opens or closes a group
+            i += 2
             continue
         if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start + 1 : i], i + 1
+            stack.append(i)
+        elif ch == "}" and stack:
+            pairs[stack.pop()] = i
         i += 1
-    return None
+    return pairs
 
 
-def _box_argument(text: str, pos: int) -> str | None:
+def _box_argument(text: str, pos: int, pairs: dict[int, int]) -> str | None:
     """Argument of a ``\\boxed`` whose name ends at ``pos``: a brace group or, after a space, one token."""
     i = pos
     n = len(text)
     while i < n and text[i] in " \t":
         i += 1
     if i < n and text[i] == "{":
-        group = braced_group(text, i)
-        return group[0] if group else None
+        end = pairs.get(i)
+        return text[i + 1 : end] if end is not None else None
     if i == pos:
         return None  # "\boxed5" is not LaTeX
     j = i
@@ -84,8 +87,9 @@ def _box_argument(text: str, pos: int) -> str | None:
 
 def last_boxed(text: str) -> str | None:
     """The last well-formed, non-empty ``\\boxed``/``\\fbox`` argument in ``text``."""
+    pairs = brace_pairs(text)
     for match in reversed(list(_BOX_COMMAND.finditer(text))):
-        argument = _box_argument(text, match.end())
+        argument = _box_argument(text, match.end(), pairs)
         if argument is not None and argument.strip():
             return argument.strip()
     return None
@@ -103,7 +107,7 @@ def extract_answer(text: str) -> str | None:
     tags = [t for t in tags if t]
     if tags:
         return tags[-1]
-    lines = [m.group("ans").strip() for m in _ANSWER_LINE.finditer(prose)]
+    lines = [m.group("ans").rstrip(" \t*_") for m in _ANSWER_LINE.finditer(prose)]
     lines = [a.rstrip(".").strip() for a in lines if a.strip()]
     return lines[-1] if lines else None
 
@@ -158,41 +162,52 @@ _COMMAND_SPACE = re.compile(r"(\\[A-Za-z]+) (?=[A-Za-z0-9])")
 
 def _replace_text_commands(s: str) -> str:
     """Unwrap ``\\text{...}``-like groups; drop them when they are a unit after something else."""
+    pairs = brace_pairs(s)
     out: list[str] = []
+    last = ""  # last non-blank character emitted so far: a unit follows a number or a group
     pos = 0
     for match in _TEXT_COMMANDS.finditer(s):
         if match.start() < pos:
             continue
-        group = braced_group(s, match.end() - 1)
-        if group is None:
+        close = pairs.get(match.end() - 1)
+        if close is None:
             continue
-        content, end = group
-        before = "".join(out) + s[pos : match.start()]
-        is_unit = bool(before.strip()) and _UNIT_WORDS.match(content) is not None and re.search(r"[\d}]\s*$", before) is not None
+        content, end = s[match.end() : close], close + 1
+        before = s[pos : match.start()]
+        if before.strip():
+            last = before.rstrip()[-1]
+        is_unit = (last.isdigit() or last == "}") and _UNIT_WORDS.match(content) is not None
         if is_unit:
-            # a unit's power and a compound unit ("\text{ cm}^2", "\text{m}/\text{s}") go with it
+            # a unit's power and a compound unit ("\\text{ cm}^2", "\\text{m}/\\text{s}") go with it
             while tail := _UNIT_TAIL.match(s, end):
                 if tail.group("den"):
-                    next_group = braced_group(s, tail.end() - 1)
-                    if next_group is None or _UNIT_WORDS.match(next_group[0]) is None:
+                    next_close = pairs.get(tail.end() - 1)
+                    if next_close is None or _UNIT_WORDS.match(s[tail.end() : next_close]) is None:
                         break
-                    end = next_group[1]
+                    end = next_close + 1
                 else:
                     end = tail.end()
-        out.append(s[pos : match.start()])
-        out.append(" " if is_unit and not s[end:].strip() else ("" if is_unit else content))
+        out.append(before)
+        replacement = " " if is_unit and not s[end:].strip() else ("" if is_unit else content)
+        out.append(replacement)
+        if replacement.strip():
+            last = replacement.rstrip()[-1]
         pos = end
     out.append(s[pos:])
     return "".join(out)
 
 
 def _strip_outer_braces(s: str) -> str:
-    while s.startswith("{") and s.endswith("}"):
-        group = braced_group(s, 0)
-        if group is None or group[1] != len(s):
-            break
-        s = group[0].strip()
-    return s
+    """``{{ 5 }}`` -> ``5``: remove braces that enclose the whole answer, in one pass."""
+    pairs = brace_pairs(s)
+    i, j = 0, len(s) - 1
+    while i < j and s[i] == "{" and pairs.get(i) == j:
+        i, j = i + 1, j - 1
+        while i <= j and s[i].isspace():
+            i += 1
+        while j >= i and s[j].isspace():
+            j -= 1
+    return s[i : j + 1]
 
 
 def normalize_answer(answer: str) -> str:

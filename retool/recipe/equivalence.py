@@ -19,10 +19,13 @@ from __future__ import annotations
 import logging
 import re
 
-from retool.recipe.answer import MAX_ANSWER_CHARS, braced_group, normalize_answer, numbers_equal, parse_number
+from retool.recipe.answer import MAX_ANSWER_CHARS, brace_pairs, normalize_answer, numbers_equal, parse_number
 from retool.recipe.symbolic import default_pool
 
 logger = logging.getLogger(__name__)
+
+# Longest raw answer that is normalised at all (a few times MAX_ANSWER_CHARS: LaTeX is verbose).
+MAX_RAW_CHARS = 4 * MAX_ANSWER_CHARS
 
 # Default hard limit of the symbolic stage of one comparison, in seconds.
 DEFAULT_TIMEOUT_S = 0.5
@@ -40,9 +43,10 @@ def looks_explosive(answer: str) -> bool:
     """
     if _HUGE_LITERAL.search(answer):
         return True
+    pairs = brace_pairs(answer)
     for match in _EXPONENT.finditer(answer):
-        group = braced_group(answer, match.end() - 1)
-        if group is not None and "^" in group[0]:
+        close = pairs.get(match.end() - 1)
+        if close is not None and "^" in answer[match.end() : close]:
             return True
     return False
 
@@ -51,6 +55,8 @@ def is_equivalent(pred: str, truth: str, timeout_s: float = DEFAULT_TIMEOUT_S) -
     """Whether ``pred`` states the same answer as ``truth``; sympy gets at most ``timeout_s`` of it."""
     if not isinstance(pred, str) or not isinstance(truth, str):
         return False
+    if len(pred) > MAX_RAW_CHARS or len(truth) > MAX_RAW_CHARS:
+        return pred.strip() == truth.strip()  # no math answer is this long; normalising it only costs time
     norm_pred, norm_truth = normalize_answer(pred), normalize_answer(truth)
     if not norm_pred or not norm_truth:
         return False

@@ -85,6 +85,51 @@ def print_trailing_expression(code: str) -> str:
     return rewritten
 
 
+_CARETS = re.compile(r"^ *[\^~]+[\^~ ]*$")
+
+
+def restore_source_in_traceback(stderr: str, original: str, rewritten: str) -> str:
+    """Show the model its own line where a traceback quotes the line :func:`print_trailing_expression` rewrote.
+
+    Without this an error in ``f()`` would be reported on ``_retool_last_value = (f())``: code the
+    model never wrote. Line numbers already agree (the rewrite only appends lines); the caret line
+    under a restored line is shifted back by the removed prefix.
+    """
+    if original == rewritten or not stderr:
+        return stderr
+    prefix = f"{RESULT_NAME} = ("
+    changed: dict[str, str] = {}
+    for old, new in zip(original.splitlines(), rewritten.splitlines(), strict=False):
+        if old != new:
+            changed[new.strip()] = old.strip()
+    if not changed:
+        return stderr
+    lines = stderr.split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        shown = line.strip()
+        if line.startswith("    ") and shown in changed:
+            out.append("    " + changed[shown])
+            at = shown.find(prefix)
+            if i + 1 < len(lines) and _CARETS.match(lines[i + 1]):
+                carets = lines[i + 1][4:]
+                if at != -1 and not carets[at : at + len(prefix)].strip():
+                    shifted = carets[:at] + carets[at + len(prefix) :]
+                    # Python prints no carets when they would underline the whole line
+                    if len(shifted) - len(shifted.lstrip()) > 0 or len(shifted.rstrip()) < len(changed[shown]):
+                        out.append("    " + shifted)
+                elif at == -1:
+                    out.append(lines[i + 1])
+                i += 1  # a caret line that pointed into the prefix is dropped
+            i += 1
+            continue
+        out.append(line)
+        i += 1
+    return "\n".join(out)
+
+
 # --- what the model reads back -----------------------------------------------------------------
 
 _TRACEBACK_HEAD = "Traceback (most recent call last):"

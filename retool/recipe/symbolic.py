@@ -47,7 +47,7 @@ class _Worker:
             [sys.executable, "-I", str(WORKER_SCRIPT)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=None,  # inherited: an import failure in the worker must be visible in the trainer's log
             close_fds=True,
         )
         self._buffer = b""
@@ -179,7 +179,10 @@ class SymbolicPool:
         try:
             if not worker.wait_ready(wait_deadline):
                 healthy = worker.proc.poll() is None  # still importing: keep it for a later call
-                logger.warning("symbolic worker not ready within %.1fs (alive=%s)", self.wait_s, healthy)
+                if healthy:
+                    logger.warning("symbolic worker not ready within %.1fs", self.wait_s)
+                else:
+                    logger.error("symbolic worker exited with code %s before it was ready (see its stderr)", worker.proc.returncode)
                 return None
             deadline = time.monotonic() + timeout_s
             # the worker's own interval timer fires first, so a slow pure-Python case ends without a kill

@@ -24,7 +24,7 @@ from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 from verl.utils.rollout_trace import rollout_trace_op
 
-from retool.recipe.interpreter import extract_code, format_run, print_trailing_expression, truncate_middle
+from retool.recipe.interpreter import extract_code, format_run, print_trailing_expression, restore_source_in_traceback, truncate_middle
 from retool.sandbox.client import SandboxClient, SandboxError, SandboxOverloaded, SandboxUnavailable
 
 logger = logging.getLogger(__name__)
@@ -156,7 +156,8 @@ class CodeInterpreterTool(BaseTool):
         return ToolResponse(text=text), 0.0, {"outcome": outcome, "seconds": round(time.monotonic() - started, 4)}
 
     async def _run(self, argument: str) -> tuple[str, str]:
-        code = print_trailing_expression(extract_code(argument))
+        original = extract_code(argument)
+        code = print_trailing_expression(original)
         client, semaphore = self._resources()
         settings = self.settings
         try:
@@ -176,7 +177,7 @@ class CodeInterpreterTool(BaseTool):
             status=response.status,
             run_status=run.status if run else None,
             stdout=(run.stdout or "") if run else "",
-            stderr=(run.stderr or "") if run else "",
+            stderr=restore_source_in_traceback(run.stderr or "", original, code) if run else "",
             return_code=run.return_code if run else None,
             message=response.message,
             timeout_s=settings.timeout_s,

@@ -148,6 +148,10 @@ ADVERSARIAL = [
     Case("long junk answer", f"{B}{{{'x+' * 2000}x}}", "1", False),
     Case("latex garbage", f"{B}{{\\frac{{\\frac{{}}{{}}}}{{\\sqrt[}}}}", "1", False),
     Case("many unclosed tool tags", "<interpreter>" * 2000 + f"{B}{{1}}", "1", False),
+    Case("answer line built to backtrack", "Answer: a" + " *" * 20000 + "b", "1", False),
+    Case("thousands of unclosed boxes", f"{B}{{" * 20000, "1", False),
+    Case("thousands of unclosed text commands", B + "{" + "\\text{" * 5000 + "}", "1", False),
+    Case("huge answer is only compared verbatim", f"{B}{{{'1' * 2 + ' ' * 50000 + '2'}}}", "1", False),
     Case("nul and control characters are ignored", f"{B}{{\x00 3 \x07}}", "3", True),
 ]
 

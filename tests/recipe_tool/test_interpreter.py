@@ -7,7 +7,16 @@ import io
 
 import pytest
 
-from retool.recipe.interpreter import NO_OUTPUT, RESULT_NAME, extract_code, format_run, print_trailing_expression, trim_traceback, truncate_middle
+from retool.recipe.interpreter import (
+    NO_OUTPUT,
+    RESULT_NAME,
+    extract_code,
+    format_run,
+    print_trailing_expression,
+    restore_source_in_traceback,
+    trim_traceback,
+    truncate_middle,
+)
 
 EXTRACT = [
     ("plain code is kept", "print(1)", "print(1)"),
@@ -209,3 +218,32 @@ def test_format_run(fields: dict, text: str) -> None:
 def test_format_run_truncates_long_output() -> None:
     text = _fmt(stdout="x" * 10_000, max_output_chars=300)
     assert len(text) <= 300 and "characters truncated" in text
+
+
+def _traceback_of(code: str) -> str:
+    """The traceback CPython prints for ``code`` saved as main.py (what the sandbox returns)."""
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "main.py").write_text(code)
+        return subprocess.run([sys.executable, "main.py"], cwd=tmp, capture_output=True, text=True, check=False).stderr
+
+
+RESTORE = [
+    ("call that raises", "def f():\n    raise ValueError('x')\nf()"),
+    ("subscript error under carets", "x = [1]\nx[0] + x[5]"),
+    ("error after a semicolon", "x = 0; 1 / x"),
+    ("multi-line expression", "d = {}\nmax(\n    d['missing'],\n    2,\n)"),
+]
+
+
+@pytest.mark.parametrize("code", [c[1] for c in RESTORE], ids=[c[0] for c in RESTORE])
+def test_traceback_of_rewritten_code_reads_like_the_original(code: str) -> None:
+    rewritten = print_trailing_expression(code)
+    assert rewritten != code
+    restored = trim_traceback(restore_source_in_traceback(_traceback_of(rewritten), code, rewritten))
+    assert RESULT_NAME not in restored
+    assert restored == trim_traceback(_traceback_of(code))
