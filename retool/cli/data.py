@@ -39,6 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     sft = single("sft", "ReTool-SFT (or multi-turn) trajectories -> multi-turn messages + tools")
     sft.add_argument("--data-source", default="retool_sft", help="data_source of rows that have none")
+    sft.add_argument("--keep-prompts", action="store_true", help="keep ReTool's original user prompts (default: question + the single answer instruction)")
     rl = single("rl", "DAPO-Math-17k -> deduplicated RL prompts with one answer instruction")
     rl.add_argument("--data-source", default=None, help="override every row's data_source")
     ev = single("eval", "AIME-style problems (Problem/Answer or problem/answer) -> eval parquet")
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     options = {"split": args.split, "s3_endpoint": args.s3_endpoint}
     try:
         if args.kind == "sft":
-            summaries = [prepare_sft(args.source, args.out, data_source=args.data_source, **options)]
+            summaries = [prepare_sft(args.source, args.out, data_source=args.data_source, rewrite_prompts=not args.keep_prompts, **options)]
         elif args.kind == "rl":
             summaries = [prepare_rl(args.source, args.out, data_source=args.data_source, **options)]
         elif args.kind == "eval":

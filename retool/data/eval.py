@@ -78,6 +78,7 @@ def prepare_eval(
     log = MalformedLog()
     dedup = QuestionDeduplicator()
     with AtomicParquetWriter(out, RL_SCHEMA) as writer:
+        source_options.setdefault("scratch_dir", str(writer.path.parent))  # S3 downloads go to the PVC, not the pod's disk
         index = 0
         for batch in batches if batches is not None else iter_batches(source, split=split, batch_rows=4096, **source_options):
             summary.rows_read += len(batch)

@@ -46,6 +46,16 @@ _SUFFIXES = (
 )
 
 
+# What a format instruction the patterns above missed would look like (a DAPO variant, another source).
+_LEFTOVER = re.compile(r"Answer:\s*\$Answer|on its own line after\s*[\"“]?Answer|\\boxed\{\}", re.IGNORECASE)
+
+
+def has_leftover_instruction(question: str) -> bool:
+    """True when a question still carries an answer-format instruction after stripping: reported, since it
+    would contradict ANSWER_INSTRUCTION."""
+    return _LEFTOVER.search(question) is not None
+
+
 def strip_answer_instruction(text: str) -> tuple[str, bool]:
     """The bare problem of a DAPO prompt, and whether any format instruction was removed.
 
@@ -74,6 +84,7 @@ class Problem:
     ability: str
     source_id: str | None
     instruction_stripped: bool
+    leftover_instruction: bool = False
 
 
 def _text(value: Any) -> str | None:
@@ -124,6 +135,7 @@ def parse_dapo_row(row: Any, default_data_source: str = DEFAULT_DATA_SOURCE) -> 
         ability=ability if isinstance(ability, str) and ability else "MATH",
         source_id=source_id,
         instruction_stripped=stripped,
+        leftover_instruction=has_leftover_instruction(question),
     )
 
 
@@ -191,6 +203,7 @@ class RLConverter:
         self.rejected_pairs: dict[bytes, str] = {}
         self.pair_duplicates = 0
         self.instruction_stripped = 0
+        self.leftover_instruction = 0
         self.written = 0
 
     def convert(self, row: Any, where: str) -> str | None:
@@ -203,6 +216,10 @@ class RLConverter:
         if not self.questions.admit(problem.question, problem.ground_truth, where):
             return None
         self.instruction_stripped += problem.instruction_stripped
+        if problem.leftover_instruction:
+            self.leftover_instruction += 1
+            if self.leftover_instruction <= 5:
+                logger.warning("%s: an answer-format instruction remains in the question after stripping: %s", where, problem.question[-160:])
         self.writer.write(
             rl_row(
                 data_source=self.data_source or problem.data_source,
@@ -271,6 +288,7 @@ def prepare_rl(
     summary = PrepareSummary(kind="rl", source=source, output=str(out))
     log = MalformedLog()
     with AtomicParquetWriter(out, RL_SCHEMA) as writer:
+        source_options.setdefault("scratch_dir", str(writer.path.parent))  # S3 downloads go to the PVC, not the pod's disk
         converter = RLConverter(writer, split=output_split, data_source=data_source, log=log)
         for batch in batches if batches is not None else iter_batches(source, split=split, **source_options):
             summary.rows_read += len(batch)
@@ -284,6 +302,7 @@ def prepare_rl(
     summary.duplicates = converter.pair_duplicates + converter.questions.duplicates
     summary.counters = {
         "instruction_replaced": converter.instruction_stripped,
+        "unrecognised_instruction_left": converter.leftover_instruction,
         "duplicate_questions_with_different_answer": converter.questions.conflicts,
     }
     summary.seconds = time.monotonic() - started

@@ -17,10 +17,10 @@ import re
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from retool.data.report import MalformedLog, MalformedRowError, PrepareSummary
-from retool.data.schema import SFT_SCHEMA, TOOL_NAME, code_interpreter_tool
+from retool.data.schema import ANSWER_INSTRUCTION, SFT_SCHEMA, TOOL_NAME, code_interpreter_tool
 from retool.data.sources import BadLine, RowBatch, iter_batches
 from retool.data.writer import AtomicParquetWriter
 
@@ -32,6 +32,13 @@ _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\r?\n(.*?)```", re.DOTALL |
 _OPEN_FENCE = re.compile(r"^\s*```[ \t]*(?:python3?|py)?[ \t]*\r?\n", re.IGNORECASE)
 _INTERPRETER = re.compile(r"\s*<interpreter>(.*?)</interpreter>", re.DOTALL)
 CODE_OPEN, CODE_CLOSE = "<code>", "</code>"
+# ReTool-SFT prompts wrap the question in instructions for the <code>/<interpreter> text protocol:
+# "... Each code snippet is wrapped with `<code>...`... *user question:*\n{question}\n\nRemember to place
+# the final answer in the last part using the format: <answer>...". Once code becomes tool calls those
+# instructions contradict what the model is trained to emit, so the question is re-wrapped with the
+# same single ANSWER_INSTRUCTION the RL and eval prompts carry.
+_QUESTION_MARKER = re.compile(r"\*{1,2}\s*user question:?\s*\*{1,2}:?", re.IGNORECASE)
+_RETOOL_REMINDER = re.compile(r"\s*Remember to place the final answer in the last part.*$", re.IGNORECASE | re.DOTALL)
 
 
 def extract_code(block: str) -> str:
@@ -44,6 +51,27 @@ def extract_code(block: str) -> str:
     if fenced:
         return fenced.group(1).strip("\n").rstrip()
     return _OPEN_FENCE.sub("", block).replace("```", "").strip("\n").rstrip()
+
+
+def retool_question(content: str) -> str | None:
+    """The bare question of a ReTool-SFT prompt, or None when the prompt is not in that format.
+
+    >>> retool_question("Solve ... wrapped with `<code>`.\\n\\n*user question:*\\nWhat is 2+2?\\n\\nRemember to place the final answer in the last part ...")
+    'What is 2+2?'
+    """
+    markers = list(_QUESTION_MARKER.finditer(content))
+    if not markers:
+        return None
+    question = _RETOOL_REMINDER.sub("", content[markers[-1].end() :]).strip()
+    return question or None
+
+
+def rewrite_prompt(content: str) -> tuple[str, bool]:
+    """A ReTool-SFT prompt re-wrapped as question + ANSWER_INSTRUCTION; other prompts unchanged."""
+    question = retool_question(content)
+    if question is None:
+        return content, False
+    return f"{question}\n\n{ANSWER_INSTRUCTION}", True
 
 
 def tool_call(code: str) -> dict[str, Any]:
@@ -139,6 +167,9 @@ def normalize_conversation(messages: list[Any]) -> list[dict[str, Any]]:
         calls = message.get("tool_calls") or None
         if calls is not None and role != "assistant":
             raise MalformedRowError(f"message {position} ({role}) carries tool calls")
+        if calls is not None and len(calls) > 1:
+            # verl's SFT dataset hands templates numpy arrays; Qwen's "not message.tool_calls" fails on two or more.
+            raise MalformedRowError(f"message {position} has {len(calls)} tool calls in one turn (one per turn is supported)")
         if role == "system" and position != 0:
             raise MalformedRowError("system message is not the first message")
         if role == "tool" and not (out and (out[-1]["role"] == "tool" or out[-1]["tool_calls"])):
@@ -154,8 +185,17 @@ def normalize_conversation(messages: list[Any]) -> list[dict[str, Any]]:
     return out
 
 
-def convert_sft_row(row: Any, data_source: str = DEFAULT_DATA_SOURCE) -> tuple[dict[str, Any], str]:
-    """One output row and how it was obtained (``split`` from tags, or ``multi_turn`` as given)."""
+class Converted(NamedTuple):
+    row: dict[str, Any]
+    how: str
+    """``split`` (from ReTool's tags) or ``multi_turn`` (given as turns)."""
+    prompt_rewritten: bool
+
+
+def convert_sft_row(row: Any, data_source: str = DEFAULT_DATA_SOURCE, rewrite_prompts: bool = True) -> Converted:
+    """One output row, and how it was obtained.
+
+    With ``rewrite_prompts``, ReTool-format user prompts become question + ANSWER_INSTRUCTION."""
     if isinstance(row, BadLine):
         raise MalformedRowError(row.reason)
     if not isinstance(row, Mapping):
@@ -170,7 +210,13 @@ def convert_sft_row(row: Any, data_source: str = DEFAULT_DATA_SOURCE) -> tuple[d
     if tagged:
         conversation = conversation[:-1] + split_trajectory(assistants[0]["content"])
         how = "split"
-    return {"messages": conversation, "tools": [code_interpreter_tool()], "data_source": row.get("data_source") or data_source}, how
+    rewritten = False
+    if rewrite_prompts:
+        for message in conversation:
+            if message["role"] == "user":
+                message["content"], changed = rewrite_prompt(message["content"])
+                rewritten |= changed
+    return Converted({"messages": conversation, "tools": [code_interpreter_tool()], "data_source": row.get("data_source") or data_source}, how, rewritten)
 
 
 def prepare_sft(
@@ -179,33 +225,43 @@ def prepare_sft(
     *,
     split: str = "train",
     data_source: str = DEFAULT_DATA_SOURCE,
+    rewrite_prompts: bool = True,
     batches: Iterable[RowBatch] | None = None,
     **source_options: Any,
 ) -> PrepareSummary:
-    """Convert ReTool-SFT (or multi-turn) rows from ``source`` into ``out``; return and log the summary."""
+    """Convert ReTool-SFT (or multi-turn) rows from ``source`` into ``out``; return and log the summary.
+
+    ``rewrite_prompts=False`` keeps ReTool's original user prompts (with their <code>-tag instructions)."""
     started = time.monotonic()
     summary = PrepareSummary(kind="sft", source=source, output=str(out))
     log = MalformedLog()
     counters: Counter[str] = Counter()
     with AtomicParquetWriter(out, SFT_SCHEMA, flush_rows=512) as writer:
+        source_options.setdefault("scratch_dir", str(writer.path.parent))  # S3 downloads go to the PVC, not the pod's disk
         for batch in batches if batches is not None else iter_batches(source, split=split, batch_rows=1024, **source_options):
             summary.rows_read += len(batch)
             for offset, row in enumerate(batch.to_rows()):
                 try:
-                    converted, how = convert_sft_row(row, data_source)
+                    converted = convert_sft_row(row, data_source, rewrite_prompts)
                 except MalformedRowError as exc:
                     log.add(batch.where(offset), str(exc), row)
                     continue
-                counters[how] += 1
-                counters["tool_calls"] += sum(1 for m in converted["messages"] if m["tool_calls"])
-                writer.write(converted)
+                counters[converted.how] += 1
+                counters["prompts_rewritten"] += converted.prompt_rewritten
+                counters["tool_calls"] += sum(1 for m in converted.row["messages"] if m["tool_calls"])
+                writer.write(converted.row)
         writer.flush()
         summary.absorb(log)
         if writer.rows_written == 0:
             raise ValueError(f"{source}: no valid rows ({summary.rows_read} read, {log.count} malformed: {dict(log.by_reason)})")
         writer.commit()
     summary.rows_written = writer.rows_written
-    summary.counters = {"converted_from_tags": counters["split"], "already_multi_turn": counters["multi_turn"], "tool_calls": counters["tool_calls"]}
+    summary.counters = {
+        "converted_from_tags": counters["split"],
+        "already_multi_turn": counters["multi_turn"],
+        "tool_calls": counters["tool_calls"],
+        "prompts_rewritten": counters["prompts_rewritten"],
+    }
     summary.seconds = time.monotonic() - started
     summary.log()
     return summary

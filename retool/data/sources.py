@@ -99,18 +99,21 @@ def iter_batches(
     split: str = "train",
     config_name: str | None = None,
     s3_endpoint: str | None = None,
+    scratch_dir: str | None = None,
 ) -> Iterator[RowBatch]:
     """Rows of ``source`` in batches of at most ``batch_rows``.
 
     ``split``/``config_name`` select a hub dataset's split and configuration. ``s3_endpoint`` points
     boto3 at an S3-compatible store; when unset boto3 uses its own resolution (``AWS_ENDPOINT_URL``,
-    profile), and credentials always come from boto3's standard chain.
+    profile), and credentials always come from boto3's standard chain. S3 objects are downloaded
+    one at a time into ``scratch_dir`` (default: the system temp dir; the prepare functions pass the
+    output's directory, on the PVC, since a pod's ephemeral storage may not hold a large parquet).
     """
     kind = classify_source(source)
     if kind == "local":
         yield from _iter_local(Path(source).expanduser(), batch_rows)
     elif kind == "s3":
-        yield from _iter_s3(parse_s3_uri(source), batch_rows, s3_endpoint)
+        yield from _iter_s3(parse_s3_uri(source), batch_rows, s3_endpoint, scratch_dir)
     else:
         yield from _iter_hub(source, batch_rows, split, config_name)
 
@@ -213,7 +216,7 @@ def s3_objects(client, location: S3Location) -> list[str]:
     return sorted(keys)
 
 
-def _iter_s3(location: S3Location, batch_rows: int, endpoint: str | None) -> Iterator[RowBatch]:
+def _iter_s3(location: S3Location, batch_rows: int, endpoint: str | None, scratch_dir: str | None = None) -> Iterator[RowBatch]:
     """Download each object to a temporary file (parquet needs random access), read it, delete it."""
     from botocore.exceptions import BotoCoreError, ClientError
 
@@ -222,7 +225,7 @@ def _iter_s3(location: S3Location, batch_rows: int, endpoint: str | None) -> Ite
         keys = s3_objects(client, location)
     except BotoCoreError as exc:
         raise SourceError(f"s3://{location.bucket}/{location.key}: {exc}") from exc
-    with tempfile.TemporaryDirectory(prefix="retool-s3-") as scratch:
+    with tempfile.TemporaryDirectory(prefix=".retool-s3-", dir=scratch_dir) as scratch:
         for number, key in enumerate(keys):
             local = Path(scratch) / f"{number}-{Path(key).name}"
             logger.info("downloading s3://%s/%s", location.bucket, key)

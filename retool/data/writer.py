@@ -27,6 +27,8 @@ class AtomicParquetWriter:
         self.rows_written = 0
         self._buffer: list[dict[str, Any]] = []
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        for stale in self.path.parent.glob(f".{self.path.name}.*.tmp"):  # left by a killed earlier attempt
+            stale.unlink(missing_ok=True)
         self._tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         self._writer = pq.ParquetWriter(self._tmp, schema)
 

@@ -27,6 +27,7 @@ from retool.recipe.prompt_filter import LENGTH_COLUMN, UNRENDERABLE, PromptFilte
 
 logger = logging.getLogger(__name__)
 
+
 class RetoolRLDataset(RLHFDataset):
     """``RLHFDataset`` that always filters overlong prompts (measured with tools) and routes to ``tool_agent``."""
 
@@ -61,9 +62,19 @@ class RetoolRLDataset(RLHFDataset):
         keep, report = filter_report(lengths, self.max_prompt_length)
         self.filter_report = report
         logger.log(logging.WARNING if report.kept < report.total else logging.INFO, "%s: %s", ", ".join(map(str, self.data_files)), report.render())
+        if report.unrenderable:
+            first = int(np.flatnonzero(lengths == UNRENDERABLE)[0])
+            logger.warning("first prompt that failed to render (row %d): %s", first, self._render_error(measured[first][prompt_key], tools, template_kwargs))
         if report.kept == 0:
             raise ValueError(f"no prompt of {self.data_files} fits: {report.render()}")
         return measured.select(keep).remove_columns(LENGTH_COLUMN)
+
+    def _render_error(self, messages: Any, tools: list[dict[str, Any]], template_kwargs: dict[str, Any]) -> str:
+        try:
+            prompt_token_count(self.tokenizer, messages, tools, template_kwargs)
+        except Exception as exc:  # reported, never raised: the row is already dropped
+            return f"{type(exc).__name__}: {exc}"
+        return "renders now (transient failure)"
 
     def __getitem__(self, item: int) -> dict[str, Any]:
         row = super().__getitem__(item)

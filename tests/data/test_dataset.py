@@ -6,6 +6,7 @@ import logging
 import pickle
 
 import pytest
+import yaml
 from omegaconf import OmegaConf
 
 from retool.data import prepare_rl
@@ -47,10 +48,10 @@ def case(tokenizer, tmp_path_factory):
     return root / "rl.parquet", limit, root
 
 
-def load_class():
+def load_class(path: str = str(DATASET_FILE)):
     from verl.utils.import_utils import load_extern_type
 
-    return load_extern_type(str(DATASET_FILE), "RetoolRLDataset")
+    return load_extern_type(path, "RetoolRLDataset")
 
 
 def make(case, tokenizer, **overrides):
@@ -60,10 +61,11 @@ def make(case, tokenizer, **overrides):
     return load_class()(data_files=[str(path)], tokenizer=tokenizer, config=OmegaConf.create(config))
 
 
-def test_verl_loads_the_importable_class_by_file_path() -> None:
+@pytest.mark.parametrize("path", [str(DATASET_FILE), f"file://{DATASET_FILE}", "pkg://retool.recipe.dataset"], ids=["file path", "file uri", "package"])
+def test_verl_loads_the_importable_class(path: str) -> None:
     from retool.recipe.dataset import RetoolRLDataset
 
-    assert load_class() is RetoolRLDataset
+    assert load_class(path) is RetoolRLDataset
 
 
 @pytest.mark.parametrize("workers", [1, 2], ids=["in process", "two datasets workers"])
@@ -98,11 +100,23 @@ def test_rows_without_agent_name_are_routed_too(case, tokenizer, tmp_path) -> No
     assert dataset[0]["agent_name"] == AGENT_NAME
 
 
-def test_prompts_the_template_cannot_render_are_counted(case, tokenizer) -> None:
+def test_the_configured_tool_schema_is_the_one_measured(case, tokenizer, tmp_path) -> None:
+    """With data.tool_config_path, prompts are measured with THAT schema: a longer one filters more."""
+    schema = code_interpreter_tool()
+    schema["function"]["description"] = "Run Python code in a sandbox and return what it prints. " * 10
+    tool_config = {"tools": [{"class_name": "verl.tools.base_tool.BaseTool", "config": {"type": "native"}, "tool_schema": schema}]}
+    (tmp_path / "tools.yaml").write_text(yaml.safe_dump(tool_config))
+    # The short prompts fit max_prompt_length exactly with the built-in schema (kept 2 elsewhere); with this one none fits.
+    with pytest.raises(ValueError, match="kept 0 of 4 prompts: 4 longer than max_prompt_length"):
+        make(case, tokenizer, tool_config_path=str(tmp_path / "tools.yaml"))
+
+
+def test_prompts_the_template_cannot_render_are_counted(case, tokenizer, caplog) -> None:
     template = "{% if '2 + 4' in messages[0].content %}{{ raise_exception('cannot render') }}{% endif %}" + CHAT_TEMPLATE
     dataset = make(case, tokenizer, apply_chat_template_kwargs={"chat_template": template})
     report = dataset.filter_report
     assert (report.kept, report.too_long, report.unrenderable) == (1, 2, 1)
+    assert "first prompt that failed to render (row 1): TemplateError: cannot render" in caplog.text
 
 
 def test_nothing_fits_is_an_error(case, tokenizer) -> None:

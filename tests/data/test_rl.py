@@ -49,6 +49,18 @@ def test_parse_dapo_row_names_the_problem(row: object, reason: str) -> None:
         parse_dapo_row(row)
 
 
+@pytest.mark.parametrize(
+    ("question", "leftover"),
+    [
+        pytest.param("Find x. The last line should be Answer: $Answer please.", True, id="a variant of the DAPO instruction"),
+        pytest.param("Find x and put it in \\boxed{} at the end, thanks.", True, id="a boxed instruction mid-text"),
+        pytest.param("Find x, where Answer: 3 is not it.", False, id="the word Answer alone"),
+    ],
+)
+def test_unrecognised_instructions_are_flagged(question: str, leftover: bool) -> None:
+    assert parse_dapo_row(dapo_row(question, "1", wrap=False)).leftover_instruction is leftover
+
+
 def test_parse_dapo_row_reads_numbers_and_ids() -> None:
     problem = parse_dapo_row(dapo_row("What is 6*7?", 42.0, index="abc"))
     assert (problem.question, problem.ground_truth, problem.source_id, problem.data_source, problem.instruction_stripped) == ("What is 6*7?", "42", "abc", "math_dapo", True)
@@ -65,6 +77,7 @@ def test_prepare_rl_deduplicates_and_writes_one_instruction(tmp_path) -> None:
     summary = prepare_rl(str(source), str(out), batch_rows=64)  # batches smaller than the repeat period
     assert (summary.rows_read, summary.rows_written, summary.duplicates, summary.malformed) == (350, 50, 300, 0)
     assert summary.counters["instruction_replaced"] == 50
+    assert summary.counters["unrecognised_instruction_left"] == 0
     assert pq.read_schema(out).equals(RL_SCHEMA, check_metadata=False)
     rows = read_rows(out)
     assert [r["extra_info"]["index"] for r in rows] == list(range(50))
@@ -124,6 +137,7 @@ def test_data_source_override(tmp_path) -> None:
 
 def test_no_valid_row_is_an_error_and_leaves_the_previous_output(tmp_path) -> None:
     out = tmp_path / "rl.parquet"
+    (tmp_path / ".rl.parquet.999.tmp").write_bytes(b"left by a killed attempt")
     prepare_rl(str(write_parquet(tmp_path / "good.parquet", dapo_rows(unique=3, repeats=1))), str(out))
     before = out.read_bytes()
     bad = write_jsonl(tmp_path / "bad.jsonl", ["{not json", '"a string"', {"prompt": "x"}])

@@ -8,8 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from retool.data.report import MalformedRowError
-from retool.data.schema import SFT_SCHEMA, TOOL_NAME, code_interpreter_tool
-from retool.data.sft import convert_sft_row, extract_code, prepare_sft, split_trajectory
+from retool.data.schema import ANSWER_INSTRUCTION, SFT_SCHEMA, TOOL_NAME, code_interpreter_tool
+from retool.data.sft import convert_sft_row, extract_code, prepare_sft, retool_question, split_trajectory
 from tests.data.helpers import RETOOL_TEXT, build_tokenizer, read_rows, retool_row, write_jsonl, write_parquet
 
 USER = {"role": "user", "content": "q"}
@@ -80,8 +80,8 @@ def test_multi_turn_input_is_normalised() -> None:
             {"role": "assistant", "content": "\\boxed{4}"},
         ]
     }
-    converted, how = convert_sft_row(row)
-    assert how == "multi_turn"
+    converted, how, rewritten = convert_sft_row(row)
+    assert (how, rewritten) == ("multi_turn", False)
     assert converted["messages"][2] == {"role": "assistant", "content": "", "tool_calls": call("print(2+2)")}
     assert converted["tools"] == [code_interpreter_tool()]
 
@@ -99,6 +99,11 @@ def test_multi_turn_input_is_normalised() -> None:
         pytest.param([USER, calling(TOOL_NAME, {"code": "1", "timeout": 3}), TOOL, ANSWER], "arguments other than code: timeout", id="extra arguments"),
         pytest.param([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}, {"role": "critic", "content": "?"}], "role 'critic'", id="unknown role"),
         pytest.param([USER, calling(TOOL_NAME, {"code": "1"})], "does not end with an assistant answer", id="ends with a tool call"),
+        pytest.param(
+            [USER, {"role": "assistant", "content": "", "tool_calls": calling(TOOL_NAME, {"code": "1"})["tool_calls"] * 2}, TOOL, TOOL, ANSWER],
+            "2 tool calls in one turn",
+            id="parallel tool calls",
+        ),
     ],
 )
 def test_malformed_conversations_are_named(messages: list, reason: str) -> None:
@@ -112,7 +117,7 @@ def test_prepare_sft_from_jsonl_reports_malformed_rows(tmp_path) -> None:
     summary = prepare_sft(str(write_jsonl(tmp_path / "sft.jsonl", rows)), str(out))
     assert (summary.rows_read, summary.rows_written, summary.malformed) == (4, 2, 2)
     assert [e.where.rsplit("#", 1)[1] for e in summary.malformed_examples] == ["2", "3"]  # jsonl line numbers
-    assert summary.counters == {"converted_from_tags": 2, "already_multi_turn": 0, "tool_calls": 2}
+    assert summary.counters == {"converted_from_tags": 2, "already_multi_turn": 0, "tool_calls": 2, "prompts_rewritten": 0}
     assert pq.read_schema(out).equals(SFT_SCHEMA, check_metadata=False)
     first = read_rows(out)[0]
     assert [m["role"] for m in first["messages"]] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
@@ -140,3 +145,39 @@ def test_verl_multiturn_sft_dataset_trains_on_assistant_turns_only(tmp_path, pad
     assert '"arguments": {"code": "print(sum(range(10)))"}' in trained  # a dict rendered once by tojson, not a JSON string
     assert "\\boxed{90}" in trained
     assert "code_interpreter" in whole.split("<|im_start|>user")[0]  # the tool schema is in the system block
+
+
+RETOOL_PROMPT = (
+    "Solve the following problem step by step. You now have the ability to selectively write executable Python code to enhance your reasoning process. "
+    "The Python code will be executed by an external sandbox, and the output (wrapped in `<interpreter>output_str</interpreter>`) can be returned to aid "
+    "your reasoning and help you arrive at the final answer. The Python code should be complete scripts, including necessary imports. \n"
+    "Each code snippet is wrapped with `<code>\n```python\ncode snippet\n```\n</code>`.\n"
+    "The last part of your response should be in the following format:\n<answer>\n\\boxed{'The final answer goes here.'}\n</answer>\n\n"
+    "*user question:*\n{question}\n\n"
+    "Remember to place the final answer in the last part using the format: \n<answer>\n\\boxed{'The final answer goes here.'}\n</answer>"
+)
+
+
+@pytest.mark.parametrize(
+    ("content", "question"),
+    [
+        pytest.param(RETOOL_PROMPT.replace("{question}", "What is $2+2$?\nGive an integer."), "What is $2+2$?\nGive an integer.", id="ReTool-SFT prompt"),
+        pytest.param("**User Question:**\nFind x.", "Find x.", id="bold marker"),
+        pytest.param("What is 2+2?", None, id="a plain prompt is not rewritten"),
+    ],
+)
+def test_retool_question(content: str, question: str | None) -> None:
+    assert retool_question(content) == question
+
+
+@pytest.mark.parametrize(("rewrite", "expected_rewritten"), [(True, 1), (False, 0)], ids=["rewritten by default", "kept on request"])
+def test_retool_prompts_get_the_single_answer_instruction(tmp_path, rewrite: bool, expected_rewritten: int) -> None:
+    prompt = RETOOL_PROMPT.replace("{question}", "What is twice the sum of 0..9?")
+    source = write_jsonl(tmp_path / "sft.jsonl", [retool_row(question=prompt)])
+    summary = prepare_sft(str(source), str(tmp_path / "sft.parquet"), rewrite_prompts=rewrite)
+    user = read_rows(tmp_path / "sft.parquet")[0]["messages"][0]["content"]
+    assert summary.counters["prompts_rewritten"] == expected_rewritten
+    if rewrite:
+        assert user == f"What is twice the sum of 0..9?\n\n{ANSWER_INSTRUCTION}"
+    else:
+        assert user == prompt

@@ -141,8 +141,9 @@ def s3(s3_endpoint, monkeypatch, tmp_path):
 
 def test_s3_object_with_explicit_endpoint(s3, tmp_path) -> None:
     bucket, endpoint = s3
-    summary = prepare_rl(f"s3://{bucket}/sets/dapo.parquet", str(tmp_path / "rl.parquet"), s3_endpoint=endpoint)
+    summary = prepare_rl(f"s3://{bucket}/sets/dapo.parquet", str(tmp_path / "out" / "rl.parquet"), s3_endpoint=endpoint)
     assert (summary.rows_read, summary.rows_written, summary.duplicates) == (12, 4, 8)
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["rl.parquet"]  # the download scratch beside it is gone
 
 
 def test_s3_prefix_with_endpoint_from_environment(s3, tmp_path, monkeypatch) -> None:
