@@ -175,7 +175,7 @@ def _random_samples(seed: int, problems: int, n_per_problem: list[int] | int, so
 @pytest.mark.parametrize(
     ("seed", "problems", "n"),
     [
-        pytest.param(0, 6, 30, id="thirty samples per problem as the AIME eval"),
+        pytest.param(0, 3, 30, id="thirty samples per problem as the AIME eval"),
         pytest.param(1, 5, 5, id="five samples, a non power of two"),
         pytest.param(2, 7, [1, 3, 8], id="problems with different sample counts"),
         pytest.param(3, 4, 1, id="one sample per problem"),
@@ -236,3 +236,17 @@ def test_rows_from_a_csv_become_verl_inputs() -> None:
 def test_bad_rows_are_named(rows: list[dict], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         samples_from_rows(rows)
+
+
+def test_rows_of_a_verl_validation_dump_group_by_prompt() -> None:
+    # trainer.validation_data_dir/<step>.jsonl: input, output, gts, score, step + the reward's extra info.
+    rows = [
+        {"input": "user: 1+1?", "output": "\\boxed{2}", "gts": "2", "score": 1.0, "step": 0, "acc": True, "pred": "2", "data_source": "aime_2024"},
+        {"input": "user: 1+1?", "output": "\\boxed{3}", "gts": "2", "score": -1.0, "step": 0, "acc": False, "pred": "3", "data_source": "aime_2024"},
+        {"input": "user: 2+2?", "output": "\\boxed{4}", "gts": "4", "score": 1.0, "step": 0, "acc": True, "pred": "4", "data_source": "aime_2024"},
+        {"input": "user: 2+2?", "output": "\\boxed{4}", "gts": "4", "score": 1.0, "step": 0, "acc": True, "pred": "4", "data_source": "aime_2024"},
+    ]
+    metrics = validation_metrics(*samples_from_rows(rows))
+    assert metrics["val-core/aime_2024/acc/mean@2"] == pytest.approx(0.75)
+    assert metrics["val-core/aime_2024/acc/pass@2"] == pytest.approx(1.0)
+    assert metrics["val-aux/aime_2024/acc/pass@1"] == pytest.approx(0.75)
