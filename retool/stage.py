@@ -56,7 +56,7 @@ def write_files(command: StageCommand, record: str) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(content, encoding="utf-8")
     Path(record).mkdir(parents=True, exist_ok=True)
-    Path(record, "command.sh").write_text(command.shell() + "\n", encoding="utf-8")
+    Path(record, "command.sh").write_text("#!/bin/sh\nset -e\n" + command.script() + "\n", encoding="utf-8")
     payload = {"stage": command.stage, "pre": [list(p) for p in command.pre], "argv": list(command.argv), "env": dict(command.env), "notes": list(command.notes)}
     Path(record, "command.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
 
@@ -108,7 +108,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         log.error("cannot start stage %s: %s", args.stage, err)
         return EXIT_SETUP_FAILED
     if args.dry_run:
-        sys.stdout.write(command.shell() + "\n")
+        sys.stdout.write(command.script() + "\n")
         return 0
     write_files(command, attempt_dir(run_paths(run), args.stage, ctx.attempt))
     return run_steps(command, environ)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from retool.recipe.command import RenderError, StageCommand
+from retool.recipe.command import RenderError
 from retool.recipe.profiles import advice, engine_profile, model_size_billions
 from retool.recipe.render import enabled_stages, render_stage
 from retool.runtime.context import SPEC_MOUNT_PATH, StageContext
@@ -71,11 +71,7 @@ def _stage_text(run: RetoolRun, stage: str, ctx: StageContext) -> str:
         command = render_stage(run, stage, ctx)
     except RenderError as err:
         return f"{header}\n# skipped: {err}"
-    return "\n".join([header, *(f"# note: {n}" for n in command.notes), *_files(command), command.shell()])
-
-
-def _files(command: StageCommand) -> list[str]:
-    return [f"cat > {path} <<'EOF'\n{content.rstrip()}\nEOF" for path, content in command.files.items()]
+    return "\n".join([header, *(f"# note: {n}" for n in command.notes), command.script()])
 
 
 def commands_section(run: RetoolRun, args: argparse.Namespace) -> str:

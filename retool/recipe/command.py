@@ -8,6 +8,7 @@ is what lets all four agree on exactly the same command.
 
 from __future__ import annotations
 
+import posixpath
 import re
 import shlex
 from collections.abc import Mapping
@@ -128,6 +129,17 @@ class StageCommand:
         for step in self.steps():
             lines.append(_multiline(step))
         return "\n".join(lines)
+
+    def script(self) -> str:
+        """The whole stage as a shell script: write ``files``, then what :meth:`shell` shows."""
+        return "\n".join([*(_heredoc(path, content) for path, content in self.files.items()), self.shell()])
+
+
+def _heredoc(path: str, content: str) -> str:
+    marker = "EOF"
+    while marker in content.splitlines():
+        marker += "_"
+    return f"mkdir -p {shlex.quote(posixpath.dirname(path))}\ncat > {shlex.quote(path)} <<'{marker}'\n{content.rstrip()}\n{marker}"
 
 
 def _multiline(argv: tuple[str, ...]) -> str:

@@ -6,6 +6,7 @@ import posixpath
 from pathlib import Path
 
 from retool.recipe import ascend
+from retool.recipe.profiles import engine_profile
 from retool.recipe.tool_config import tool_config_yaml
 from retool.runtime.context import StageContext
 from retool.runtime.paths import RunPaths, run_paths
@@ -62,6 +63,16 @@ def tool_config_path(paths: RunPaths, ctx: StageContext, stage: str) -> str:
     return posixpath.join(attempt_dir(paths, stage, ctx.attempt), TOOL_CONFIG_FILE)
 
 
+def tool_concurrency(run: RetoolRun) -> int:
+    """Executions one tool instance may have in flight.
+
+    verl builds one tool instance in every agent-loop worker (``rollout.agent.num_workers``), each
+    with its own limit, so the run's ``sandbox.maxConcurrent`` is split between them: together they
+    never exceed what the sandbox replicas were sized for.
+    """
+    return max(1, run.spec.sandbox.max_concurrent // engine_profile(run.spec).agent_workers)
+
+
 def tool_config_file(run: RetoolRun, ctx: StageContext, stage: str) -> tuple[str, str]:
     """(path, YAML) of the code-interpreter tool config pointing at this run's sandbox."""
     spec = run.spec
@@ -70,7 +81,7 @@ def tool_config_file(run: RetoolRun, ctx: StageContext, stage: str) -> tuple[str
         timeout_s=spec.sandbox.timeout_seconds,
         memory_limit_mb=spec.sandbox.memory_limit_mb,
         max_output_chars=spec.rl.tool_response_max_chars,
-        concurrency=spec.sandbox.max_concurrent,
+        concurrency=tool_concurrency(run),
     )
     return tool_config_path(run_paths(run), ctx, stage), content
 

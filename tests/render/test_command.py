@@ -86,3 +86,15 @@ def test_stage_command_is_immutable() -> None:
     assert command.argv == ("a",)
     with pytest.raises(TypeError):
         command.env["K"] = "other"  # type: ignore[index]
+
+
+def test_script_writes_the_files_and_runs_the_command(tmp_path) -> None:
+    """What `retool render` prints is a runnable script: heredocs reproduce the files byte for byte."""
+    import subprocess
+
+    target = tmp_path / "stages" / "rl-1" / "tool_config.yaml"
+    content = "tools:\n- note: a line that says EOF\nEOF\n  x: '$HOME `id`'\n"
+    command = StageCommand(stage="rl", argv=("sh", "-c", 'printf "%s" "$GREETING" > "$0"', str(tmp_path / "ran")), env={"GREETING": "hi there"}, files={str(target): content})
+    subprocess.run(["sh", "-e", "-c", command.script()], check=True, timeout=30)
+    assert target.read_text() == content
+    assert (tmp_path / "ran").read_text() == "hi there"

@@ -127,6 +127,16 @@ def test_ascend_environment_is_set_for_the_process_and_every_ray_worker() -> Non
     assert rl.overrides["+ray_kwargs.ray_init.runtime_env.env_vars.HCCL_OP_EXPANSION_MODE"] == "AIV"
 
 
+@pytest.mark.parametrize(("variant", "expected"), [pytest.param("qwen32b-h200", 32, id="256-over-8-workers"), pytest.param("qwen7b-ascend", 16, id="128-over-8-workers")])
+def test_sandbox_capacity_is_split_between_the_agent_loop_workers(variant: str, expected: int) -> None:
+    run = run_of(variant)
+    command = render_stage(run, "rl", context_of(run))
+    workers = command.overrides[f"{ARR}.rollout.agent.num_workers"]
+    [tool] = yaml.safe_load(next(iter(command.files.values())))["tools"]
+    assert tool["config"]["concurrency"] == expected
+    assert tool["config"]["concurrency"] * workers <= run.spec.sandbox.max_concurrent
+
+
 def test_nvidia_gets_no_ascend_environment() -> None:
     run = run_of("qwen32b-h200")
     command = render_stage(run, "rl", context_of(run))
@@ -144,7 +154,7 @@ def test_tool_config_points_at_this_runs_sandbox(stage: str) -> None:
     [tool] = yaml.safe_load(content)["tools"]
     assert tool["class_name"] == TOOL_CLASS
     assert tool["config"]["sandbox_url"] == "http://qwen32b-h200-sandbox.retool.svc:8080"
-    assert tool["config"]["timeout_s"] == 30 and tool["config"]["memory_limit_mb"] == 1024 and tool["config"]["concurrency"] == 256
+    assert tool["config"]["timeout_s"] == 30 and tool["config"]["memory_limit_mb"] == 1024 and tool["config"]["concurrency"] == 256 // 8
 
 
 @pytest.mark.parametrize(
