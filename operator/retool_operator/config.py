@@ -33,6 +33,7 @@ class OperatorConfig(BaseSettings):
     webhook_port: int = Field(9443, ge=1, le=65535, description="Port of the admission webhook (HTTPS).")
     webhook_cert_dir: str = Field("/etc/retool/webhook", description="Directory holding tls.crt and tls.key of the webhook.")
     liveness_port: int = Field(8080, ge=1, le=65535, description="Port of kopf's liveness endpoint (/healthz).")
+    mlflow_parent_runs: bool = Field(True, description="Create a parent MLflow run per RetoolRun (needs retool.tracking and a reachable server).")
     resync_seconds: float = Field(30.0, gt=0, description="Re-derive every run's status from its children at least this often.")
     mlflow_retry_seconds: float = Field(30.0, gt=0, description="Wait before retrying an unreachable MLflow server.")
     mlflow_grace_seconds: float = Field(300.0, ge=0, description="Start stages without a parent MLflow run once MLflow has been unreachable this long.")

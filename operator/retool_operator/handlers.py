@@ -67,11 +67,10 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    """Settings, and the memo shared by every handler (tests may pre-fill ``config`` and ``parent_runs``)."""
+    """Settings, and the memo shared by every handler (tests may pre-fill ``config``)."""
     config = memo.get("config") or CONFIG
     configure(settings, config)
     memo.config = config
-    memo.setdefault("parent_runs", True)
     # One holder object in the operator-wide memo: kopf gives each object a shallow copy of it,
     # so every handler shares this one Reconciler (one client session, one lock per run).
     memo.shared = SharedState()
@@ -89,8 +88,9 @@ def _reconciler(memo: kopf.Memo) -> Reconciler:
     if shared.reconciler is None:
         if not _CONNECTION:
             raise kopf.TemporaryError("not logged in to the API server yet", delay=1)
-        factory = parent_run_factory() if memo.parent_runs else None
-        shared.reconciler = Reconciler(KubeClient(credentials_from(_CONNECTION[0])), memo.config, post_event=post_event, parent_factory=factory)
+        factory = parent_run_factory() if memo.config.mlflow_parent_runs else None
+        client = KubeClient(credentials_from(_CONNECTION[0]), verify_seconds=memo.config.resync_seconds)
+        shared.reconciler = Reconciler(client, memo.config, post_event=post_event, parent_factory=factory)
     return shared.reconciler
 
 

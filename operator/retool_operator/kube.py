@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
+import json
 import logging
 import ssl
 import tempfile
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,8 +122,10 @@ def credentials_from(info: Any) -> Credentials:
 class KubeClient:
     """One aiohttp session for the operator's lifetime; bounded concurrency to spare the API server."""
 
-    def __init__(self, creds: Credentials, *, concurrency: int = 32, timeout: float = 30.0):
+    def __init__(self, creds: Credentials, *, concurrency: int = 32, timeout: float = 30.0, verify_seconds: float = 300.0):
         self._creds = creds
+        self._applied: dict[tuple[str, str, str], tuple[str, float]] = {}
+        self.verify_seconds = verify_seconds
         self._session: aiohttp.ClientSession | None = None
         self._limit = asyncio.Semaphore(concurrency)
         self._timeout = aiohttp.ClientTimeout(total=timeout)
@@ -190,16 +195,32 @@ class KubeClient:
         return await self._request("PATCH", kind.path(namespace, name, subresource), json=patch, content_type="application/merge-patch+json")
 
     async def ensure(self, obj: dict[str, Any]) -> str:
-        """Create-or-patch: 'created', 'patched' or 'unchanged' (no write when already as desired)."""
+        """Create-or-patch: 'created', 'patched', 'unchanged' or 'cached'.
+
+        POST first (one request for a new object; 409 means it exists), then compare and patch
+        only what differs. An object applied with the same content less than ``verify_seconds``
+        ago is not fetched again ('cached'), so steady-state passes cost no requests; after that
+        it is re-read, which also repairs children edited or deleted behind the operator's back.
+        """
         kind = kind_of(obj)
         meta = obj["metadata"]
-        current = await self.get(kind, meta["namespace"], meta["name"])
-        if current is None:
-            if await self.create(obj):
-                return "created"
+        key = (kind.plural, meta["namespace"], meta["name"])
+        digest = hashlib.sha1(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+        seen = self._applied.get(key)
+        if seen is not None and seen[0] == digest and time.monotonic() - seen[1] < self.verify_seconds:
+            return "cached"
+        result = "created"
+        if not await self.create(obj):
             current = await self.get(kind, meta["namespace"], meta["name"]) or {}
-        desired = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
-        if is_subset(desired, current):
-            return "unchanged"
-        await self.patch(kind, meta["namespace"], meta["name"], desired)
-        return "patched"
+            desired = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+            result = "unchanged"
+            if not is_subset(desired, current):
+                await self.patch(kind, meta["namespace"], meta["name"], desired)
+                result = "patched"
+        self._applied[key] = (digest, time.monotonic())
+        return result
+
+    def forget(self, namespace: str, names: set[str]) -> None:
+        """Drop cached applications of a deleted run's children."""
+        for key in [k for k in self._applied if k[1] == namespace and k[2] in names]:
+            del self._applied[key]

@@ -119,6 +119,7 @@ class Reconciler:
         if timer is not None:
             timer.cancel()
         self._mlflow_down_since.pop(key, None)
+        self.client.forget(namespace, {sandbox_name(name), f"{name}-spec"})
 
     # ------------------------------------------------------------ one pass
 

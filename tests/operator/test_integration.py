@@ -24,6 +24,7 @@ from tests.operator.emulator import (
     RAYJOBS,
     RUNS,
     ObserverClient,
+    ScalableEmulator,
     credentials_for,
     declare,
     eventually,
@@ -35,12 +36,12 @@ from tests.operator.helpers import document, job_status, rayjob_status
 
 pytestmark = pytest.mark.slow
 NS = "ml"
-CONFIG = OperatorConfig(_env_file=None, resync_seconds=3600, mlflow_grace_seconds=0)
+CONFIG = OperatorConfig(_env_file=None, resync_seconds=3600, mlflow_parent_runs=False)
 
 
 @dataclass
 class Cluster:
-    k8s: kmock.KubernetesEmulator
+    k8s: ScalableEmulator
     api: ObserverClient
     config: OperatorConfig
 
@@ -78,7 +79,7 @@ class Cluster:
 
 @pytest.fixture
 async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Cluster]:
-    async with kmock.KubernetesEmulator() as k8s, kmock.Server(k8s) as server:
+    async with ScalableEmulator() as k8s, kmock.Server(k8s) as server:
         declare(k8s)
         monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kubeconfig", str(server.url))))
         api = ObserverClient(credentials_for(str(server.url)))
@@ -130,8 +131,17 @@ async def test_run_creates_sandbox_and_walks_every_stage_to_success(cluster: Clu
         assert replicas == "zero"
         assert await cluster.names(JOBS) == ["happy-merge-1", "happy-prepare-1"]
         assert await cluster.names(RAYJOBS) == ["happy-eval-1", "happy-rl-1", "happy-sft-1"]
-        reasons = [r.data.get("reason") for r in cluster.k8s if r.resource is not None and r.resource.plural == "events" and r.data]
-        assert "StageStarted" in reasons and "PipelineCompleted" in reasons
+        await eventually(lambda: _events(cluster, {"StageStarted", "StageSucceeded", "PipelineCompleted"}), what="Normal events")
+
+
+async def _events(cluster: Cluster, reasons: set[str], type_: str = "Normal") -> bool:
+    """Events the operator posted (kopf posts them asynchronously, hence polled)."""
+    posted = {r.data.get("reason") for r in cluster.k8s.requests if r.resource is not None and r.resource.plural == "events" and r.data and r.data.get("type") == type_}
+    return reasons <= posted
+
+
+async def _warned(cluster: Cluster, reasons: set[str]) -> bool:
+    return await _events(cluster, reasons, "Warning")
 
 
 async def _replicas(cluster: Cluster, name: str, want: int) -> str | None:
@@ -154,8 +164,7 @@ async def test_complete_but_failed_retries_then_fails_the_run(cluster: Cluster) 
         assert (sft["state"], sft["attempt"], sft["job"]) == ("Failed", 2, "flaky-sft-2")
         failed = {c["type"]: c for c in status["conditions"]}["Failed"]
         assert failed["status"] == "True" and failed["reason"] == "StageFailed" and "deadline exceeded" in failed["message"]
-        warnings = [r.data for r in cluster.k8s if r.resource is not None and r.resource.plural == "events" and r.data and r.data.get("type") == "Warning"]
-        assert {"StageRetrying", "StageFailed"} <= {w["reason"] for w in warnings}
+        await eventually(lambda: _warned(cluster, {"StageRetrying", "StageFailed"}), what="Warning events StageRetrying and StageFailed")
         assert await cluster.names(RAYJOBS) == ["flaky-sft-1", "flaky-sft-2"]
 
 
@@ -196,7 +205,8 @@ async def test_operator_restart_resumes_without_duplicates(cluster: Cluster) -> 
         assert await cluster.names(RAYJOBS) == ["sturdy-sft-1"]
     assert cluster.creates("jobs") == 1
     assert cluster.creates("rayjobs") == 1
-    assert cluster.creates("deployments") == 2  # the sandbox and the namespace's MLflow, once each
+    # Sandbox and tracker are create-or-patch (a restart's POST gets 409): still one of each.
+    assert await cluster.names(DEPLOYMENTS) == ["retool-mlflow", "sturdy-sandbox"]
 
 
 async def test_invalid_spec_fails_with_a_field_named_message_and_creates_nothing(cluster: Cluster) -> None:

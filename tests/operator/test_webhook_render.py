@@ -63,7 +63,6 @@ def test_kopf_validating_handler_refuses_with_field_named_message() -> None:
     assert handlers.validate_retoolrun(body=kopf.Body(BASE), old=None, operation="CREATE") is None
 
 
-@pytest.mark.parametrize("stage", [None, "prepare", "sft", "merge", "rl", "eval"], ids=lambda s: f"stage-{s or 'all'}")
 @pytest.mark.parametrize(("enabled", "expected"), [("true", ["validate-retoolrun"]), ("false", [])], ids=["webhook-enabled-registers-it", "webhook-disabled-does-not"])
 def test_validating_handler_registration_follows_config(enabled: str, expected: list[str]) -> None:
     code = "import kopf, retool_operator.handlers; print([h.id for h in kopf.get_default_registry()._webhooks.get_all_handlers()])"
@@ -71,6 +70,7 @@ def test_validating_handler_registration_follows_config(enabled: str, expected: 
     assert out.stdout.strip() == repr(expected)
 
 
+@pytest.mark.parametrize("stage", [None, "prepare", "sft", "merge", "rl", "eval"], ids=lambda s: f"stage-{s or 'all'}")
 def test_render_lists_spec_sandbox_and_stage_children(stage: str | None) -> None:
     objects = list(yaml.safe_load_all(render_manifests(BASE, config=CONFIG, stage=stage)))
     kinds = [o["kind"] for o in objects]
