@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -136,8 +136,15 @@ class ChatClient:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.AsyncClient(timeout=timeout_s, headers=headers, limits=httpx.Limits(max_connections=max_connections))
 
-    async def complete(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], turn_index: int = 0) -> AssistantTurn:
-        body = chat_request(self.model, messages, tools, self.sampling)
+    async def complete(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], turn_index: int = 0, sample_index: int = 0
+    ) -> AssistantTurn:
+        """One assistant turn. With a seed, sample k of a problem uses ``seed + k``: the n samples differ
+        (an equal seed would make a deterministic server answer n times the same) and stay reproducible."""
+        sampling = self.sampling
+        if sampling.seed is not None and sample_index:
+            sampling = replace(sampling, seed=sampling.seed + sample_index)
+        body = chat_request(self.model, messages, tools, sampling)
         for attempt in range(self.retries + 1):
             retry_in = self.backoff_s * 2**attempt
             try:

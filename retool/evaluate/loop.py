@@ -18,7 +18,9 @@ from retool.evaluate.chat import AssistantTurn, ToolCall
 
 
 class Chat(Protocol):
-    async def complete(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], turn_index: int = 0) -> AssistantTurn: ...
+    async def complete(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], turn_index: int = 0, sample_index: int = 0
+    ) -> AssistantTurn: ...
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,7 @@ async def run_conversation(
     *,
     tools: Sequence[Mapping[str, Any]],
     max_turns: int,
+    sample_index: int = 0,
 ) -> Transcript:
     """Run one sample to completion. ``max_turns`` bounds assistant turns (verl's ``max_assistant_turns``)."""
     if max_turns < 1:
@@ -97,7 +100,7 @@ async def run_conversation(
     messages = [dict(m) for m in prompt]
     transcript = Transcript(messages=messages, prompt_length=len(messages))
     while True:
-        turn = await chat.complete(messages, tools, transcript.turns)
+        turn = await chat.complete(messages, tools, transcript.turns, sample_index)
         transcript.turns += 1
         for key, value in turn.usage.items():
             transcript.usage[key] = transcript.usage.get(key, 0) + value

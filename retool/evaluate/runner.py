@@ -72,7 +72,7 @@ async def evaluate(
     async def one(problem: Problem, sample_index: int) -> SampleResult:
         async with semaphore:
             try:
-                transcript = await run_conversation(chat, execute, problem.prompt, tools=tools, max_turns=max_turns)
+                transcript = await run_conversation(chat, execute, problem.prompt, tools=tools, max_turns=max_turns, sample_index=sample_index)
             except EndpointError as exc:
                 logger.warning("problem %d sample %d: %s", problem.index, sample_index, exc)
                 return sample_result(problem, sample_index, None, score(problem.data_source, "", problem.ground_truth, problem.extra_info), str(exc))

@@ -49,11 +49,14 @@ class ScriptedEndpoint:
     """Markers whose first request gets a 503 (the client must retry)."""
     received_tool_messages: list[tuple[str, int, str]] = field(default_factory=list)
     requests: int = 0
+    sampling: set[tuple[object, object, object]] = field(default_factory=set)
+    """(temperature, top_p, seed) of every request."""
     problems: list[str] = field(default_factory=list)
     """Protocol violations seen (a test asserts this stays empty)."""
 
     def reply(self, body: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
         self.requests += 1
+        self.sampling.add((body.get("temperature"), body.get("top_p"), body.get("seed")))
         if body.get("model") != self.model:
             return 404, {"error": {"message": f"model {body.get('model')!r} not served"}}
         tool_names = [t.get("function", {}).get("name") for t in body.get("tools") or []]

@@ -67,10 +67,14 @@ def data(tmp_path):
 async def test_eval_round_trips_through_the_real_sandbox(endpoint, data, sandbox, tmp_path):
     scripted, url = endpoint
     out = tmp_path / "results.jsonl"
-    config = EvalConfig(endpoint=url, model=MODEL, data=data, n=2, max_turns=3, concurrency=3, sandbox_url=sandbox.base_url, out=out)
+    config = EvalConfig(
+        endpoint=url, model=MODEL, data=data, n=2, max_turns=3, concurrency=3, temperature=0.6, top_p=0.95, seed=7, sandbox_url=sandbox.base_url, out=out
+    )
     outcome = await run_eval(config)
 
     assert scripted.problems == []
+    # Sampling parameters reach the server; sample k of a problem uses seed + k.
+    assert scripted.sampling == {(0.6, 0.95, 7), (0.6, 0.95, 8)}
     # Real sandbox output came back to the model as tool messages.
     assert "1031" in scripted.tool_outputs("[power]")[0]
     assert scripted.tool_outputs("[comb]")[0].strip() == "120"
