@@ -33,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--data", required=True, type=Path, help="AIME-format problems: parquet/jsonl/json rows with prompt and reward_model.ground_truth (or problem/answer)")
     parser.add_argument("-n", type=int, default=1, help="samples per problem (mean@n, maj@n, best@n); default 1")
     parser.add_argument("--max-turns", type=int, default=8, help="assistant turns per sample (the RL recipe's maxTurns); default 8")
+    parser.add_argument("--max-parallel-calls", type=int, default=1, help="tool calls run per turn, the rest dropped (verl's max_parallel_calls); default 1, as in RL")
     parser.add_argument("--concurrency", type=int, default=16, help="conversations (hence requests) in flight at once; default 16")
     parser.add_argument("--temperature", type=float, default=1.0, help="default 1.0 (the recipe's eval setting)")
     parser.add_argument("--top-p", type=float, default=0.6, help="default 0.6 (the recipe's eval setting)")
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from retool.evaluate.app import EvalConfig, run_eval
     from retool.evaluate.problems import ProblemFileError
 
-    for flag, value in (("-n", args.n), ("--max-turns", args.max_turns), ("--concurrency", args.concurrency)):
+    for flag, value in (("-n", args.n), ("--max-turns", args.max_turns), ("--max-parallel-calls", args.max_parallel_calls), ("--concurrency", args.concurrency)):
         if value < 1:
             print(f"retool eval: {flag} must be at least 1", file=sys.stderr)
             return 2
@@ -68,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         data=args.data,
         n=args.n,
         max_turns=args.max_turns,
+        max_parallel_calls=args.max_parallel_calls,
         concurrency=args.concurrency,
         temperature=args.temperature,
         top_p=args.top_p,

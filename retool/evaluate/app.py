@@ -33,6 +33,7 @@ class EvalConfig:
     data: Path
     n: int = 1
     max_turns: int = 8
+    max_parallel_calls: int = 1
     concurrency: int = 16
     temperature: float = 1.0
     top_p: float = 0.6
@@ -128,6 +129,7 @@ async def run_eval(config: EvalConfig, *, progress: bool = False) -> EvalOutcome
                     tools=[training_tool_schema()],
                     score=compute_score,
                     max_turns=config.max_turns,
+                    max_parallel_calls=config.max_parallel_calls,
                     concurrency=config.concurrency,
                     out=config.out,
                     on_sample=on_sample,

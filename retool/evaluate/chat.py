@@ -59,11 +59,13 @@ class AssistantTurn:
     finish_reason: str | None = None
     usage: Mapping[str, int] = field(default_factory=dict)
 
-    def message(self) -> dict[str, Any]:
-        """The assistant message to append to the conversation (tool calls included, as the API expects)."""
+    def message(self, calls: Sequence[ToolCall] | None = None) -> dict[str, Any]:
+        """The assistant message to append to the conversation, with ``calls`` (default: all of its tool
+        calls); the API requires a tool message for every call the conversation carries."""
+        calls = self.tool_calls if calls is None else calls
         message: dict[str, Any] = {"role": "assistant", "content": self.content}
-        if self.tool_calls:
-            message["tool_calls"] = [call.message() for call in self.tool_calls]
+        if calls:
+            message["tool_calls"] = [call.message() for call in calls]
         return message
 
 

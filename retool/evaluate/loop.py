@@ -40,7 +40,7 @@ class ToolExecutor(Protocol):
 STOP_ANSWERED = "answered"
 """The model answered without calling a tool."""
 STOP_MAX_TURNS = "max_turns"
-"""The assistant-turn budget ran out while the model still wanted a tool."""
+"""The assistant-turn budget ran out while the model still wanted a tool (that last call is not run)."""
 STOP_LENGTH = "length"
 """The server stopped the answer at its token limit without a tool call."""
 
@@ -91,11 +91,21 @@ async def run_conversation(
     *,
     tools: Sequence[Mapping[str, Any]],
     max_turns: int,
+    max_parallel_calls: int = 1,
     sample_index: int = 0,
 ) -> Transcript:
-    """Run one sample to completion. ``max_turns`` bounds assistant turns (verl's ``max_assistant_turns``)."""
+    """Run one sample to completion, with verl's tool agent loop rules.
+
+    ``max_turns`` bounds assistant turns (``max_assistant_turns``): the turn that reaches it ends
+    the conversation even when it asks for a tool, whose call is then not run. Only the first
+    ``max_parallel_calls`` calls of a turn run (verl's ``max_parallel_calls``, 1 by default and in
+    the RL stage); the others are dropped from the conversation, which must answer every call it
+    carries.
+    """
     if max_turns < 1:
         raise ValueError("max_turns must be at least 1")
+    if max_parallel_calls < 1:
+        raise ValueError("max_parallel_calls must be at least 1")
     started = time.monotonic()
     messages = [dict(m) for m in prompt]
     transcript = Transcript(messages=messages, prompt_length=len(messages))
@@ -104,19 +114,20 @@ async def run_conversation(
         transcript.turns += 1
         for key, value in turn.usage.items():
             transcript.usage[key] = transcript.usage.get(key, 0) + value
-        messages.append(turn.message())
-        if not turn.tool_calls:
+        calls = turn.tool_calls[:max_parallel_calls]
+        messages.append(turn.message(calls))
+        if not calls:
             transcript.stop = STOP_LENGTH if turn.finish_reason == "length" else STOP_ANSWERED
             break
+        if transcript.turns >= max_turns:
+            transcript.stop = STOP_MAX_TURNS
+            break
         # Calls of one turn are independent scripts: run them together, answer in the model's order.
-        results = await asyncio.gather(*(execute(call) for call in turn.tool_calls))
-        for call, result in zip(turn.tool_calls, results, strict=True):
+        results = await asyncio.gather(*(execute(call) for call in calls))
+        for call, result in zip(calls, results, strict=True):
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result.text})
             transcript.tool_calls += 1
             transcript.tool_failures += 0 if result.ok else 1
             transcript.tool_seconds += result.elapsed_s
-        if transcript.turns >= max_turns:
-            transcript.stop = STOP_MAX_TURNS
-            break
     transcript.elapsed_s = time.monotonic() - started
     return transcript

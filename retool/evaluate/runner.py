@@ -57,6 +57,7 @@ async def evaluate(
     score: Scorer,
     max_turns: int,
     concurrency: int,
+    max_parallel_calls: int = 1,
     out: Path,
     on_sample: Callable[[SampleResult], None] | None = None,
 ) -> list[SampleResult]:
@@ -72,7 +73,9 @@ async def evaluate(
     async def one(problem: Problem, sample_index: int) -> SampleResult:
         async with semaphore:
             try:
-                transcript = await run_conversation(chat, execute, problem.prompt, tools=tools, max_turns=max_turns, sample_index=sample_index)
+                transcript = await run_conversation(
+                    chat, execute, problem.prompt, tools=tools, max_turns=max_turns, max_parallel_calls=max_parallel_calls, sample_index=sample_index
+                )
             except EndpointError as exc:
                 logger.warning("problem %d sample %d: %s", problem.index, sample_index, exc)
                 return sample_result(problem, sample_index, None, score(problem.data_source, "", problem.ground_truth, problem.extra_info), str(exc))

@@ -31,6 +31,8 @@ class Call:
     code: str = ""
     raw_arguments: str | None = None
     name: str = "code_interpreter"
+    also: tuple[str, ...] = ()
+    """Code of further calls in the same turn (parallel tool calls)."""
 
 
 @dataclass(frozen=True)
@@ -77,8 +79,10 @@ class ScriptedEndpoint:
             message = {"role": "assistant", "content": step.text.replace("{last}", last_tool.strip())}
             return 200, _completion(self.model, message, step.finish_reason)
         arguments = step.raw_arguments if step.raw_arguments is not None else json.dumps({"code": step.code})
-        call = {"id": f"call-{marker}-{turn}", "type": "function", "function": {"name": step.name, "arguments": arguments}}
-        return 200, _completion(self.model, {"role": "assistant", "content": f"Let me compute (turn {turn}).", "tool_calls": [call]}, "tool_calls")
+        calls = [{"id": f"call-{marker}-{turn}", "type": "function", "function": {"name": step.name, "arguments": arguments}}]
+        for extra, code in enumerate(step.also, start=1):
+            calls.append({"id": f"call-{marker}-{turn}-{extra}", "type": "function", "function": {"name": step.name, "arguments": json.dumps({"code": code})}})
+        return 200, _completion(self.model, {"role": "assistant", "content": f"Let me compute (turn {turn}).", "tool_calls": calls}, "tool_calls")
 
     def _check_tool_answers(self, marker: str, messages: list[Mapping[str, Any]]) -> str:
         """Every earlier call must be answered by the next message, a tool message with its id."""

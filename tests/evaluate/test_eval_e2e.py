@@ -31,6 +31,7 @@ PROBLEMS = [
     {"problem": "[guess] What is 3 + 5?", "answer": "8"},
     {"problem": "[loop] Count the primes below 100.", "answer": "25"},
     {"problem": "[badargs] What is 6 * 7?", "answer": "42"},
+    {"problem": "[pair] What is 3 * 37?", "answer": "111"},
 ]
 
 
@@ -47,6 +48,8 @@ def scripts() -> dict[str, list[Call | Say]]:
         "[loop]": [Call("print(len([p for p in range(2, 100) if all(p % d for d in range(2, p))]))")],
         # Arguments that are not JSON: the model is told so, then answers.
         "[badargs]": [Call(raw_arguments='{"code": "print(6*7)"'), Say("The answer is \\boxed{42}.")],
+        # Two calls in one turn: as in RL (max_parallel_calls=1) only the first runs; the second is dropped.
+        "[pair]": [Call("print(3 * 37)", also=("print(-1)",)), Say("\\boxed{{last}}")],
     }
 
 
@@ -91,8 +94,9 @@ async def test_eval_round_trips_through_the_real_sandbox(endpoint, data, sandbox
         "[comb]": (True, "120", 2, 1, "answered"),
         "[fix]": (True, "5050", 3, 2, "answered"),
         "[guess]": (False, "7", 1, 0, "answered"),
-        "[loop]": (False, None, 3, 3, "max_turns"),
+        "[loop]": (False, None, 3, 2, "max_turns"),
         "[badargs]": (True, "42", 2, 1, "answered"),
+        "[pair]": (True, "111", 2, 1, "answered"),
     }
     for marker, (acc, pred, turns, calls, stop) in expected.items():
         r = by_problem[marker]
@@ -101,11 +105,15 @@ async def test_eval_round_trips_through_the_real_sandbox(endpoint, data, sandbox
     assert by_problem["[badargs]"].tool_failures == 1
     assert by_problem["[power]"].messages[-1]["content"].endswith("\\boxed{1031}.")
 
+    # The turn that spends the budget does not run its call (verl's tool agent loop).
+    assert len(scripted.tool_outputs("[loop]")) == 2 * 2
+    assert [len(m.get("tool_calls") or []) for m in by_problem["[pair]"].messages if m["role"] == "assistant"] == [1, 0]
+
     summary = outcome.summary
-    assert summary["val-core/aime/acc/mean@2"] == pytest.approx(4 / 6)
-    assert summary["val-core/aime/acc/pass@2"] == pytest.approx(4 / 6)
-    assert summary["eval/tool_calls/total"] == 2 * (1 + 1 + 2 + 0 + 3 + 1)
-    assert summary["eval/stop/max_turns"] == pytest.approx(1 / 6)
+    assert summary["val-core/aime/acc/mean@2"] == pytest.approx(5 / 7)
+    assert summary["val-core/aime/acc/pass@2"] == pytest.approx(5 / 7)
+    assert summary["eval/tool_calls/total"] == 2 * (1 + 1 + 2 + 0 + 2 + 1 + 1)
+    assert summary["eval/stop/max_turns"] == pytest.approx(1 / 7)
     assert summary["eval/errors"] == 0
     assert json.loads(outcome.summary_path.read_text()) == pytest.approx(summary)
 
@@ -125,7 +133,7 @@ def test_eval_cli_with_embedded_sandbox_and_mlflow(endpoint, data, tmp_path):
     done = subprocess.run(command, env=repo_env(), capture_output=True, text=True, timeout=240, check=False, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
-    assert summary["val-core/aime/acc/mean@1"] == pytest.approx(4 / 6)
+    assert summary["val-core/aime/acc/mean@1"] == pytest.approx(5 / 7)
     assert len(out.read_text().splitlines()) == len(PROBLEMS)
 
     from mlflow.tracking import MlflowClient
@@ -134,11 +142,11 @@ def test_eval_cli_with_embedded_sandbox_and_mlflow(endpoint, data, tmp_path):
     experiment = client.get_experiment_by_name("eval-e2e")
     (run,) = client.search_runs([experiment.experiment_id])
     assert run.info.status == "FINISHED"
-    assert run.data.metrics["val-core/aime/acc/mean_at_1"] == pytest.approx(4 / 6)
+    assert run.data.metrics["val-core/aime/acc/mean_at_1"] == pytest.approx(5 / 7)
     assert run.data.params["model"] == MODEL
     assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"cli.jsonl", "cli.summary.json", "eval"}
     # The eval stage's layout too: what the operator reads into status.results.
-    assert load_eval_results(tracking_uri, run.info.run_id)["aime"]["mean@1"] == pytest.approx(4 / 6)
+    assert load_eval_results(tracking_uri, run.info.run_id)["aime"]["mean@1"] == pytest.approx(5 / 7)
     # The embedded sandbox the command started is gone with it.
     (pid,) = re.findall(r"sandbox ready at \S+ \(pid (\d+)\)", done.stderr)
     assert not Path(f"/proc/{pid}").exists()
