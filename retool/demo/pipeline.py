@@ -153,19 +153,22 @@ def run_demo(config: DemoConfig) -> DemoSummary:
             "demo/render/objects": float(len(rendered.kinds)),
             "demo/render/stages": float(len(rendered.commands)),
         }
-        logged = _timed(
-            seconds,
-            "mlflow",
-            lambda: log_run(
-                mlflow.base_url,
-                EXPERIMENT,
-                run_name="demo",
-                params={"example": config.example.name, "sft_samples": SFT_FILE.name, "eval_samples": EVAL_FILE.name, "sandbox_workers": config.sandbox_workers},
-                metrics={**figures, **{f"demo/seconds/{k}": v for k, v in seconds.items()}},
-                artifacts=[out / "data-check", out / "data-check-prepared", rendered.manifests, out / "render" / "commands"],
-                tags={"retool.kind": "demo", "retool.check_ok": str(check.report.ok and check_prepared.report.ok).lower()},
-            ),
-        )
+        artifacts = [out / "data-check", out / "data-check-prepared", rendered.manifests, out / "render" / "commands"]
+        with tqdm(total=1 + len(artifacts), desc="log run to MLflow", unit="step", disable=not config.progress) as bar:
+            logged = _timed(
+                seconds,
+                "mlflow",
+                lambda: log_run(
+                    mlflow.base_url,
+                    EXPERIMENT,
+                    run_name="demo",
+                    params={"example": config.example.name, "sft_samples": SFT_FILE.name, "eval_samples": EVAL_FILE.name, "sandbox_workers": config.sandbox_workers},
+                    metrics={**figures, **{f"demo/seconds/{k}": v for k, v in seconds.items()}},
+                    artifacts=artifacts,
+                    tags={"retool.kind": "demo", "retool.check_ok": str(check.report.ok and check_prepared.report.ok).lower()},
+                    on_step=lambda: bar.update(1),
+                ),
+            )
         if config.keep:
             pid_file.write_text(str(mlflow.pid))
             kept_pid = mlflow.pid

@@ -41,9 +41,11 @@ def log_run(
     artifacts: Iterable[Path] = (),
     tags: Mapping[str, str] | None = None,
     also: Callable[[str], object] | None = None,
+    on_step: Callable[[], object] | None = None,
 ) -> LoggedRun:
     """Create a finished run with ``params``, ``metrics``, ``tags`` and artifacts (files, or directories
-    logged under their own name); ``also(run_id)`` logs anything else before the run is finished."""
+    logged under their own name); ``also(run_id)`` logs anything else before the run is finished.
+    ``on_step`` is called after the metrics batch and after each artifact (progress bars)."""
     from mlflow.entities import Metric, Param, RunTag
     from mlflow.tracking import MlflowClient
 
@@ -60,11 +62,15 @@ def log_run(
             params=[Param(k, v) for k, v in sorted(mlflow_params({k: str(v) for k, v in params.items()}).items())],
             tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()],
         )
+        if on_step:
+            on_step()
         for path in artifacts:
             if path.is_dir():
                 client.log_artifacts(run_id, str(path), artifact_path=path.name)
             else:
                 client.log_artifact(run_id, str(path))
+            if on_step:
+                on_step()
         if also is not None:
             also(run_id)
     except BaseException:
