@@ -32,7 +32,7 @@ from retool.data_check.app import CheckConfig, CheckOutcome, run_check
 from retool.demo.prepare import prepare_samples
 from retool.demo.render import render_run
 from retool.demo.samples import EVAL_FILE, SFT_FILE
-from retool.embedded.process import ManagedServer
+from retool.embedded.process import ManagedServer, group_alive
 from retool.embedded.servers import mlflow_server, sandbox_server
 from retool.evaluate.mlflow_log import log_run
 
@@ -84,11 +84,11 @@ def stop_previous_mlflow(pid_file: Path) -> bool:
         pid_file.unlink()
         return False
     deadline = time.monotonic() + 10
-    with contextlib.suppress(ProcessLookupError):
-        while time.monotonic() < deadline:
-            time.sleep(0.25)
-            os.killpg(pgid, 0)  # raises ProcessLookupError once the whole group is gone
-        os.killpg(pgid, signal.SIGKILL)
+    while group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if group_alive(pgid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
     pid_file.unlink()
     logger.info("stopped the MLflow server a previous demo kept running (process group %d)", pgid)
     return True

@@ -142,3 +142,30 @@ class ManagedServer:
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any live (non-zombie) process is left in process group ``pgid``.
+
+    A zombie waits only for its parent to reap it and runs nothing, so it does not count. Read
+    from /proc where there is one; elsewhere, whether the group can still be signalled.
+    """
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # exited while we looked
+        state, process_group = fields[0], int(fields[2])
+        if process_group == pgid and state != "Z":
+            return True
+    return False
+

@@ -46,12 +46,7 @@ def test_server_that_exits_at_once_is_reported_with_its_log(tmp_path):
 def test_server_that_never_gets_ready_is_stopped_with_its_children(tmp_path):
     """A server that forks a worker and never answers: the whole process group goes."""
     child_pid_file = tmp_path / "child.pid"
-    script = (
-        "import subprocess, sys, time\n"
-        f"child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
-        f"open({str(child_pid_file)!r}, 'w').write(str(child.pid))\n"
-        "time.sleep(120)\n"
-    )
+    script = group_with_a_child(child_pid_file)
     server = ManagedServer(
         name="silent",
         argv=[sys.executable, "-c", script],
@@ -135,3 +130,39 @@ def test_demo_rejects_a_missing_example_before_starting_anything(tmp_path):
     )  # fmt: skip
     assert done.returncode == 2 and "nope.yaml: no such file" in done.stderr
     assert not (tmp_path / "d").exists()
+
+
+def group_with_a_child(child_file: Path) -> str:
+    """Python source of a process that starts a sleeping child, records the child's pid, and sleeps."""
+    return (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        f"open({str(child_file)!r}, 'w').write(str(child.pid))\n"
+        "time.sleep(120)\n"
+    )
+
+
+def test_stop_previous_mlflow_stops_the_kept_group(tmp_path):
+    from retool.demo.pipeline import stop_previous_mlflow
+
+    pid_file, child_file = tmp_path / "mlflow.pid", tmp_path / "child.pid"
+    leader = subprocess.Popen([sys.executable, "-c", group_with_a_child(child_file)], start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not child_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid_file.write_text(str(leader.pid))
+    assert stop_previous_mlflow(pid_file) is True
+    leader.wait(timeout=15)
+    assert gone(int(child_file.read_text()))
+    assert not pid_file.exists()
+
+
+def test_stop_previous_mlflow_with_a_stale_pid_file(tmp_path):
+    from retool.demo.pipeline import stop_previous_mlflow
+
+    finished = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    finished.wait()  # exited and reaped: its id names no process group any more
+    pid_file = tmp_path / "mlflow.pid"
+    pid_file.write_text(str(finished.pid))
+    assert stop_previous_mlflow(pid_file) is False
+    assert not pid_file.exists()
