@@ -11,10 +11,10 @@ from collections.abc import Sequence
 # Modules under retool.cli, each defining register(subparsers) that adds one sub-command.
 COMMANDS: tuple[str, ...] = (
     "validate",
-    "render",
-    "sandbox",
     "data",
+    "render",
     "storage",
+    "sandbox",
     "eval",
 )
 

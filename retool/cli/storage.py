@@ -33,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action.add_argument("src", metavar="SRC")
         action.add_argument("dst", metavar="DST")
         action.add_argument("--endpoint-url", help="S3-compatible endpoint (default: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, else AWS)")
+        action.add_argument("--region", help="bucket region (default: AWS_REGION / AWS_DEFAULT_REGION)")
         action.add_argument("--multipart-threshold-mib", type=int, default=64, help="files above this size use multipart transfers")
         action.add_argument("--chunk-mib", type=int, default=64, help="multipart part size (>= 5)")
         action.add_argument("--workers", type=int, default=4, help="files transferred at once")
@@ -46,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
             multipart_threshold=args.multipart_threshold_mib * MiB, multipart_chunksize=args.chunk_mib * MiB, file_workers=args.workers
         )
         copy = upload_dir if args.action == "upload" else download_dir
-        report = copy(args.src, args.dst, settings=settings, endpoint_url=args.endpoint_url)
+        report = copy(args.src, args.dst, settings=settings, endpoint_url=args.endpoint_url, region=args.region)
     except (ValueError, FileNotFoundError, ManifestMissingError, ChecksumMismatchError) as exc:
         print(f"retool storage {args.action}: {exc}", file=sys.stderr)
         return 1

@@ -63,27 +63,27 @@ class TransferReport:
                 self.skipped.append(relative)
 
 
-def upload_dir(src: str, dst: str, *, client: Any = None, settings: TransferSettings | None = None, endpoint_url: str | None = None) -> TransferReport:
+def upload_dir(src: str, dst: str, *, client: Any = None, settings: TransferSettings | None = None, endpoint_url: str | None = None, region: str | None = None) -> TransferReport:
     """Copy local directory ``src`` to ``dst`` (``s3://bucket/prefix`` or another local path)."""
     if not isinstance(parse_location(src), LocalLocation):
         raise ValueError(f"upload source {src!r} must be a local directory (use download_dir for s3:// sources)")
-    return copy_dir(src, dst, client=client, settings=settings, endpoint_url=endpoint_url)
+    return copy_dir(src, dst, client=client, settings=settings, endpoint_url=endpoint_url, region=region)
 
 
-def download_dir(src: str, dst: str, *, client: Any = None, settings: TransferSettings | None = None, endpoint_url: str | None = None) -> TransferReport:
+def download_dir(src: str, dst: str, *, client: Any = None, settings: TransferSettings | None = None, endpoint_url: str | None = None, region: str | None = None) -> TransferReport:
     """Copy ``src`` (``s3://bucket/prefix`` or a local path written by upload_dir) to local directory ``dst``."""
     if not isinstance(parse_location(dst), LocalLocation):
         raise ValueError(f"download destination {dst!r} must be a local directory (use upload_dir for s3:// destinations)")
-    return copy_dir(src, dst, client=client, settings=settings, endpoint_url=endpoint_url)
+    return copy_dir(src, dst, client=client, settings=settings, endpoint_url=endpoint_url, region=region)
 
 
-def copy_dir(src: str, dst: str, *, client: Any = None, settings: TransferSettings | None = None, endpoint_url: str | None = None) -> TransferReport:
+def copy_dir(src: str, dst: str, *, client: Any = None, settings: TransferSettings | None = None, endpoint_url: str | None = None, region: str | None = None) -> TransferReport:
     settings = settings or TransferSettings()
     source, destination = parse_location(src), parse_location(dst)
     if isinstance(source, S3Location) and isinstance(destination, S3Location):
         raise ValueError("copying s3:// to s3:// is not supported; download to the PVC first")
     if isinstance(source, S3Location) or isinstance(destination, S3Location):
-        client = client or make_client(endpoint_url=endpoint_url, settings=settings)
+        client = client or make_client(endpoint_url=endpoint_url, region=region, settings=settings)
     report = TransferReport(source=str(source), destination=str(destination))
     manifest = _source_manifest(source, client)
     if isinstance(destination, S3Location):

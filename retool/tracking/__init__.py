@@ -10,7 +10,18 @@ from retool.tracking.evaluation import EvalResults, load_eval_results, log_eval_
 from retool.tracking.naming import experiment_name, registered_model_name, stage_run_name
 from retool.tracking.params import spec_params
 from retool.tracking.registry import ModelVersionRef, register_final_model
-from retool.tracking.runs import ParentRun, StageRun, end_run, ensure_experiment, ensure_parent_run, log_stage_commands, prepare_stage_run, stage_env, start_stage_run
+from retool.tracking.runs import (
+    ParentRun,
+    StageRun,
+    end_run,
+    ensure_experiment,
+    ensure_parent_run,
+    log_stage_commands,
+    prepare_stage_run,
+    ray_env_overrides,
+    stage_env,
+    start_stage_run,
+)
 from retool.tracking.traces import rollout_trace_overrides, trace_filter
 
 __all__ = [
@@ -28,6 +39,7 @@ __all__ = [
     "log_stage_commands",
     "log_validation_samples",
     "prepare_stage_run",
+    "ray_env_overrides",
     "read_sample_rows",
     "register_final_model",
     "registered_model_name",

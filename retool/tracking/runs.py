@@ -167,3 +167,24 @@ def prepare_stage_run(ctx: StageContext, stage: str, *, commands: Mapping[str, s
     if commands:
         log_stage_commands(uri, run_id, commands)
     return StageRun(run_id=run_id, experiment=experiment, env=stage_env(uri, experiment, run_id))
+
+
+RAY_ENV_PREFIX = "+ray_kwargs.ray_init.runtime_env.env_vars."
+
+
+def ray_env_overrides(env: Mapping[str, str]) -> list[str]:
+    """Hydra overrides that hand ``env`` to every Ray worker of ``verl.trainer.main_ppo``.
+
+    verl's trainer (and its MLflow logger) runs in a Ray actor, which inherits the environment of
+    the Ray node (the pod), not of the driver process the stage entrypoint starts; variables
+    known only at run time (``MLFLOW_RUN_ID`` from :func:`prepare_stage_run`) must travel in the
+    job's runtime_env. Not needed when the operator puts them in the pods' environment.
+    """
+    overrides = []
+    for key, value in sorted(env.items()):
+        if not key.isidentifier():
+            raise ValueError(f"{key!r} is not an environment variable name")
+        if "'" in value or "\\" in value:
+            raise ValueError(f"the value of {key} cannot be passed as a Hydra override: {value!r}")
+        overrides.append(f"{RAY_ENV_PREFIX}{key}='{value}'")
+    return overrides

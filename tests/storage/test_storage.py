@@ -215,8 +215,8 @@ def test_latest_checkpoint_on_s3(tmp_path: Path, bucket: str) -> None:
 @pytest.mark.parametrize(
     ("call", "src", "dst", "message"),
     [
-        pytest.param(upload_dir, "s3://b-x/a", "/tmp/x", "must be a local directory", id="upload from s3"),
-        pytest.param(download_dir, "/tmp/x", "s3://b-x/a", "must be a local directory", id="download to s3"),
+        pytest.param(upload_dir, "s3://b-x/a", "local/dir", "must be a local directory", id="upload from s3"),
+        pytest.param(download_dir, "local/dir", "s3://b-x/a", "must be a local directory", id="download to s3"),
     ],
 )
 def test_direction_is_checked(call, src: str, dst: str, message: str) -> None:

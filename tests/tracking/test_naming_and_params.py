@@ -12,6 +12,7 @@ from retool.spec.validate import parse_run
 from retool.tracking import naming
 from retool.tracking.params import MAX_PARAM_VALUE, batches, fit_value, flatten, mlflow_params, param_changes, spec_params
 from retool.tracking.registry import describe, metadata_files, score_tags
+from retool.tracking.runs import ray_env_overrides, stage_env
 from retool.tracking.traces import rollout_trace_overrides, trace_filter
 from tests.conftest import EXAMPLES
 
@@ -107,7 +108,7 @@ def test_rollout_trace_overrides() -> None:
     assert rollout_trace_overrides(True) == ["actor_rollout_ref.rollout.trace.backend=mlflow", "actor_rollout_ref.rollout.trace.token2text=True"]
 
 
-def test_rollout_trace_overrides_compose_with_verls_config() -> None:
+def compose_ppo_trainer(overrides: list[str]):
     import os
 
     import verl
@@ -115,11 +116,26 @@ def test_rollout_trace_overrides_compose_with_verls_config() -> None:
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"), version_base=None):
-        config = compose(config_name="ppo_trainer", overrides=rollout_trace_overrides(True))
-    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"), version_base=None):
+            return compose(config_name="ppo_trainer", overrides=overrides)
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def test_verl_config_accepts_trace_and_ray_env_overrides() -> None:
+    env = stage_env("http://mlflow.retool.svc:5000", "ns/run", "0123abcd")
+    config = compose_ppo_trainer(rollout_trace_overrides(True) + ray_env_overrides(env))
     assert config.actor_rollout_ref.rollout.trace.backend == "mlflow"
     assert config.actor_rollout_ref.rollout.trace.token2text is True
+    assert dict(config.ray_kwargs.ray_init.runtime_env.env_vars) == env
+
+
+def test_ray_env_overrides_refuse_unquotable_values() -> None:
+    with pytest.raises(ValueError, match="cannot be passed"):
+        ray_env_overrides({"MLFLOW_RUN_ID": "a'b"})
+    with pytest.raises(ValueError, match="not an environment variable"):
+        ray_env_overrides({"A-B": "x"})
 
 
 @pytest.mark.parametrize(
