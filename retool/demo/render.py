@@ -22,11 +22,11 @@ class RenderedRun:
 
 
 def stage_script(stage: str, command) -> str:
-    """A readable shell script of one stage: notes, the files it writes, then the command."""
+    """A readable shell script of one stage: notes, then the files it writes and its command
+    (``StageCommand.script()``, what ``retool render`` prints)."""
     lines = [f"# stage {stage}: the command its Job/RayJob runs (rendered by retool.recipe.render)"]
     lines += [f"# note: {note}" for note in command.notes]
-    lines += [f"cat > {path} <<'EOF'\n{content.rstrip()}\nEOF" for path, content in command.files.items()]
-    lines.append(command.shell())
+    lines.append(command.script())
     return "\n".join(lines) + "\n"
 
 
