@@ -44,26 +44,24 @@ def strip_tool_regions(text: str) -> str:
     return _FENCED_REGION.sub(" ", text)
 
 
-def brace_pairs(text: str) -> dict[int, int]:
-    """Index of every ``{`` with a match -> index of its ``}`` (escaped braces skipped), in one pass.
+_BRACE_TOKENS = re.compile(r"\\.|[{}]", re.S)
+
+
+def brace_pairs(text: str, start: int = 0) -> dict[int, int]:
+    """Index of every ``{`` with a match -> index of its ``}`` (escaped braces skipped), in one pass from ``start``.
 
     Computed once per string, so that input full of unclosed braces costs linear time, where
-    matching each brace by scanning forward would be quadratic.
+    matching each brace by scanning forward would be quadratic; the regex visits only braces and
+    backslashes.
     """
     pairs: dict[int, int] = {}
     stack: list[int] = []
-    i = 0
-    n = len(text)
-    while i < n:
-        ch = text[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if ch == "{":
-            stack.append(i)
-        elif ch == "}" and stack:
-            pairs[stack.pop()] = i
-        i += 1
+    for match in _BRACE_TOKENS.finditer(text, start):
+        token = match.group()
+        if token == "{":
+            stack.append(match.start())
+        elif token == "}" and stack:
+            pairs[stack.pop()] = match.start()
     return pairs
 
 
@@ -87,8 +85,14 @@ def _box_argument(text: str, pos: int, pairs: dict[int, int]) -> str | None:
 
 def last_boxed(text: str) -> str | None:
     """The last well-formed, non-empty ``\\boxed``/``\\fbox`` argument in ``text``."""
-    pairs = brace_pairs(text)
-    for match in reversed(list(_BOX_COMMAND.finditer(text))):
+    boxes = list(_BOX_COMMAND.finditer(text))
+    if not boxes:
+        return None
+    # The last box usually decides: match braces from it first, from the first box only if needed.
+    pairs = brace_pairs(text, boxes[-1].start())
+    for index, match in enumerate(reversed(boxes)):
+        if index == 1:
+            pairs = brace_pairs(text, boxes[0].start())
         argument = _box_argument(text, match.end(), pairs)
         if argument is not None and argument.strip():
             return argument.strip()
@@ -151,7 +155,7 @@ _DROPPED = re.compile(r"\\displaystyle(?![A-Za-z])|\\left(?![A-Za-z])|\\right(?!
 _FRAC_SHORT = re.compile(r"\\frac\s*(\d|[A-Za-z])\s*(\d|[A-Za-z])")
 _FRAC_HALF = re.compile(r"\\frac\s*(\d|[A-Za-z])\s*\{")
 _FRAC_HALF2 = re.compile(r"\\frac\s*(\{[^{}]*\})\s*(\d|[A-Za-z])")
-_SQRT_SHORT = re.compile(r"\\sqrt\s*(\d+|[A-Za-z])")
+_SQRT_SHORT = re.compile(r"\\sqrt\s*(\d|[A-Za-z])")
 _ASSIGNMENT = re.compile(r"^[A-Za-z](?:_\{?\w+\}?)?\s*=\s*(?!=)")
 _THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
 _TRAILING_UNIT = re.compile(r"^([+-]?[\d.]+(?:/\d+)?)\s+[A-Za-z]{2,}(?:\s+[A-Za-z]+)*(?:\^?\d)?$")
@@ -213,7 +217,7 @@ def _strip_outer_braces(s: str) -> str:
 def normalize_answer(answer: str) -> str:
     """Canonical text of an answer: the exact-match key and the input of the numeric parser."""
     s = _CONTROL.sub("", answer.translate(_UNICODE_TABLE)).strip()
-    s = s.replace("$", "")
+    s = s.replace("\\$", "").replace("$", "")  # math delimiters and escaped currency signs
     s = re.sub(r"\\[()\[\]]", "", s)
     s = _DROPPED.sub("", s)
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")

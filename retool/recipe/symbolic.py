@@ -107,6 +107,10 @@ class _Worker:
         return True
 
     def kill(self) -> None:
+        """Kill the executor and the zygote (the executor would otherwise notice only on its next read)."""
+        if self.executor_pid is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.executor_pid, signal.SIGKILL)
         if self.proc.poll() is None:
             self.proc.kill()
         try:
@@ -196,6 +200,12 @@ class SymbolicPool:
                 logger.info("symbolic comparison passed its %.3fs deadline; executor of worker %d killed", timeout_s, worker.proc.pid)
                 return None
             reply = _decode(line)
+            if reply.get("ready") is True:
+                # the executor died (a crash, its CPU limit) and the zygote announced the next one
+                worker.ready = True
+                worker.executor_pid = reply.get("pid") if isinstance(reply.get("pid"), int) else None
+                logger.warning("symbolic executor of worker %d died during a comparison", worker.proc.pid)
+                return None
             if "eq" not in reply:
                 healthy = False
                 return None
@@ -214,19 +224,28 @@ class SymbolicPool:
 
 
 _default_pool: SymbolicPool | None = None
+_default_pool_pid = 0
 _default_lock = threading.Lock()
 
 
 def default_pool() -> SymbolicPool:
-    """The process-wide pool, created on first use.
+    """The process-wide pool, created on first use (and again in a forked child).
 
     Size from RETOOL_SYMBOLIC_WORKERS, default min(4, CPUs): few answers reach the symbolic stage,
-    and each worker holds ~100 MB.
+    and each worker holds ~100 MB. A child forked after the pool started (a process-pool reward
+    manager) gets its own pool: talking to the parent's workers through inherited pipes would
+    interleave both processes' requests.
     """
-    global _default_pool
+    global _default_pool, _default_pool_pid
     with _default_lock:
-        if _default_pool is None:
+        if _default_pool is None or _default_pool_pid != os.getpid():
             size = int(os.environ.get("RETOOL_SYMBOLIC_WORKERS", str(min(4, os.cpu_count() or 1))))
             _default_pool = SymbolicPool(size=size)
-            atexit.register(_default_pool.close)
+            _default_pool_pid = os.getpid()
+            atexit.register(_close_if_owner, _default_pool, _default_pool_pid)
         return _default_pool
+
+
+def _close_if_owner(pool: SymbolicPool, pid: int) -> None:
+    if os.getpid() == pid:
+        pool.close()

@@ -119,6 +119,7 @@ def serve(stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None
     interpreter that needs seconds to import sympy. The zygote never reads stdin and runs no
     threads, so forking it is safe; it exits when an executor ends normally (stdin closed).
     """
+    parent = os.getppid()  # before the warm-up: the parent may die while sympy imports
     stdin = stdin or sys.stdin.buffer
     stdout = stdout or sys.stdout.buffer
     logging.disable(logging.WARNING)  # math-verify warns about its disabled timeouts on every call
@@ -126,21 +127,26 @@ def serve(stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None
     for pred, truth in _WARM_UP:  # sympy imports much lazily on first use: pay for it before forking
         compare(pred, truth)
     stdout.flush()
-    parent = os.getppid()
-    while True:
+    quick_failures = 0
+    while os.getppid() == parent:  # orphaned: nobody will send work
+        started = time.monotonic()
         pid = os.fork()
         if pid == 0:
             code = 1
             try:
                 _serve_requests(stdin, stdout)
                 code = 0
+            except BrokenPipeError:
+                code = 0  # the parent closed our stdout: it is gone or done with us
             finally:
                 os._exit(code)
         _, status = os.waitpid(pid, 0)
         if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
             return
-        if os.getppid() != parent:
-            return  # orphaned: nobody will send work
+        # a kill at a deadline is normal; executors that keep dying at once are not
+        quick_failures = quick_failures + 1 if time.monotonic() - started < 0.05 else 0
+        if quick_failures >= 20:
+            return
 
 
 if __name__ == "__main__":

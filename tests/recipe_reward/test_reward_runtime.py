@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -95,6 +97,24 @@ def test_verl_loads_the_reward_file_by_path(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow
+def test_verls_naive_reward_manager_puts_our_score_on_the_last_response_token(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.recipe_reward.verl_naive_manager", str(REWARD_FILE)],
+        cwd=tmp_path,
+        env=repo_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["at_last_token"] == pytest.approx([1.0, -0.9])
+    assert result["row_sums"] == pytest.approx([1.0, -0.9])
+    assert result["extra"] == {"score": pytest.approx([1.0, -0.9]), "acc": [True, False], "pred": ["204", "8"]}
+
+
 def test_concurrent_calls_from_a_thread_pool_agree_with_sequential_ones() -> None:
     """verl runs compute_score in loop.run_in_executor threads, where signals cannot time anything out."""
     cases = SYMBOLIC + ALL[:40]
@@ -130,6 +150,27 @@ def test_pool_kills_an_executor_stuck_in_c_and_recovers_from_the_warm_zygote() -
         pool.close()
 
 
+@pytest.mark.slow
+def test_an_executor_dying_mid_comparison_is_replaced_by_the_zygote() -> None:
+    pool = SymbolicPool(size=1)
+    try:
+        assert pool.compare("3", "3", timeout_s=60.0) is True
+        worker = pool._idle[0]
+        zygote, executor = worker.proc.pid, worker.executor_pid
+        assert executor is not None
+        killer = threading.Timer(0.5, os.kill, args=(executor, signal.SIGKILL))
+        killer.start()
+        started = time.monotonic()
+        assert pool.compare("9^{9^{9^9}}", "5", timeout_s=30.0) is None
+        assert time.monotonic() - started < 20, "the zygote's next announcement ends the call, not the 30 s deadline"
+        killer.join()
+        assert pool.kills == 0
+        assert pool.compare("\\sqrt{4}", "2", timeout_s=5.0) is True
+        assert pool._idle[0].proc.pid == zygote
+    finally:
+        pool.close()
+
+
 ORPHAN = textwrap.dedent(
     """
     import json, os, sys, threading, time
@@ -145,15 +186,61 @@ ORPHAN = textwrap.dedent(
 )
 
 
+ORPHAN_DURING_WARM_UP = textwrap.dedent(
+    """
+    import json, os, time
+    from retool.recipe.symbolic import SymbolicPool
+    pool = SymbolicPool(size=1)
+    worker = pool._acquire(time.monotonic() + 1)  # starts the worker; it is still importing sympy
+    print(json.dumps([worker.proc.pid]), flush=True)
+    os._exit(0)
+    """
+)
+
+
 @pytest.mark.slow
-def test_workers_do_not_outlive_a_dead_parent(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-c", ORPHAN], cwd=tmp_path, env=repo_env(), capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+@pytest.mark.parametrize("script", [ORPHAN, ORPHAN_DURING_WARM_UP], ids=["executor stuck in C", "worker still warming up"])
+def test_workers_do_not_outlive_a_dead_parent(tmp_path: Path, script: str) -> None:
+    # stdout only: the workers inherit stderr, and run() would wait for them to close it
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=repo_env(), stdout=subprocess.PIPE, text=True, timeout=120, check=False)
+    assert proc.returncode == 0
     pids = json.loads(proc.stdout.strip().splitlines()[-1])
     deadline = time.monotonic() + 60
     while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(_alive(pid) for pid in pids), "the CPU limit ends a stuck orphan executor, then its zygote exits"
+
+
+FORKED = textwrap.dedent(
+    """
+    import json, multiprocessing
+    from retool.recipe.reward import compute_score
+    from retool.recipe.symbolic import default_pool
+
+    def child(queue):
+        queue.put([compute_score("d", "\\\\boxed{\\\\sqrt{8}}", "2\\\\sqrt{2}")["acc"], id(default_pool())])
+
+    first = compute_score("d", "\\\\boxed{x+x}", "2x")["acc"]
+    parent_pool = id(default_pool())
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    process = ctx.Process(target=child, args=(queue,))
+    process.start()
+    child_acc, child_pool = queue.get(timeout=120)
+    process.join(60)
+    after = compute_score("d", "\\\\boxed{\\\\frac{\\\\pi}{2}}", "\\\\frac{1}{2}\\\\pi")["acc"]
+    print(json.dumps([first, child_acc, after, process.exitcode, default_pool() is not None]))
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_forked_child_gets_its_own_pool(tmp_path: Path) -> None:
+    """A fork after the pool started must not share the parent's worker pipes (requests would interleave)."""
+    env = repo_env(RETOOL_SYMBOLIC_WORKERS="1")  # two pools of one: four sympy imports would crawl on a shared CI core
+    proc = subprocess.run([sys.executable, "-c", FORKED], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [True, True, True, 0, True]
 
 
 def test_closing_the_pool_ends_its_workers() -> None:

@@ -92,9 +92,9 @@ def test_code_left_alone(code: str) -> None:
 
 
 TRACEBACK = """Traceback (most recent call last):
-  File "/tmp/tmpk2j3/main.py", line 4, in <module>
+  File "/box/run-17/main.py", line 4, in <module>
     solve()
-  File "/tmp/tmpk2j3/main.py", line 2, in solve
+  File "/box/run-17/main.py", line 2, in solve
     return numpy.linalg.inv(m)
            ^^^^^^^^^^^^^^^^^^^
   File "/usr/local/lib/python3.11/site-packages/numpy/linalg/linalg.py", line 561, in inv
