@@ -18,6 +18,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--keep", action="store_true", default=os.environ.get("KEEP", "") not in ("", "0"), help="leave MLflow running afterwards (also KEEP=1 in the environment)"
     )
+    parser.add_argument(
+        "--eval-endpoint",
+        default=os.environ.get("EVAL_ENDPOINT") or None,
+        help="also run retool eval on the demo's eval set against this OpenAI-compatible server (or EVAL_ENDPOINT)",
+    )
+    parser.add_argument("--eval-model", default=os.environ.get("EVAL_MODEL") or None, help="the model name that server serves (or EVAL_MODEL)")
+    parser.add_argument("--eval-n", type=int, default=4, help="samples per problem for that evaluation; default 4")
     parser.add_argument("--stop", action="store_true", help="only stop the MLflow server a previous --keep demo left running, then exit")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what every step does")
@@ -29,7 +36,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.example.is_file():
         parser.error(f"{args.example}: no such file (run from the repository root, or pass --example)")
-    summary = run_demo(DemoConfig(out=args.out, example=args.example, keep=args.keep, progress=not args.no_progress))
+    if args.eval_endpoint and not args.eval_model:
+        parser.error("--eval-endpoint needs --eval-model (EVAL_MODEL=...)")
+    config = DemoConfig(
+        out=args.out,
+        example=args.example,
+        keep=args.keep,
+        progress=not args.no_progress,
+        eval_endpoint=args.eval_endpoint,
+        eval_model=args.eval_model,
+        eval_n=args.eval_n,
+    )
+    summary = run_demo(config)
     sys.stdout.write(summary_text(summary))
     return 0 if summary.check_ok else 1
 

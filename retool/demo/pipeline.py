@@ -34,6 +34,7 @@ from retool.demo.render import render_run
 from retool.demo.samples import EVAL_FILE, SFT_FILE
 from retool.embedded.process import ManagedServer, group_alive
 from retool.embedded.servers import mlflow_server, sandbox_server
+from retool.evaluate.app import EvalConfig, EvalOutcome, run_eval
 from retool.evaluate.mlflow_log import log_run
 
 logger = logging.getLogger(__name__)
@@ -50,6 +51,10 @@ class DemoConfig:
     """Leave MLflow running after the demo (``make demo KEEP=1``)."""
     progress: bool = True
     sandbox_workers: int = 2
+    eval_endpoint: str | None = None
+    """An OpenAI-compatible server to evaluate on the demo's eval set with ``retool eval`` (optional)."""
+    eval_model: str | None = None
+    eval_n: int = 4
 
 
 @dataclass
@@ -64,6 +69,7 @@ class DemoSummary:
     check_ok: bool
     kept_mlflow_pid: int | None = None
     seconds: dict[str, float] = field(default_factory=dict)
+    evaluation: EvalOutcome | None = None
 
 
 def stop_previous_mlflow(pid_file: Path) -> bool:
@@ -123,7 +129,9 @@ def run_demo(config: DemoConfig) -> DemoSummary:
     out = config.out.resolve()
     pid_file = out / "mlflow.pid"
     stop_previous_mlflow(pid_file)
-    for stale in ("data", "data-check", "data-check-prepared", "render", "mlflow", "logs"):
+    if config.eval_endpoint and not config.eval_model:
+        raise ValueError("an eval endpoint needs a model name (EVAL_MODEL / --eval-model)")
+    for stale in ("data", "data-check", "data-check-prepared", "render", "eval", "mlflow", "logs"):
         shutil.rmtree(out / stale, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     seconds: dict[str, float] = {}
@@ -145,6 +153,20 @@ def run_demo(config: DemoConfig) -> DemoSummary:
             ),
         )
         rendered = _timed(seconds, "render", lambda: _render(config.example, out / "render", config.progress))
+        evaluation = None
+        if config.eval_endpoint:
+            eval_config = EvalConfig(
+                endpoint=config.eval_endpoint,
+                model=config.eval_model or "",
+                data=prepared.eval,
+                n=config.eval_n,
+                sandbox_url=sandbox.base_url,
+                out=out / "eval" / "results.jsonl",
+                mlflow_uri=mlflow.base_url,
+                experiment=EXPERIMENT,
+                run_name=f"demo-eval-{config.eval_model}",
+            )
+            evaluation = _timed(seconds, "eval", lambda: asyncio.run(run_eval(eval_config, progress=config.progress)))
         prepared_figures = {k.replace("data_check/", "data_check_prepared/", 1): v for k, v in check_prepared.report.metrics().items()}
         figures = {
             **check.report.metrics(),
@@ -183,6 +205,7 @@ def run_demo(config: DemoConfig) -> DemoSummary:
             check_ok=check.report.ok and check_prepared.report.ok,
             kept_mlflow_pid=kept_pid,
             seconds=seconds,
+            evaluation=evaluation,
         )
     finally:
         sandbox.stop()
@@ -197,6 +220,18 @@ def _check(file: Path, out_dir: Path, sandbox_url: str, progress: bool, label: s
 def _render(example: Path, out_dir: Path, progress: bool):
     with tqdm(desc="render manifests and commands", unit="file", disable=not progress) as bar:
         return render_run(example, out_dir, on_file=lambda _path: bar.update(1))
+
+
+def _eval_lines(evaluation: EvalOutcome | None) -> list[str]:
+    if evaluation is None:
+        return []
+    figures = evaluation.summary
+    accuracy = {k.split("/")[1]: v for k, v in figures.items() if k.startswith("val-core/") and "/acc/mean@" in k}
+    scores = ", ".join(f"{source} mean@n {value:.2f}" for source, value in accuracy.items())
+    return [
+        f"  eval         {scores}; {figures['eval/tool_calls/mean']:.1f} tool calls and {figures['eval/turns/mean']:.1f} turns per sample",
+        f"  eval results {evaluation.results_path} (also in MLflow)",
+    ]
 
 
 def summary_text(summary: DemoSummary) -> str:
@@ -215,6 +250,7 @@ def summary_text(summary: DemoSummary) -> str:
         f"  manifests    {summary.manifests} ({int(f['demo/render/objects'])} Kubernetes objects)",
         f"  commands     {summary.manifests.parent / 'commands'}/ ({', '.join(summary.commands)})",
         f"  MLflow run   {summary.run_url}",
+        *_eval_lines(summary.evaluation),
         f"  timings      {', '.join(f'{k} {v:.1f}s' for k, v in summary.seconds.items())}",
         "",
     ]

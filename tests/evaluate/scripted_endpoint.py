@@ -151,3 +151,18 @@ class ServerThread:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+
+
+DEMO_SOLUTIONS = {
+    "432 = 2^4": "n = 432\nsum(d for d in range(1, n + 1) if n % d == 0) % 1000",
+    "3^{2026}": "pow(3, 2026, 1000)",
+    "subsets of": "from itertools import combinations\nsum(1 for r in range(11) for c in combinations(range(1, 11), r) if sum(c) % 3 == 0)",
+    "x^2 + y^2": "sum(1 for x in range(-10, 11) for y in range(-10, 11) if x * x + y * y <= 100)",
+    "digits that sum": "sum(1 for n in range(1, 1000) if sum(map(int, str(n))) == 12)",
+    "1^3 + 2^3": "sum(k ** 3 for k in range(1, 51)) % 1000",
+}
+
+
+def demo_scripts() -> dict[str, list[Call | Say]]:
+    """Solve each of the demo's eval problems with one code call, then box what it printed."""
+    return {marker: [Call(code), Say("\\boxed{{last}}")] for marker, code in DEMO_SOLUTIONS.items()}

@@ -13,6 +13,7 @@ import pytest
 
 from retool.embedded.process import ManagedServer, ServerStartError, free_port
 from tests.conftest import REPO, repo_env
+from tests.evaluate.scripted_endpoint import ScriptedEndpoint, ServerThread, build_app, demo_scripts
 
 
 def gone(pid: int, within_s: float = 15.0) -> bool:
@@ -64,12 +65,21 @@ def test_server_that_never_gets_ready_is_stopped_with_its_children(tmp_path):
 
 @pytest.mark.slow
 def test_demo_runs_for_real_keeps_mlflow_on_request_and_stops_it(tmp_path):
+    """The demo's core as `make demo KEEP=1 EVAL_ENDPOINT=... EVAL_MODEL=...` runs it, the model being
+    a scripted endpoint that solves the demo's problems with code."""
     out = tmp_path / "demo"
-    env = repo_env()
-    env.pop("KEEP", None)
-    command = [sys.executable, "-m", "retool.demo", "--out", str(out), "--keep", "--no-progress", "-v"]
-    done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=420, check=False)
+    env = {k: v for k, v in repo_env().items() if k not in ("KEEP", "EVAL_ENDPOINT", "EVAL_MODEL")}
+    scripted = ScriptedEndpoint(model="scripted-demo", scripts=demo_scripts())
+    with ServerThread(build_app(scripted)) as endpoint:
+        command = [
+            sys.executable, "-m", "retool.demo", "--out", str(out), "--keep", "--no-progress", "-v",
+            "--eval-endpoint", endpoint.url, "--eval-model", "scripted-demo", "--eval-n", "2",
+        ]  # fmt: skip
+        done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=420, check=False)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert scripted.problems == []
+    assert "eval         aime_demo mean@n 1.00; 1.0 tool calls and 2.0 turns per sample" in done.stdout
+    assert len((out / "eval" / "results.jsonl").read_text().splitlines()) == 6 * 2
 
     # What it says, and where.
     assert "4 SFT trajectories, 6 code blocks re-run in the sandbox: 100% of outputs reproduced, 100% of answers correct" in done.stdout
@@ -100,7 +110,10 @@ def test_demo_runs_for_real_keeps_mlflow_on_request_and_stops_it(tmp_path):
 
     client = MlflowClient(mlflow_url.removesuffix("/health"))
     experiment = client.get_experiment_by_name("retool-demo")
-    (run,) = client.search_runs([experiment.experiment_id])
+    runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
+    assert set(runs) == {"demo", "demo-eval-scripted-demo"}
+    assert runs["demo-eval-scripted-demo"].data.metrics["val-core/aime_demo/acc/mean_at_2"] == 1.0
+    run = runs["demo"]
     assert run.info.status == "FINISHED"
     assert run.data.metrics["data_check/output_agreement"] == 1.0
     assert run.data.metrics["data_check/answer_accuracy"] == 1.0

@@ -19,7 +19,7 @@ from retool.evaluate.app import EvalConfig, run_eval
 from retool.evaluate.results import read_results
 from retool.tracking.evaluation import load_eval_results
 from tests.conftest import repo_env
-from tests.evaluate.scripted_endpoint import Call, Say, ScriptedEndpoint, ServerThread, build_app
+from tests.evaluate.scripted_endpoint import Call, Say, ScriptedEndpoint, ServerThread, build_app, demo_scripts
 
 pytestmark = pytest.mark.slow
 
@@ -190,16 +190,6 @@ async def test_a_failing_endpoint_is_recorded_per_sample_not_fatal(endpoint, san
     assert len((tmp_path / "r.jsonl").read_text().splitlines()) == 2
 
 
-DEMO_SOLUTIONS = {
-    "432 = 2^4": "n = 432\nsum(d for d in range(1, n + 1) if n % d == 0) % 1000",
-    "3^{2026}": "pow(3, 2026, 1000)",
-    "subsets of": "from itertools import combinations\nsum(1 for r in range(11) for c in combinations(range(1, 11), r) if sum(c) % 3 == 0)",
-    "x^2 + y^2": "sum(1 for x in range(-10, 11) for y in range(-10, 11) if x * x + y * y <= 100)",
-    "digits that sum": "sum(1 for n in range(1, 1000) if sum(map(int, str(n))) == 12)",
-    "1^3 + 2^3": "sum(k ** 3 for k in range(1, 51)) % 1000",
-}
-
-
 async def test_demo_eval_set_prepared_and_solved_by_code(sandbox, tmp_path):
     """The demo's problems through `retool data prepare eval`, then evaluated: each is solved by code
     run in the sandbox, so a wrong shipped answer (or a broken prompt layout) fails here."""
@@ -208,8 +198,8 @@ async def test_demo_eval_set_prepared_and_solved_by_code(sandbox, tmp_path):
 
     prepared = tmp_path / "aime_demo.parquet"
     prepare_eval(str(EVAL_FILE), str(prepared), name="aime_demo")
-    assert len(DEMO_SOLUTIONS) == len(EVAL_PROBLEMS)
-    scripted = ScriptedEndpoint(model=MODEL, scripts={marker: [Call(code), Say("\\boxed{{last}}")] for marker, code in DEMO_SOLUTIONS.items()})
+    scripted = ScriptedEndpoint(model=MODEL, scripts=demo_scripts())
+    assert len(scripted.scripts) == len(EVAL_PROBLEMS)
     with ServerThread(build_app(scripted)) as server:
         outcome = await run_eval(EvalConfig(endpoint=server.url, model=MODEL, data=prepared, n=1, sandbox_url=sandbox.base_url, out=tmp_path / "r.jsonl"))
     assert scripted.problems == []
