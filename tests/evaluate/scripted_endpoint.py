@@ -153,6 +153,7 @@ class ServerThread:
         self.thread.join(timeout=10)
 
 
+# A marker of each problem of retool/demo/data/aime_demo.jsonl -> code that computes its answer.
 DEMO_SOLUTIONS = {
     "432 = 2^4": "n = 432\nsum(d for d in range(1, n + 1) if n % d == 0) % 1000",
     "3^{2026}": "pow(3, 2026, 1000)",
