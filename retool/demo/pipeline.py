@@ -126,11 +126,11 @@ def _timed(seconds: dict[str, float], name: str, step: Callable[[], object]) -> 
 
 
 def run_demo(config: DemoConfig) -> DemoSummary:
+    if config.eval_endpoint and not config.eval_model:
+        raise ValueError("an eval endpoint needs a model name (EVAL_MODEL / --eval-model)")
     out = config.out.resolve()
     pid_file = out / "mlflow.pid"
     stop_previous_mlflow(pid_file)
-    if config.eval_endpoint and not config.eval_model:
-        raise ValueError("an eval endpoint needs a model name (EVAL_MODEL / --eval-model)")
     for stale in ("data", "data-check", "data-check-prepared", "render", "eval", "mlflow", "logs"):
         shutil.rmtree(out / stale, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -228,8 +228,10 @@ def _eval_lines(evaluation: EvalOutcome | None) -> list[str]:
     figures = evaluation.summary
     accuracy = {k.split("/")[1]: v for k, v in figures.items() if k.startswith("val-core/") and "/acc/mean@" in k}
     scores = ", ".join(f"{source} mean@n {value:.2f}" for source, value in accuracy.items())
+    errors = int(figures.get("eval/errors", 0))
+    failed = f"; {errors} sample(s) failed at the endpoint (see 'error' in the results)" if errors else ""
     return [
-        f"  eval         {scores}; {figures['eval/tool_calls/mean']:.1f} tool calls and {figures['eval/turns/mean']:.1f} turns per sample",
+        f"  eval         {scores}; {figures['eval/tool_calls/mean']:.1f} tool calls and {figures['eval/turns/mean']:.1f} turns per sample{failed}",
         f"  eval results {evaluation.results_path} (also in MLflow)",
     ]
 
