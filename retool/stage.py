@@ -7,6 +7,8 @@ the latest checkpoint where the command needs one, writes the tool config and th
 command under the run's ``stages/<stage>-<attempt>/`` directory on the PVC, runs the command with
 its output going straight to the pod's log, and exits with its status. An RL retry needs nothing
 special: verl resumes from the latest checkpoint in the same directory (``resume_mode=auto``).
+Around the command, ``retool.stage_hooks`` opens the attempt's MLflow run, mirrors outputs to S3,
+and (eval) logs the results and registers the model.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 
 import yaml
 
+from retool import stage_hooks
 from retool.recipe.checkpoints import latest_step
 from retool.recipe.command import StageCommand
 from retool.recipe.render import render_stage
@@ -110,8 +113,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     if args.dry_run:
         sys.stdout.write(command.script() + "\n")
         return 0
+    command, tracked = stage_hooks.start(ctx, args.stage, command)
     write_files(command, attempt_dir(run_paths(run), args.stage, ctx.attempt))
-    return run_steps(command, environ)
+    status = run_steps(command, environ)
+    return stage_hooks.finish(run, ctx, args.stage, tracked, status)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import boto3
 import pytest
 
 from tests.conftest import free_port, repo_env
-from tests.storage.conftest import s3_endpoint  # noqa: F401  (session fixture shared with the storage tests)
+from tests.storage.conftest import s3_endpoint, s3_env  # noqa: F401  (fixtures shared with the storage tests)
 from tests.storage.servers import DUMMY_AWS, serve
 
 ARTIFACT_BUCKET = "mlflow-artifacts"
