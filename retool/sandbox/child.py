@@ -66,8 +66,12 @@ def _exit_code_of(exc: SystemExit) -> int:
     return 1
 
 
-def main(go_fd: int, stdout_fd: int, stderr_fd: int, status_fd: int) -> NoReturn:
-    """Entry of a freshly forked child; never returns."""
+def main(go_fd: int, stdout_fd: int, stderr_fd: int, status_fd: int, setup: dict[str, Any]) -> NoReturn:
+    """Entry of a freshly forked child; never returns.
+
+    Everything that does not depend on the request (detaching, dropping privileges, a clean
+    environment, fresh stdio, reseeding numpy) happens before the job arrives, off its latency.
+    """
     exit_code = 70
     try:
         os.setsid()
@@ -76,50 +80,56 @@ def main(go_fd: int, stdout_fd: int, stderr_fd: int, status_fd: int) -> NoReturn
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         _close_other_fds({go_fd, stdout_fd, stderr_fd, status_fd})
+        baseline_vm = _baseline_vm_bytes()
+        _settle(setup, stdout_fd, stderr_fd)
         job = json.loads(_read_all(go_fd))
-        job["t_go"] = time.monotonic()
         os.close(go_fd)
-        exit_code = _run(job, stdout_fd, stderr_fd, status_fd)
-    except BaseException:  # the harness itself failed: say so on stderr, the worker reports it
+        job["t_go"] = time.monotonic()
+        exit_code = _run(job, baseline_vm, status_fd)
+    except BaseException:  # the harness itself failed: say so on stderr (fd 2 once settled), the worker reports it
         with contextlib.suppress(OSError):
-            os.write(stderr_fd, traceback.format_exc().encode(errors="replace"))
+            os.write(2, traceback.format_exc().encode(errors="replace"))
     os._exit(exit_code)
 
 
-def _prepare(job: dict[str, Any], stdout_fd: int, stderr_fd: int) -> None:
-    cwd = job["cwd"]
+def _settle(setup: dict[str, Any], stdout_fd: int, stderr_fd: int) -> None:
+    cwd = setup["cwd"]
     os.chdir(cwd)
-    limits = Limits(**job["limits"])
-    stdin_fd = os.memfd_create("stdin")
-    os.write(stdin_fd, (job.get("stdin") or "").encode())
-    os.lseek(stdin_fd, 0, os.SEEK_SET)
-    os.dup2(stdin_fd, 0)
     os.dup2(stdout_fd, 1)
     os.dup2(stderr_fd, 2)
-    for fd in (stdin_fd, stdout_fd, stderr_fd):
-        os.close(fd)
-    for res, (soft, hard) in rlimits(limits, _baseline_vm_bytes(), job.get("processes_in_use", 0)).items():
-        resource.setrlimit(res, (soft, hard))
-    if job["drop"] == "uid":
+    os.close(stdout_fd)
+    os.close(stderr_fd)
+    if setup["drop"] == "uid":
         os.setgroups([])
-        os.setgid(job["gid"])
-        os.setuid(job["uid"])
-    elif job["drop"] == "caps":
+        os.setgid(setup["gid"])
+        os.setuid(setup["uid"])
+    elif setup["drop"] == "caps":
         isolation.drop_capabilities()
     isolation.no_new_privs()
     os.environ.clear()
     os.environ.update(SAFE_ENV, HOME=cwd, TMPDIR=cwd, PWD=cwd)
-    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8")
     sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8")
     sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8", errors="backslashreplace", line_buffering=True)
     sys.argv = [CODE_FILENAME]
     sys.path[0] = cwd
     if "numpy" in sys.modules:  # a fork copies numpy's global random state: reseed like a fresh interpreter
-        sys.modules["numpy"].random.seed()
+        sys.modules["numpy"].random.seed(int.from_bytes(os.urandom(4), "little"))
 
 
-def _run(job: dict[str, Any], stdout_fd: int, stderr_fd: int, status_fd: int) -> int:
-    _prepare(job, stdout_fd, stderr_fd)
+def _apply(job: dict[str, Any], baseline_vm: int) -> None:
+    stdin_fd = os.memfd_create("stdin")
+    os.write(stdin_fd, (job.get("stdin") or "").encode())
+    os.lseek(stdin_fd, 0, os.SEEK_SET)
+    os.dup2(stdin_fd, 0)
+    os.close(stdin_fd)
+    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8")
+    limits = Limits(**job["limits"])
+    for res, (soft, hard) in rlimits(limits, baseline_vm, job.get("processes_in_use", 0)).items():
+        resource.setrlimit(res, (soft, hard))
+
+
+def _run(job: dict[str, Any], baseline_vm: int, status_fd: int) -> int:
+    _apply(job, baseline_vm)
     t_prepared = time.monotonic()
     code = job["code"]
     module = types.ModuleType("__main__")

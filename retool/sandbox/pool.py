@@ -162,7 +162,12 @@ class ExecutionPool:
             raise PoolUnavailable(f"the template interpreter did not start: {exc}") from exc
         ours.settimeout(None)
         self._control = ours
-        self._template_info = {"pid": self._template.pid, "load_seconds": round(ready["load_seconds"], 3), "problems": ready["problems"]}
+        self._template_info = {
+            "pid": self._template.pid,
+            "load_seconds": round(ready["load_seconds"], 3),
+            "huge_pages_mb": ready.get("huge_pages_mb", 0),
+            "problems": ready["problems"],
+        }
         for problem in ready["problems"]:
             logger.warning("template: %s", problem)
         logger.info("template ready in %.2fs (pid %d)", ready["load_seconds"], self._template.pid)

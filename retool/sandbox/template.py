@@ -192,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     problems = load([m for m in args.preload.split(",") if m])
     gc.collect()
     gc.freeze()  # executions then do not touch (and copy) the template's objects when they collect
-    protocol.send(control, {"type": "ready", "load_seconds": time.monotonic() - started, "problems": problems})
+    huge_mb = isolation.collapse_to_huge_pages()
+    protocol.send(control, {"type": "ready", "load_seconds": time.monotonic() - started, "problems": problems, "huge_pages_mb": huge_mb})
     with contextlib.suppress(KeyboardInterrupt):
         serve(control)
     return 0

@@ -112,7 +112,7 @@ class Worker:
         status_r, status_w = os.pipe()
         pid = os.fork()
         if pid == 0:
-            child.main(go_r, out_w, err_w, status_w)
+            child.main(go_r, out_w, err_w, status_w, {"cwd": self.workdir, "drop": self.drop, "uid": self.uid, "gid": self.gid})
         for fd in (go_r, out_w, err_w, status_w):
             os.close(fd)
         for fd in (out_r, err_r, status_r):
@@ -132,11 +132,7 @@ class Worker:
         go = {
             "code": job["code"],
             "stdin": job.get("stdin"),
-            "cwd": self.workdir,
             "limits": limits.__dict__,
-            "drop": self.drop,
-            "uid": self.uid,
-            "gid": self.gid,
             "processes_in_use": 0 if self.drop == "uid" else _processes_of_uid(os.getuid()),
         }
         start = time.monotonic()

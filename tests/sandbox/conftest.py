@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -90,3 +91,16 @@ def processes_of_uids(uids: range) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+def leftover_processes(uids: range) -> list[int]:
+    """Execution processes beyond the one pre-forked, idle child each worker keeps ready.
+
+    Slot i runs as uid ``uids[i]``; between requests its only process is that pre-forked child, so
+    any second process of a uid is something an execution left behind.
+    """
+    by_uid: dict[int, list[int]] = {}
+    for pid in processes_of_uids(uids):
+        with contextlib.suppress(OSError):
+            by_uid.setdefault(os.stat(f"/proc/{pid}").st_uid, []).append(pid)
+    return sorted(pid for pids in by_uid.values() if len(pids) > 1 for pid in pids)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from retool.sandbox.client import SandboxClient
-from tests.sandbox.conftest import RunningServer, processes_of_uids, start_server, stop_server
+from tests.sandbox.conftest import RunningServer, leftover_processes, start_server, stop_server
 
 pytestmark = pytest.mark.slow
 
@@ -46,6 +46,6 @@ async def test_executions_end_completely(plain_server: RunningServer, code: str,
         response = await client.run_code(code, run_timeout=1.0, memory_limit_mb=256)
     assert response.run_result.status == status and response.run_result.stdout == stdout, response
     deadline = time.monotonic() + 5
-    while processes_of_uids(range(60000, 60002)) and time.monotonic() < deadline:
+    while leftover_processes(range(60000, 60002)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert processes_of_uids(range(60000, 60002)) == []
+    assert leftover_processes(range(60000, 60002)) == []

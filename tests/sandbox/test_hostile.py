@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from retool.sandbox.api import RunCodeResponse
-from tests.sandbox.conftest import SECRET, RunningServer, processes_of_uids
+from tests.sandbox.conftest import SECRET, RunningServer, leftover_processes
 
 pytestmark = pytest.mark.slow
 
@@ -181,9 +181,9 @@ async def test_dead_workers_are_replaced(server: RunningServer) -> None:
 def test_zz_no_execution_process_survives_and_metrics_saw_it(server: RunningServer) -> None:
     """Runs last in this module: everything above left no process behind and was counted."""
     deadline = time.monotonic() + 5
-    while processes_of_uids(range(UID_BASE, UID_BASE + server.workers)) and time.monotonic() < deadline:
+    while leftover_processes(range(UID_BASE, UID_BASE + server.workers)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert processes_of_uids(range(UID_BASE, UID_BASE + server.workers)) == []
+    assert leftover_processes(range(UID_BASE, UID_BASE + server.workers)) == []
     assert server.metric("retool_sandbox_timeouts_total") >= 4
     assert server.metric("retool_sandbox_memory_kills_total") >= 2
     assert server.metric("retool_sandbox_output_truncated_total") >= 2
