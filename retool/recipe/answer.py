@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
+from typing import NamedTuple
 
 # Regions that are not the model's own prose: tool calls (code) and tool output. An unclosed region
 # (a response truncated mid-call) runs to the end of the text.
@@ -261,8 +262,19 @@ _MAX_DIGITS = 400
 _MAX_EXPONENT = 400
 
 
-def parse_number(s: str) -> tuple[Fraction, bool] | None:
-    """A normalised answer as an exact rational and whether it was written with decimals, else None.
+class Number(NamedTuple):
+    """An answer read as a number: its exact value and, for a decimal, the power of ten of its last digit."""
+
+    value: Fraction
+    last_digit: int | None = None  # -2 for "0.25", 1 for "1.5e2" (150, last digit the tens); None: exact
+
+
+def _places(mantissa: str) -> int:
+    return -len(mantissa.split(".", 1)[1]) if "." in mantissa else 0
+
+
+def parse_number(s: str) -> Number | None:
+    """A normalised answer as a :class:`Number` (integers, decimals, fractions, scientific), else None.
 
     Bounded: digit strings and exponents longer than a few hundred are not numbers we grade
     (an AIME answer is below 1000), so a huge literal cannot cost time here.
@@ -270,10 +282,10 @@ def parse_number(s: str) -> tuple[Fraction, bool] | None:
     if len(s) > _MAX_DIGITS:
         return None
     if _INTEGER.match(s):
-        return Fraction(int(s)), False
+        return Number(Fraction(int(s)))
     if _DECIMAL.match(s):
         try:
-            return Fraction(Decimal(s)), True
+            return Number(Fraction(Decimal(s)), _places(s))
         except InvalidOperation:
             return None
     match = _SCIENTIFIC.match(s)
@@ -281,28 +293,34 @@ def parse_number(s: str) -> tuple[Fraction, bool] | None:
         exponent = int(match.group(2))
         if abs(exponent) > _MAX_EXPONENT:
             return None
-        return Fraction(Decimal(match.group(1))) * Fraction(10) ** exponent, True
+        return Number(Fraction(Decimal(match.group(1))) * Fraction(10) ** exponent, _places(match.group(1)) + exponent)
     match = _FRACTION.match(s)
     if match:
         sign, num, den = match.groups()
         if int(den) == 0:
             return None
         value = Fraction(int(num), int(den))
-        return (-value if sign == "-" else value), False
+        return Number(-value if sign == "-" else value)
     match = _SLASH.match(s)
     if match:
         num, den = match.groups()
         if int(den) == 0:
             return None
-        return Fraction(int(num), int(den)), False
+        return Number(Fraction(int(num), int(den)))
     return None
 
 
-def numbers_equal(a: tuple[Fraction, bool], b: tuple[Fraction, bool], rel_tol: float = 1e-6) -> bool:
-    """Exact for integers and fractions; a decimal on either side may differ by ``rel_tol`` (rounding)."""
-    (x, x_decimal), (y, y_decimal) = a, b
-    if x == y:
+def numbers_equal(a: Number, b: Number, rel_tol: float = 1e-6) -> bool:
+    """Exact for integers and fractions; a decimal may be the other value rounded, to 1e-6 relative.
+
+    ``0.3333333`` is 1/3 rounded to seven places, ``0.33`` is too coarse, and ``1000000.5`` is not
+    ``1000000`` (a relative tolerance alone would accept it).
+    """
+    if a.value == b.value:
         return True
-    if not (x_decimal or y_decimal):
+    difference = abs(a.value - b.value)
+    if difference > Fraction(rel_tol) * max(abs(a.value), abs(b.value)):
         return False
-    return abs(x - y) <= Fraction(rel_tol) * max(abs(x), abs(y))
+    rounded = [n for n in (a, b) if n.last_digit is not None]
+    # within half a unit of the last written digit of a decimal side
+    return any(difference <= Fraction(10) ** n.last_digit / 2 for n in rounded)

@@ -1,8 +1,9 @@
 """Is a predicted answer equivalent to the ground truth? Exact, then numeric, then symbolic.
 
 The cheap stages decide almost every case in math RL (DAPO and AIME answers are integers): equal
-normalised text is correct; two plain numbers are compared exactly (a decimal within a relative
-1e-6), and when both sides are plain numbers that comparison is final. Only answers that are not
+normalised text is correct; two plain numbers are compared exactly (a decimal may be the other
+value rounded at its last digit, to 1e-6 relative), and when both sides are plain numbers that
+comparison is final. Only answers that are not
 both plain numbers reach math-verify/sympy, in a worker process with a hard deadline
 (:mod:`retool.recipe.symbolic`); running out of time means "not equivalent".
 

@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from retool.recipe.answer import extract_answer
+from retool.recipe.answer import extract_answer, last_boxed
 from retool.recipe.equivalence import DEFAULT_TIMEOUT_S, is_equivalent
 
 __all__ = ["compute_score", "count_tool_calls", "extract_answer", "is_equivalent", "shape_wrong_answer"]
@@ -58,14 +58,19 @@ def shape_wrong_answer(tool_calls: int, *, bonus_per_call: float = SHAPING_BONUS
 
 
 def _truths(ground_truth: Any) -> list[str]:
-    """Accepted answers: one string, a number, or a sequence of them (numpy arrays included)."""
+    """Accepted answers: one string, a number, or a sequence of them (numpy arrays included).
+
+    A truth stored as a solution (``"... \\boxed{5}"``, as some math sets do) stands for its box.
+    """
     if hasattr(ground_truth, "tolist"):
         ground_truth = ground_truth.tolist()
     if isinstance(ground_truth, (list, tuple)):
-        return [str(t) for t in ground_truth if t is not None]
-    if ground_truth is None:
-        return []
-    return [str(ground_truth)]
+        truths = [str(t) for t in ground_truth if t is not None]
+    elif ground_truth is None:
+        truths = []
+    else:
+        truths = [str(ground_truth)]
+    return [(last_boxed(t) or t) if "\\boxed" in t or "\\fbox" in t else t for t in truths]
 
 
 def compute_score(

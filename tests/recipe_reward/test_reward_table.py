@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from retool.recipe.answer import extract_answer, normalize_answer, parse_number
+from retool.recipe.answer import extract_answer, normalize_answer, numbers_equal, parse_number
 from retool.recipe.equivalence import looks_explosive
 from retool.recipe.reward import compute_score, is_equivalent
 from tests.recipe_reward.cases import ALL, Case
@@ -63,12 +63,13 @@ def test_normalize_answer(raw: str, expected: str) -> None:
 
 
 NUMBERS = [
-    ("integer", "12", (12, False)),
-    ("decimal", "0.25", (0.25, True)),
-    ("fraction", "\\frac{3}{4}", (0.75, False)),
-    ("negative fraction", "-\\frac{3}{4}", (-0.75, False)),
-    ("slash", "3/4", (0.75, False)),
-    ("scientific", "2e3", (2000, True)),
+    ("integer", "12", (12, None)),
+    ("decimal", "0.25", (0.25, -2)),
+    ("fraction", "\\frac{3}{4}", (0.75, None)),
+    ("negative fraction", "-\\frac{3}{4}", (-0.75, None)),
+    ("slash", "3/4", (0.75, None)),
+    ("scientific", "2e3", (2000, 3)),
+    ("scientific with decimals", "1.25e2", (125, 0)),
     ("zero denominator", "\\frac{1}{0}", None),
     ("expression", "2\\sqrt{2}", None),
     ("huge exponent", "1e100000", None),
@@ -77,13 +78,32 @@ NUMBERS = [
 
 
 @pytest.mark.parametrize(("text", "expected"), [c[1:] for c in NUMBERS], ids=[c[0] for c in NUMBERS])
-def test_parse_number(text: str, expected: tuple[float, bool] | None) -> None:
+def test_parse_number(text: str, expected: tuple[float, int | None] | None) -> None:
     parsed = parse_number(text)
     if expected is None:
         assert parsed is None
     else:
         assert parsed is not None
-        assert (float(parsed[0]), parsed[1]) == expected
+        assert (float(parsed.value), parsed.last_digit) == expected
+
+
+ROUNDING = [
+    ("seven places of a third", "0.3333333", "\\frac{1}{3}", True),
+    ("two places of a third are too coarse", "0.33", "\\frac{1}{3}", False),
+    ("half a unit off a large integer", "1000000.5", "1000000", False),
+    ("noise after an integer is not rounding", "34.0000001", "34", False),
+    ("trailing zeros", "34.000", "34", True),
+    ("both decimals", "0.1250", "0.125", True),
+    ("decimal rounded up", "0.6666667", "\\frac{2}{3}", True),
+]
+
+
+@pytest.mark.parametrize(("a", "b", "equal"), [c[1:] for c in ROUNDING], ids=[c[0] for c in ROUNDING])
+def test_numbers_equal_accepts_only_rounding(a: str, b: str, equal: bool) -> None:
+    x, y = parse_number(a), parse_number(b)
+    assert x is not None and y is not None
+    assert numbers_equal(x, y) is equal
+    assert numbers_equal(y, x) is equal
 
 
 EXPLOSIVE = [
@@ -114,8 +134,8 @@ def test_is_equivalent_rejects_non_answers(pred: object, truth: object) -> None:
 
 @pytest.mark.parametrize(
     ("truth", "correct"),
-    [(["12", "twelve"], True), (("13", "14"), False), (12, True), (None, False)],
-    ids=["any of a list", "none of a tuple", "an integer truth", "no truth"],
+    [(["12", "twelve"], True), (("13", "14"), False), (12, True), (None, False), ("so it is \\boxed{12}", True), ("\\boxed{13}", False)],
+    ids=["any of a list", "none of a tuple", "an integer truth", "no truth", "a truth given as a boxed solution", "a wrong boxed truth"],
 )
 def test_ground_truth_shapes(truth: object, correct: bool) -> None:
     assert compute_score("aime_2025", "\\boxed{12}", truth)["acc"] is correct
@@ -124,3 +144,12 @@ def test_ground_truth_shapes(truth: object, correct: bool) -> None:
 def test_numpy_array_ground_truth() -> None:
     np = pytest.importorskip("numpy")
     assert compute_score("aime_2025", "\\boxed{12}", np.array(["11", "12"], dtype=object))["acc"] is True
+
+
+@pytest.mark.parametrize("module", ["retool.recipe.answer", "retool.recipe.equivalence", "retool.recipe.reward"])
+def test_docstring_examples_hold(module: str) -> None:
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.attempted > 0 and result.failed == 0
