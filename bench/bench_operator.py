@@ -31,6 +31,12 @@ from tests.operator.helpers import document  # noqa: E402
 NS = "bench"
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (separates the operator's cost from the emulator's)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def peak_rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -63,16 +69,19 @@ async def main(runs: int, timeout: float) -> None:
                 doc = document(name=f"run-{i:04d}", namespace=NS, uid=f"uid-{i:04d}")
                 doc["metadata"]["resourceVersion"] = "1"
                 docs.append(doc)
+            cpu_before = cpu_seconds(proc.pid)
             start = time.monotonic()
             await asyncio.gather(*(api.create(d) for d in docs))
             created = time.monotonic() - start
             done_at = None
+            cpu_used = float("nan")
             while time.monotonic() - start < timeout:
                 deployments = {o["metadata"]["name"] for o in await api.list(DEPLOYMENTS, NS)}
                 jobs = {o["metadata"]["name"] for o in await api.list(JOBS, NS)}
                 ready = sum(1 for d in docs if f"{d['metadata']['name']}-sandbox" in deployments and f"{d['metadata']['name']}-prepare-1" in jobs)
                 if ready == runs:
                     done_at = time.monotonic() - start
+                    cpu_used = cpu_seconds(proc.pid) - cpu_before
                     break
                 await asyncio.sleep(0.2)
             # Let the status writes settle, then read the peak.
@@ -90,6 +99,7 @@ async def main(runs: int, timeout: float) -> None:
         print(f"NOT DONE within {timeout:.0f} s: {ready}/{runs} runs have their sandbox and first stage")
     else:
         print(f"every run has its sandbox Deployment and prepare Job after: {done_at:.2f} s ({runs / done_at:.1f} runs/s)")
+    print(f"operator CPU time until then: {cpu_used:.1f} s ({1000 * cpu_used / runs:.0f} ms per run)")
     print(f"operator peak RSS: {peak:.0f} MiB (idle after start: {idle_rss:.0f} MiB)")
     print(f"operator API requests: {len(requests)} ({len(requests) / runs:.1f} per run)")
     print(f"cpus: {os.cpu_count()}, python {sys.version.split()[0]}")

@@ -26,6 +26,11 @@ from retool_operator.webhook import review
 log = logging.getLogger(__name__)
 
 CONFIG = OperatorConfig()
+
+# MLflow's client retries for minutes by default; a pass must not hold a worker thread that long
+# (an unreachable tracker is "not yet", retried on the next pass).
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
 RUN_RESOURCE = (c.GROUP, c.VERSION, c.RUN_PLURAL)
 CHILD_SELECTOR = {c.LABEL_RUN: kopf.PRESENT, c.LABEL_ROLE: c.COMPONENT_STAGE}
 

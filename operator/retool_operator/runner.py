@@ -11,6 +11,7 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from retool.spec.model import RetoolRun
@@ -23,7 +24,7 @@ from retool_operator.config import OperatorConfig
 from retool_operator.kube import KINDS, Kind, KubeClient
 from retool_operator.reconcile import Decision, Event, Observed, decide
 from retool_operator.status import dump, invalid_spec_status, load
-from retool_operator.tracking import ensure_parent_run, tracking_target
+from retool_operator.tracking import ensure_parent_run, eval_results, tracking_target
 from retool_operator.webhook import spec_problems
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,6 @@ class Reconciler:
         self._again: set[tuple[str, str]] = set()
         self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self._mlflow_down_since: dict[tuple[str, str], float] = {}
-        self._managed_trackers: set[str] = set()
         self._parent_factory = parent_factory
         self.passes = 0
 
@@ -142,7 +142,12 @@ class Reconciler:
         tracking, mlflow_status, wait = await self._tracking(run, current)
         await self.client.ensure(self._owned(build_spec_configmap(run), run))
         observed = await self._observe(run, current, mlflow_status)
+        results = await self._results(current, tracking)
+        if results:
+            observed = replace(observed, results=results)
         decision = decide(run, current, observed, self.now())
+        if self._eval_just_succeeded(current, decision.status) and tracking.parent_run_id and tracking.uri:
+            decision.requeue_after = min(decision.requeue_after or 1.0, 1.0)  # next pass reads the results
         if wait is not None and decision.create:
             # MLflow is not answering yet: hold new stages for the grace period, retry soon.
             held = {a.stage for a in decision.create}
@@ -166,6 +171,19 @@ class Reconciler:
         if decision.requeue_after is not None:
             self._requeue((namespace, name), decision.requeue_after)
         return decision
+
+    @staticmethod
+    def _eval_just_succeeded(before: RetoolRunStatus, after: RetoolRunStatus) -> bool:
+        was = next((s.state for s in before.stages if s.name == "eval"), None)
+        now = next((s.state for s in after.stages if s.name == "eval"), None)
+        return now == "Succeeded" and was != "Succeeded"
+
+    async def _results(self, status: RetoolRunStatus, tracking: Tracking) -> dict[str, dict[str, float]]:
+        """Eval results from MLflow once the eval stage has succeeded (read once, then kept in status)."""
+        entry = next((s for s in status.stages if s.name == "eval"), None)
+        if status.results or entry is None or entry.state != "Succeeded" or not (tracking.uri and tracking.parent_run_id):
+            return {}
+        return await eval_results(tracking.uri, tracking.parent_run_id, entry.attempt)
 
     def _owned(self, obj: dict[str, Any], run: RetoolRun) -> dict[str, Any]:
         uid = (run.metadata.model_extra or {}).get("uid")
@@ -195,10 +213,9 @@ class Reconciler:
         """(what stages get, status.mlflow, a reason to hold new stages or None)."""
         namespace = run.metadata.namespace or "default"
         target = tracking_target(run, self.config)
-        if target.managed and namespace not in self._managed_trackers:
+        if target.managed:  # cheap when unchanged: the client skips recently applied objects
             for obj in build_mlflow(namespace, config=self.config):
                 await self.client.ensure(obj)
-            self._managed_trackers.add(namespace)
         known = status.mlflow
         experiment = experiment_name(run)
         if known is not None and known.run_id:

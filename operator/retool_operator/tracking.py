@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from retool.spec.model import RetoolRun
-from retool_operator.builders import experiment_name, managed_mlflow_uri, run_document, run_namespace
+from retool_operator.builders import experiment_name, managed_mlflow_uri, run_namespace
 from retool_operator.config import OperatorConfig
 
 log = logging.getLogger(__name__)
@@ -50,13 +50,24 @@ class ParentRun:
     url: str | None
 
 
-def parent_run_factory() -> Callable[..., Any] | None:
-    """``retool.tracking.ensure_parent_run`` when that module is installed, else None (no parent runs)."""
+def _tracking_module() -> Any | None:
     try:
-        module = importlib.import_module("retool.tracking")
+        return importlib.import_module("retool.tracking")
     except ImportError:
         return None
-    return getattr(module, "ensure_parent_run", None)
+
+
+def parent_run_factory() -> Callable[..., Any] | None:
+    """``retool.tracking.ensure_parent_run`` when that module is installed, else None (no parent runs)."""
+    module = _tracking_module()
+    return getattr(module, "ensure_parent_run", None) if module is not None else None
+
+
+def _spec_params(run: RetoolRun) -> dict[str, str]:
+    module = _tracking_module()
+    if module is not None and hasattr(module, "spec_params"):
+        return dict(module.spec_params(run))
+    return {}
 
 
 async def ensure_parent_run(run: RetoolRun, uri: str, factory: Callable[..., Any], *, timeout: float = PARENT_RUN_TIMEOUT) -> ParentRun:
@@ -69,7 +80,29 @@ async def ensure_parent_run(run: RetoolRun, uri: str, factory: Callable[..., Any
         namespace=run_namespace(run),
         name=run.metadata.name,
         uid=meta.get("uid") or "",
-        spec_params=run_document(run)["spec"],
+        spec_params=_spec_params(run),
     )
     result = await asyncio.wait_for(call, timeout=timeout)
     return ParentRun(experiment_id=str(result.experiment_id), run_id=str(result.run_id), url=getattr(result, "url", None))
+
+
+async def eval_results(uri: str, parent_run_id: str, attempt: int, *, timeout: float = PARENT_RUN_TIMEOUT) -> dict[str, dict[str, float]]:
+    """The eval stage's per-source results (``eval/results.json`` of its MLflow run), {} when unavailable.
+
+    The eval stage attempt's run is found again by (parent, stage, attempt): it exists once the
+    stage has run, so this only reads.
+    """
+    module = _tracking_module()
+    if module is None or not hasattr(module, "load_eval_results") or not hasattr(module, "start_stage_run"):
+        return {}
+
+    def read() -> dict[str, dict[str, float]]:
+        run_id = module.start_stage_run(uri, parent_run_id, "eval", attempt)
+        return module.load_eval_results(uri, run_id)
+
+    try:
+        results = await asyncio.wait_for(asyncio.to_thread(read), timeout=timeout)
+    except Exception as err:  # results are a nicety: never fail a pass over them
+        log.warning("eval results of parent run %s not readable yet: %s", parent_run_id, err)
+        return {}
+    return {str(source): {str(m): float(x) for m, x in (metrics or {}).items() if isinstance(x, int | float)} for source, metrics in (results or {}).items()}
