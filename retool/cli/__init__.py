@@ -15,6 +15,7 @@ COMMANDS: tuple[str, ...] = (
     "render",
     "storage",
     "sandbox",
+    "eval",
 )
 
 

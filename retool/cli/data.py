@@ -47,6 +47,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     everything = kinds.add_parser("all", help="every output of a RetoolRun, at its run paths", description="Prepare every data set of a RetoolRun.")
     everything.add_argument("--spec", default=SPEC_MOUNT_PATH, help=f"RetoolRun YAML (default: {SPEC_MOUNT_PATH}, where the operator mounts it)")
     common(everything)
+    from retool.cli.check import register_check
+
+    register_check(actions)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,106 @@
+"""``retool eval``: tool-integrated evaluation of a model behind an OpenAI-compatible chat API.
+
+    retool eval --endpoint http://vllm:8000 --model retool-32b --data aime_2024.parquet -n 30
+
+Every problem is sampled ``-n`` times with the code-interpreter loop of training (tool calls run
+in our sandbox: the one at ``--sandbox-url``, else an embedded one started on 127.0.0.1), scored
+with the training reward; results go to a jsonl file (one line per sample), the summary to a
+JSON file next to it and to MLflow when ``--mlflow-uri`` is given. Exit 1 when any sample
+failed to complete (the endpoint kept failing), 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "eval",
+        help="evaluate a served model on AIME-format data with the code-interpreter loop",
+        description="Evaluate any model behind an OpenAI-compatible /v1/chat/completions endpoint with the ReTool code-interpreter loop.",
+    )
+    parser.add_argument("--endpoint", required=True, help="base URL of the OpenAI-compatible server (http://host:8000 or .../v1)")
+    parser.add_argument("--model", required=True, help="model name the server serves")
+    parser.add_argument("--data", required=True, type=Path, help="AIME-format problems: parquet/jsonl/json rows with prompt and reward_model.ground_truth (or problem/answer)")
+    parser.add_argument("-n", type=int, default=1, help="samples per problem (mean@n, maj@n, best@n); default 1")
+    parser.add_argument("--max-turns", type=int, default=8, help="assistant turns per sample (the RL recipe's maxTurns); default 8")
+    parser.add_argument("--max-parallel-calls", type=int, default=1, help="tool calls run per turn, the rest dropped (verl's max_parallel_calls); default 1, as in RL")
+    parser.add_argument("--concurrency", type=int, default=16, help="conversations (hence requests) in flight at once; default 16")
+    parser.add_argument("--temperature", type=float, default=1.0, help="default 1.0 (the recipe's eval setting)")
+    parser.add_argument("--top-p", type=float, default=0.6, help="default 0.6 (the recipe's eval setting)")
+    parser.add_argument("--max-tokens", type=int, default=None, help="per request; default: the server's")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--request-timeout", type=float, default=600.0, help="seconds per chat request; default 600")
+    parser.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="bearer token (default: $OPENAI_API_KEY)")
+    parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N problems")
+    parser.add_argument("--sandbox-url", default=None, help="running sandbox (SandboxFusion API); default: start an embedded one on 127.0.0.1")
+    parser.add_argument("--sandbox-workers", type=int, default=4, help="workers of the embedded sandbox; default 4")
+    parser.add_argument("--run-timeout", type=float, default=30.0, help="seconds per code execution; default 30")
+    parser.add_argument("--memory-limit-mb", type=int, default=1024, help="memory per code execution; default 1024")
+    parser.add_argument("--max-output-chars", type=int, default=4096, help="longest tool output shown to the model (head and tail kept); default 4096, as in RL")
+    parser.add_argument("--out", type=Path, default=Path("eval-results.jsonl"), help="per-sample results (jsonl); the summary goes to <out>.summary.json")
+    parser.add_argument("--mlflow-uri", default=os.environ.get("MLFLOW_TRACKING_URI"), help="log params, metrics and results to this MLflow server (default: $MLFLOW_TRACKING_URI)")
+    parser.add_argument("--experiment", default="retool-eval", help="MLflow experiment; default retool-eval")
+    parser.add_argument("--run-name", default=None, help="MLflow run name; default <model>-<data file>")
+    parser.add_argument("--log-dir", type=Path, default=Path("build/eval"), help="logs of the embedded sandbox")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from retool.evaluate.app import EvalConfig, run_eval
+    from retool.evaluate.problems import ProblemFileError
+
+    for flag, value in (("-n", args.n), ("--max-turns", args.max_turns), ("--max-parallel-calls", args.max_parallel_calls), ("--concurrency", args.concurrency)):
+        if value < 1:
+            print(f"retool eval: {flag} must be at least 1", file=sys.stderr)
+            return 2
+    config = EvalConfig(
+        endpoint=args.endpoint,
+        model=args.model,
+        data=args.data,
+        n=args.n,
+        max_turns=args.max_turns,
+        max_parallel_calls=args.max_parallel_calls,
+        concurrency=args.concurrency,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        max_tokens=args.max_tokens,
+        seed=args.seed,
+        request_timeout_s=args.request_timeout,
+        api_key=args.api_key,
+        limit=args.limit,
+        sandbox_url=args.sandbox_url,
+        sandbox_workers=args.sandbox_workers,
+        run_timeout_s=args.run_timeout,
+        memory_limit_mb=args.memory_limit_mb,
+        max_output_chars=args.max_output_chars,
+        out=args.out,
+        mlflow_uri=args.mlflow_uri,
+        experiment=args.experiment,
+        run_name=args.run_name,
+        log_dir=args.log_dir,
+    )
+    try:
+        outcome = asyncio.run(run_eval(config, progress=sys.stderr.isatty()))
+    except ProblemFileError as exc:
+        print(f"retool eval: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(outcome.summary, indent=2))
+    print(f"results: {outcome.results_path}", file=sys.stderr)
+    print(f"summary: {outcome.summary_path}", file=sys.stderr)
+    if outcome.mlflow:
+        print(f"mlflow:  {outcome.mlflow.url}", file=sys.stderr)
+    errors = int(outcome.summary.get("eval/errors", 0))
+    if errors:
+        print(f"retool eval: {errors} sample(s) did not complete (see 'error' in {outcome.results_path})", file=sys.stderr)
+        return 1
+    return 0

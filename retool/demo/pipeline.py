@@ -1,0 +1,266 @@
+"""The local demo: the platform's steps around training, for real, on an embedded stack.
+
+1. start our sandbox and an MLflow server (sqlite, local artifacts) on 127.0.0.1;
+2. prepare SFT and eval data from the sample files shipped in ``retool/demo/data``;
+3. check the SFT trajectories against the sandbox (``retool data check``): the shipped file
+   (answers scored) and the prepared parquet (preparation kept every block with its output);
+4. log a run to MLflow: params, the figures, the report and the rendered files as artifacts;
+5. render the Kubernetes objects and per-stage verl commands of a RetoolRun example;
+6. stop what it started, unless asked to keep MLflow running.
+
+Everything lands under one output directory (``build/demo``); a previous demo's MLflow kept
+running there is stopped first, so the demo never leaves two servers behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm import tqdm
+
+from retool.data_check.app import CheckConfig, CheckOutcome, run_check
+from retool.demo.prepare import prepare_samples
+from retool.demo.render import render_run
+from retool.demo.samples import EVAL_FILE, SFT_FILE
+from retool.embedded.process import ManagedServer, group_alive
+from retool.embedded.servers import mlflow_server, sandbox_server
+from retool.evaluate.app import EvalConfig, EvalOutcome, run_eval
+from retool.evaluate.mlflow_log import log_run
+
+logger = logging.getLogger(__name__)
+
+REPO_EXAMPLE = Path("examples/retoolrun-qwen32b-h200.yaml")
+EXPERIMENT = "retool-demo"
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    out: Path = Path("build/demo")
+    example: Path = REPO_EXAMPLE
+    keep: bool = False
+    """Leave MLflow running after the demo (``make demo KEEP=1``)."""
+    progress: bool = True
+    sandbox_workers: int = 2
+    eval_endpoint: str | None = None
+    """An OpenAI-compatible server to evaluate on the demo's eval set with ``retool eval`` (optional)."""
+    eval_model: str | None = None
+    eval_n: int = 4
+
+
+@dataclass
+class DemoSummary:
+    mlflow_url: str
+    run_url: str
+    report: Path
+    manifests: Path
+    commands: dict[str, Path]
+    prepared: dict[str, Path]
+    figures: dict[str, float]
+    check_ok: bool
+    kept_mlflow_pid: int | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+    evaluation: EvalOutcome | None = None
+
+
+def stop_previous_mlflow(pid_file: Path) -> bool:
+    """Stop an MLflow a previous ``KEEP=1`` demo left running: the process group it recorded.
+
+    Returns whether one was running. The pid file is removed either way.
+    """
+    if not pid_file.exists():
+        return False
+    try:
+        pgid = int(pid_file.read_text().strip())
+    except ValueError:
+        pid_file.unlink()
+        return False
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):  # gone already, or the id now belongs to another user
+        pid_file.unlink()
+        return False
+    deadline = time.monotonic() + 10
+    while group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if group_alive(pgid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+    pid_file.unlink()
+    logger.info("stopped the MLflow server a previous demo kept running (process group %d)", pgid)
+    return True
+
+
+def start_stack(servers: list[ManagedServer], progress: bool) -> None:
+    """Start the servers concurrently (MLflow alone takes many seconds), one tick per server ready.
+
+    Waits for every start to finish before raising the first failure, so the caller's cleanup
+    never races a server that is still starting.
+    """
+    with tqdm(total=len(servers), desc="start embedded stack", unit="server", disable=not progress) as bar, ThreadPoolExecutor(len(servers)) as pool:
+        futures = [pool.submit(server.start) for server in servers]
+        for future in as_completed(futures):
+            if future.exception() is None:
+                bar.update(1)
+        failures = [future.exception() for future in futures]
+    first = next((f for f in failures if f is not None), None)
+    if first is not None:
+        raise first
+
+
+def _timed(seconds: dict[str, float], name: str, step: Callable[[], object]) -> object:
+    started = time.monotonic()
+    try:
+        return step()
+    finally:
+        seconds[name] = round(time.monotonic() - started, 2)
+
+
+def run_demo(config: DemoConfig) -> DemoSummary:
+    if config.eval_endpoint and not config.eval_model:
+        raise ValueError("an eval endpoint needs a model name (EVAL_MODEL / --eval-model)")
+    out = config.out.resolve()
+    pid_file = out / "mlflow.pid"
+    stop_previous_mlflow(pid_file)
+    for stale in ("data", "data-check", "data-check-prepared", "render", "eval", "mlflow", "logs"):
+        shutil.rmtree(out / stale, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    seconds: dict[str, float] = {}
+    sandbox = sandbox_server(out / "logs", workers=config.sandbox_workers)
+    mlflow = mlflow_server(out / "mlflow")
+    kept_pid = None
+    try:
+        _timed(seconds, "start_stack", lambda: start_stack([sandbox, mlflow], config.progress))
+        prepared = _timed(seconds, "prepare", lambda: prepare_samples(SFT_FILE, EVAL_FILE, out / "data", progress=config.progress))
+        # The shipped trajectories carry their answers (the prepared SFT layout has no answer
+        # column), so checking them scores every final answer; checking the prepared parquet too
+        # shows that preparation kept every code block with its output.
+        check, check_prepared = _timed(
+            seconds,
+            "data_check",
+            lambda: (
+                _check(SFT_FILE, out / "data-check", sandbox.base_url, config.progress, "data check"),
+                _check(prepared.sft, out / "data-check-prepared", sandbox.base_url, config.progress, "data check (prepared parquet)"),
+            ),
+        )
+        rendered = _timed(seconds, "render", lambda: _render(config.example, out / "render", config.progress))
+        evaluation = None
+        if config.eval_endpoint:
+            eval_config = EvalConfig(
+                endpoint=config.eval_endpoint,
+                model=config.eval_model or "",
+                data=prepared.eval,
+                n=config.eval_n,
+                sandbox_url=sandbox.base_url,
+                out=out / "eval" / "results.jsonl",
+                mlflow_uri=mlflow.base_url,
+                experiment=EXPERIMENT,
+                run_name=f"demo-eval-{config.eval_model}",
+            )
+            evaluation = _timed(seconds, "eval", lambda: asyncio.run(run_eval(eval_config, progress=config.progress)))
+        prepared_figures = {k.replace("data_check/", "data_check_prepared/", 1): v for k, v in check_prepared.report.metrics().items()}
+        figures = {
+            **check.report.metrics(),
+            **prepared_figures,
+            **prepared.figures(),
+            "demo/render/objects": float(len(rendered.kinds)),
+            "demo/render/stages": float(len(rendered.commands)),
+        }
+        artifacts = [out / "data-check", out / "data-check-prepared", rendered.manifests, out / "render" / "commands"]
+        with tqdm(total=1 + len(artifacts), desc="log run to MLflow", unit="step", disable=not config.progress) as bar:
+            logged = _timed(
+                seconds,
+                "mlflow",
+                lambda: log_run(
+                    mlflow.base_url,
+                    EXPERIMENT,
+                    run_name="demo",
+                    params={"example": config.example.name, "sft_samples": SFT_FILE.name, "eval_samples": EVAL_FILE.name, "sandbox_workers": config.sandbox_workers},
+                    metrics={**figures, **{f"demo/seconds/{k}": v for k, v in seconds.items()}},
+                    artifacts=artifacts,
+                    tags={"retool.kind": "demo", "retool.check_ok": str(check.report.ok and check_prepared.report.ok).lower()},
+                    on_step=lambda: bar.update(1),
+                ),
+            )
+        if config.keep:
+            pid_file.write_text(str(mlflow.pid))
+            kept_pid = mlflow.pid
+        return DemoSummary(
+            mlflow_url=mlflow.base_url,
+            run_url=logged.url,
+            report=check.markdown_path,
+            manifests=rendered.manifests,
+            commands=rendered.commands,
+            prepared={"sft": prepared.sft, "eval": prepared.eval},
+            figures=figures,
+            check_ok=check.report.ok and check_prepared.report.ok,
+            kept_mlflow_pid=kept_pid,
+            seconds=seconds,
+            evaluation=evaluation,
+        )
+    finally:
+        sandbox.stop()
+        if kept_pid is None:
+            mlflow.stop()
+
+
+def _check(file: Path, out_dir: Path, sandbox_url: str, progress: bool, label: str) -> CheckOutcome:
+    return asyncio.run(run_check(CheckConfig(file=file, out_dir=out_dir, sandbox_url=sandbox_url, concurrency=4), progress=progress, label=label))
+
+
+def _render(example: Path, out_dir: Path, progress: bool):
+    with tqdm(desc="render manifests and commands", unit="file", disable=not progress) as bar:
+        return render_run(example, out_dir, on_file=lambda _path: bar.update(1))
+
+
+def _eval_lines(evaluation: EvalOutcome | None) -> list[str]:
+    if evaluation is None:
+        return []
+    figures = evaluation.summary
+    accuracy = {k.split("/")[1]: v for k, v in figures.items() if k.startswith("val-core/") and "/acc/mean@" in k}
+    scores = ", ".join(f"{source} mean@n {value:.2f}" for source, value in accuracy.items())
+    errors = int(figures.get("eval/errors", 0))
+    failed = f"; {errors} sample(s) failed at the endpoint (see 'error' in the results)" if errors else ""
+    return [
+        f"  eval         {scores}; {figures['eval/tool_calls/mean']:.1f} tool calls and {figures['eval/turns/mean']:.1f} turns per sample{failed}",
+        f"  eval results {evaluation.results_path} (also in MLflow)",
+    ]
+
+
+def summary_text(summary: DemoSummary) -> str:
+    """What the demo prints at the end: where to look, and the figures that matter."""
+    f = summary.figures
+    lines = [
+        "",
+        "ReTool platform demo: done" + (" (data check found problems, see the report)" if not summary.check_ok else ""),
+        "",
+        f"  data check   {int(f['data_check/trajectories'])} SFT trajectories, {int(f['data_check/blocks'])} code blocks re-run in the sandbox: "
+        f"{f['data_check/output_agreement']:.0%} of outputs reproduced, {f['data_check/answer_accuracy']:.0%} of answers correct",
+        f"               the prepared SFT parquet keeps them: {f['data_check_prepared/output_agreement']:.0%} of its "
+        f"{int(f['data_check_prepared/blocks'])} code blocks reproduced",
+        f"  report       {summary.report}",
+        f"  prepared     {', '.join(str(p) for p in summary.prepared.values())}",
+        f"  manifests    {summary.manifests} ({int(f['demo/render/objects'])} Kubernetes objects)",
+        f"  commands     {summary.manifests.parent / 'commands'}/ ({', '.join(summary.commands)})",
+        f"  MLflow run   {summary.run_url}",
+        *_eval_lines(summary.evaluation),
+        f"  timings      {', '.join(f'{k} {v:.1f}s' for k, v in summary.seconds.items())}",
+        "",
+    ]
+    if summary.kept_mlflow_pid:
+        lines += [
+            f"MLflow keeps running at {summary.mlflow_url} (process group {summary.kept_mlflow_pid}); stop it with `make demo-stop`.",
+            "",
+        ]
+    else:
+        lines += ["Everything the demo started has been stopped; `make demo KEEP=1` keeps MLflow running to browse the run.", ""]
+    return "\n".join(lines)

@@ -1,0 +1,171 @@
+"""A server run as a child process group: started, waited on until it answers, and stopped.
+
+Servers such as ``mlflow server`` start children of their own (uvicorn workers, a job runner);
+stopping only the parent would leave those running. Each server therefore gets its own session
+(process group) and is stopped by signalling that group: SIGTERM first, SIGKILL after a grace
+period, so nothing the command started outlives it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+logger = logging.getLogger(__name__)
+
+
+class ServerStartError(RuntimeError):
+    """A child server exited or did not answer its readiness URL in time (the message quotes its log)."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on right now (the OS picks it)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def log_tail(path: Path, lines: int = 20) -> str:
+    """The last lines of a log file, for error messages (empty when there is none)."""
+    if not path.exists():
+        return ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+@dataclass
+class ManagedServer:
+    """One server child process. Use as a context manager, or call ``start`` and ``stop``."""
+
+    name: str
+    argv: Sequence[str]
+    base_url: str
+    ready_path: str
+    log_path: Path
+    env: dict[str, str] | None = None
+    cwd: Path | None = None
+    start_timeout_s: float = 120.0
+    stop_grace_s: float = 10.0
+    _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+
+    @property
+    def ready_url(self) -> str:
+        return self.base_url.rstrip("/") + self.ready_path
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self) -> ManagedServer:
+        """Start the process and block until ``ready_url`` answers 200 (or raise, leaving nothing running)."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        logger.info("starting %s: %s", self.name, " ".join(self.argv))
+        with self.log_path.open("ab") as log:
+            self._proc = subprocess.Popen(
+                list(self.argv),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                cwd=self.cwd,
+                start_new_session=True,
+            )
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        logger.info("%s ready at %s (pid %s)", self.name, self.ready_url, self._proc.pid)
+        return self
+
+    def _wait_ready(self) -> None:
+        assert self._proc is not None
+        deadline = time.monotonic() + self.start_timeout_s
+        last_error = "no answer yet"
+        with httpx.Client(timeout=2.0) as client:
+            while time.monotonic() < deadline:
+                code = self._proc.poll()
+                if code is not None:
+                    raise ServerStartError(f"{self.name} exited with code {code} before it was ready; log {self.log_path}:\n{log_tail(self.log_path)}")
+                try:
+                    response = client.get(self.ready_url)
+                    if response.status_code == 200:
+                        return
+                    last_error = f"HTTP {response.status_code}"
+                except httpx.HTTPError as exc:
+                    last_error = type(exc).__name__
+                time.sleep(0.25)
+        raise ServerStartError(
+            f"{self.name} did not answer {self.ready_url} within {self.start_timeout_s:.0f}s ({last_error}); log {self.log_path}:\n{log_tail(self.log_path)}"
+        )
+
+    def stop(self) -> None:
+        """Stop the whole process group: SIGTERM, then SIGKILL after the grace period. Idempotent."""
+        proc = self._proc
+        if proc is None:
+            return
+        try:
+            pgid = os.getpgid(proc.pid)
+        except ProcessLookupError:
+            pgid = None
+        if pgid is not None:
+            _signal_group(pgid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=self.stop_grace_s)
+            except subprocess.TimeoutExpired:
+                logger.warning("%s did not stop within %.0fs, killing it", self.name, self.stop_grace_s)
+            # Children of the group (workers, job runners) may outlive the leader: kill what is left.
+            _signal_group(pgid, signal.SIGKILL)
+        proc.wait(timeout=self.stop_grace_s)
+        logger.info("stopped %s (pid %s)", self.name, proc.pid)
+        self._proc = None
+
+    def __enter__(self) -> ManagedServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any live (non-zombie) process is left in process group ``pgid``.
+
+    A zombie waits only for its parent to reap it and runs nothing, so it does not count. Read
+    from /proc where there is one; elsewhere, whether the group can still be signalled.
+    """
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # exited while we looked
+        state, process_group = fields[0], int(fields[2])
+        if process_group == pgid and state != "Z":
+            return True
+    return False
+

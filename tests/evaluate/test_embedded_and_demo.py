@@ -1,0 +1,181 @@
+"""The embedded stack's process handling, and the demo's core run end to end against real servers."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from retool.embedded.process import ManagedServer, ServerStartError, free_port
+from tests.conftest import REPO, repo_env
+from tests.evaluate.scripted_endpoint import ScriptedEndpoint, ServerThread, build_app, demo_scripts
+
+
+def gone(pid: int, within_s: float = 15.0) -> bool:
+    """Whether the process has exited (zombies count as gone: only a parent's wait remains)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+        except FileNotFoundError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_server_that_exits_at_once_is_reported_with_its_log(tmp_path):
+    server = ManagedServer(
+        name="broken",
+        argv=[sys.executable, "-c", "import sys; print('cannot bind: address in use'); sys.exit(3)"],
+        base_url=f"http://127.0.0.1:{free_port()}",
+        ready_path="/readyz",
+        log_path=tmp_path / "broken.log",
+        start_timeout_s=30,
+    )
+    with pytest.raises(ServerStartError, match=r"broken exited with code 3(.|\n)*cannot bind: address in use"):
+        server.start()
+    assert not server.running()
+
+
+def test_server_that_never_gets_ready_is_stopped_with_its_children(tmp_path):
+    """A server that forks a worker and never answers: the whole process group goes."""
+    child_pid_file = tmp_path / "child.pid"
+    script = group_with_a_child(child_pid_file)
+    server = ManagedServer(
+        name="silent",
+        argv=[sys.executable, "-c", script],
+        base_url=f"http://127.0.0.1:{free_port()}",
+        ready_path="/health",
+        log_path=tmp_path / "silent.log",
+        start_timeout_s=3,
+        stop_grace_s=5,
+    )
+    with pytest.raises(ServerStartError, match=r"did not answer .*/health within 3s"):
+        server.start()
+    assert child_pid_file.exists()
+    assert gone(int(child_pid_file.read_text()))
+
+
+@pytest.mark.slow
+def test_demo_runs_for_real_keeps_mlflow_on_request_and_stops_it(tmp_path):
+    """The demo's core as `make demo KEEP=1 EVAL_ENDPOINT=... EVAL_MODEL=...` runs it, the model being
+    a scripted endpoint that solves the demo's problems with code."""
+    out = tmp_path / "demo"
+    env = {k: v for k, v in repo_env().items() if k not in ("KEEP", "EVAL_ENDPOINT", "EVAL_MODEL")}
+    scripted = ScriptedEndpoint(model="scripted-demo", scripts=demo_scripts())
+    with ServerThread(build_app(scripted)) as endpoint:
+        command = [
+            sys.executable, "-m", "retool.demo", "--out", str(out), "--keep", "--no-progress", "-v",
+            "--eval-endpoint", endpoint.url, "--eval-model", "scripted-demo", "--eval-n", "2",
+        ]  # fmt: skip
+        done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=420, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert scripted.problems == []
+    assert "eval         aime_demo mean@n 1.00; 1.0 tool calls and 2.0 turns per sample" in done.stdout
+    assert len((out / "eval" / "results.jsonl").read_text().splitlines()) == 6 * 2
+
+    # What it says, and where.
+    assert "4 SFT trajectories, 6 code blocks re-run in the sandbox: 100% of outputs reproduced, 100% of answers correct" in done.stdout
+    assert "the prepared SFT parquet keeps them: 100% of its 6 code blocks reproduced" in done.stdout
+    servers = {name: (url, int(pid)) for name, url, pid in re.findall(r"(\w+) ready at (\S+) \(pid (\d+)\)", done.stderr)}
+    assert set(servers) == {"sandbox", "mlflow"}
+    assert gone(servers["sandbox"][1]), "the sandbox must stop with the demo"
+    mlflow_url, mlflow_pid = servers["mlflow"]
+    assert not gone(mlflow_pid, within_s=0.5), "--keep leaves MLflow running"
+    assert int((out / "mlflow.pid").read_text()) == mlflow_pid
+
+    # The files it promises.
+    report = json.loads((out / "data-check" / "report.json").read_text())
+    assert report["ok"] is True and report["metrics"]["data_check/blocks"] == 6
+    prepared_report = json.loads((out / "data-check-prepared" / "report.json").read_text())
+    assert prepared_report["ok"] is True and prepared_report["metrics"]["data_check/blocks"] == 6
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(out / "data" / "sft" / "train.parquet").num_rows == 4
+    assert pq.read_table(out / "data" / "eval" / "aime_demo.parquet").num_rows == 6
+    manifests = (out / "render" / "manifests.yaml").read_text()
+    assert "kind: RayJob" in manifests and "kind: Deployment" in manifests
+    assert "main_ppo" in (out / "render" / "commands" / "rl.sh").read_text()
+    assert sorted(p.name for p in (out / "render" / "commands").iterdir()) == ["eval.sh", "merge.sh", "prepare.sh", "rl.sh", "sft.sh"]
+
+    # The MLflow run, read back from the server that was kept.
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(mlflow_url.removesuffix("/health"))
+    experiment = client.get_experiment_by_name("retool-demo")
+    runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
+    assert set(runs) == {"demo", "demo-eval-scripted-demo"}
+    assert runs["demo-eval-scripted-demo"].data.metrics["val-core/aime_demo/acc/mean_at_2"] == 1.0
+    run = runs["demo"]
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics["data_check/output_agreement"] == 1.0
+    assert run.data.metrics["data_check/answer_accuracy"] == 1.0
+    assert run.data.params["example"] == "retoolrun-qwen32b-h200.yaml"
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert artifacts == {"data-check", "data-check-prepared", "manifests.yaml", "commands"}
+    assert run.data.metrics["data_check_prepared/output_agreement"] == 1.0
+
+    # `make demo-stop`.
+    stopped = subprocess.run([sys.executable, "-m", "retool.demo", "--out", str(out), "--stop"], env=env, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    assert stopped.returncode == 0 and "stopped the demo's MLflow server" in stopped.stdout
+    assert gone(mlflow_pid)
+    assert not (out / "mlflow.pid").exists()
+
+
+def test_stop_without_a_kept_server_says_so(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "retool.demo", "--out", str(tmp_path), "--stop"], env=repo_env(), cwd=REPO, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0 and "no demo MLflow server was running" in done.stdout
+
+
+def test_demo_rejects_a_missing_example_before_starting_anything(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "retool.demo", "--out", str(tmp_path / "d"), "--example", "nope.yaml"],
+        env=repo_env(), cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2 and "nope.yaml: no such file" in done.stderr
+    assert not (tmp_path / "d").exists()
+
+
+def group_with_a_child(child_file: Path) -> str:
+    """Python source of a process that starts a sleeping child, records the child's pid, and sleeps."""
+    return (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        f"open({str(child_file)!r}, 'w').write(str(child.pid))\n"
+        "time.sleep(120)\n"
+    )
+
+
+def test_stop_previous_mlflow_stops_the_kept_group(tmp_path):
+    from retool.demo.pipeline import stop_previous_mlflow
+
+    pid_file, child_file = tmp_path / "mlflow.pid", tmp_path / "child.pid"
+    leader = subprocess.Popen([sys.executable, "-c", group_with_a_child(child_file)], start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not child_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid_file.write_text(str(leader.pid))
+    assert stop_previous_mlflow(pid_file) is True
+    leader.wait(timeout=15)
+    assert gone(int(child_file.read_text()))
+    assert not pid_file.exists()
+
+
+def test_stop_previous_mlflow_with_a_stale_pid_file(tmp_path):
+    from retool.demo.pipeline import stop_previous_mlflow
+
+    finished = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    finished.wait()  # exited and reaped: its id names no process group any more
+    pid_file = tmp_path / "mlflow.pid"
+    pid_file.write_text(str(finished.pid))
+    assert stop_previous_mlflow(pid_file) is False
+    assert not pid_file.exists()
