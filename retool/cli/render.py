@@ -38,6 +38,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("file", metavar="FILE", help="RetoolRun YAML (one document); '-' reads standard input")
     parser.add_argument("--stage", choices=STAGES, help="only this stage (default: every stage the run executes)")
+    parser.add_argument(
+        "--manifests",
+        action="store_true",
+        help="print the Kubernetes objects the operator would create (multi-document YAML, from the operator's builders) instead of the commands",
+    )
     parser.set_defaults(func=run)
 
 
@@ -92,17 +97,29 @@ SECTIONS: list[tuple[str | None, Callable[[RetoolRun, argparse.Namespace], str]]
 """(flag attribute that enables the section or None for always, section builder)."""
 
 
-def load(file: str) -> RetoolRun:
+def load_document(file: str) -> dict:
     text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
     documents = [d for d in yaml.safe_load_all(text) if d is not None]
     if len(documents) != 1:
         raise ValueError(f"{file}: expected one RetoolRun document, found {len(documents)}")
-    return parse_run(documents[0])
+    return documents[0]
+
+
+def load(file: str) -> RetoolRun:
+    return parse_run(load_document(file))
+
+
+def manifests(document: dict, stage: str | None) -> str:
+    """The operator's child objects (imported here: the operator package is only needed for this view)."""
+    from retool_operator.render import render_manifests
+
+    return render_manifests(document, stage=stage)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        retool_run = load(args.file)
+        document = load_document(args.file)
+        retool_run = parse_run(document)
     except SpecError as err:
         for problem in err.problems:
             print(f"{args.file}: {problem}", file=sys.stderr)
@@ -113,6 +130,9 @@ def run(args: argparse.Namespace) -> int:
     if args.stage and args.stage not in enabled_stages(retool_run):
         print(f"{args.file}: stage {args.stage} is disabled in this run (enabled: {', '.join(enabled_stages(retool_run))})", file=sys.stderr)
         return 1
+    if args.manifests:
+        sys.stdout.write(manifests(document, args.stage))
+        return 0
     parts = [build(retool_run, args) for flag, build in SECTIONS if flag is None or getattr(args, flag, False)]
     print("\n\n".join(parts))
     return 0

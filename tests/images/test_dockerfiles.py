@@ -15,7 +15,7 @@ from tests.conftest import REPO
 from tests.images.dockerfile import image_tag, parse, parse_text, violations
 
 DOCKERFILES = sorted((REPO / "images").glob("*/Dockerfile"))
-REQUIRED_IMAGES = {"operator", "trainer-cuda", "trainer-ascend"}
+REQUIRED_IMAGES = {"operator", "sandbox", "trainer-cuda", "trainer-ascend"}
 # Images that must run as a non-root user whatever their comments say.
 NON_ROOT = {"operator", "trainer-cuda", "sandbox"}
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())

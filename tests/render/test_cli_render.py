@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from retool.cli import main
-from tests.conftest import EXAMPLES, REPO, repo_env
+from tests.conftest import EXAMPLES, KUBERAY_SCHEMAS, REPO, repo_env
 from tests.render.cases import load_example
 
 
@@ -92,3 +92,24 @@ def test_command_line_reads_stdin() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "python3 -m verl.model_merger merge --backend fsdp" in result.stdout
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_manifests_view_prints_the_operators_objects_and_they_validate(example: Path, tmp_path: Path) -> None:
+    """`retool render --manifests` (a subprocess, as a pull-request check would run it) against the
+    Kubernetes and KubeRay schemas."""
+    from tests.operator.test_manifests import _check_tool, problems_of
+
+    result = subprocess.run([sys.executable, "-m", "retool.cli", "render", "--manifests", str(example)], capture_output=True, text=True, env=repo_env(), cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    objects = [o for o in yaml.safe_load_all(result.stdout) if o]
+    kinds = [o["kind"] for o in objects]
+    assert kinds[:1] == ["ConfigMap"] and {"Deployment", "Service", "NetworkPolicy", "PodDisruptionBudget", "RayJob", "Job"} <= set(kinds)
+    assert problems_of(objects, _check_tool().crd_schemas(str(KUBERAY_SCHEMAS)), tmp_path) == []
+
+
+def test_manifests_view_of_one_stage_has_only_that_stage_child(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["render", "--manifests", "--stage", "rl", str(REPO / "examples/retoolrun-qwen32b-h200.yaml")]) == 0
+    objects = [o for o in yaml.safe_load_all(capsys.readouterr().out) if o]
+    stage_children = [o for o in objects if o["kind"] in ("Job", "RayJob")]
+    assert [o["metadata"]["name"] for o in stage_children] == ["qwen32b-h200-rl-1"]
