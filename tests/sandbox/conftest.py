@@ -73,9 +73,14 @@ def stop_server(server: RunningServer) -> None:
         server.process.wait()
 
 
+SERVER_UID_BASE = 61000
+"""Execution uids of the ``server`` fixture: distinct from the default (60000) that sandbox servers
+of other test packages use, so leftover-process checks see only this server's executions."""
+
+
 @pytest.fixture(scope="module")
 def server() -> Iterator[RunningServer]:
-    running = start_server(workers=4)
+    running = start_server(workers=4, RETOOL_SANDBOX_UID_BASE=str(SERVER_UID_BASE))
     yield running
     stop_server(running)
 

@@ -17,9 +17,13 @@ from tests.sandbox.conftest import RunningServer, leftover_processes, start_serv
 pytestmark = pytest.mark.slow
 
 
+PLAIN_UID_BASE = 62000
+"""Distinct from other servers' execution uids (see conftest.SERVER_UID_BASE)."""
+
+
 @pytest.fixture(scope="module")
 def plain_server() -> Iterator[RunningServer]:
-    running = start_server(workers=2, RETOOL_SANDBOX_ISOLATION="none")
+    running = start_server(workers=2, RETOOL_SANDBOX_ISOLATION="none", RETOOL_SANDBOX_UID_BASE=str(PLAIN_UID_BASE))
     yield running
     stop_server(running)
 
@@ -46,9 +50,9 @@ async def test_executions_end_completely(plain_server: RunningServer, code: str,
         response = await client.run_code(code, run_timeout=1.0, memory_limit_mb=256)
     assert response.run_result.status == status and response.run_result.stdout == stdout, response
     deadline = time.monotonic() + 5
-    while leftover_processes(range(60000, 60002)) and time.monotonic() < deadline:
+    while leftover_processes(range(PLAIN_UID_BASE, PLAIN_UID_BASE + 2)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert leftover_processes(range(60000, 60002)) == []
+    assert leftover_processes(range(PLAIN_UID_BASE, PLAIN_UID_BASE + 2)) == []
 
 
 @pytest.mark.parametrize(

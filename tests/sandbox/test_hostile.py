@@ -18,11 +18,10 @@ import httpx
 import pytest
 
 from retool.sandbox.api import RunCodeResponse
-from tests.sandbox.conftest import SECRET, RunningServer, leftover_processes
+from tests.sandbox.conftest import SECRET, SERVER_UID_BASE, RunningServer, leftover_processes
 
 pytestmark = pytest.mark.slow
 
-UID_BASE = 60000
 
 
 @dataclass(frozen=True)
@@ -181,9 +180,9 @@ async def test_dead_workers_are_replaced(server: RunningServer) -> None:
 def test_zz_no_execution_process_survives_and_metrics_saw_it(server: RunningServer) -> None:
     """Runs last in this module: everything above left no process behind and was counted."""
     deadline = time.monotonic() + 5
-    while leftover_processes(range(UID_BASE, UID_BASE + server.workers)) and time.monotonic() < deadline:
+    while leftover_processes(range(SERVER_UID_BASE, SERVER_UID_BASE + server.workers)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert leftover_processes(range(UID_BASE, UID_BASE + server.workers)) == []
+    assert leftover_processes(range(SERVER_UID_BASE, SERVER_UID_BASE + server.workers)) == []
     assert server.metric("retool_sandbox_timeouts_total") >= 4
     assert server.metric("retool_sandbox_memory_kills_total") >= 2
     assert server.metric("retool_sandbox_output_truncated_total") >= 2
