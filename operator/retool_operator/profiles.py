@@ -11,20 +11,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from retool.recipe.ascend import ASCEND_ENV as RECIPE_ASCEND_ENV
 from retool.spec.model import HardwareSpec
 from retool_operator.config import OperatorConfig
 
-# The Ascend recipe's runtime settings (verl + vllm-ascend on 910B, public ReTool reproduction).
-ASCEND_ENV: dict[str, str] = {
-    "VLLM_USE_V1": "1",
-    "TORCHDYNAMO_DISABLE": "1",
-    "VLLM_ASCEND_ENABLE_NZ": "0",
-    "TASK_QUEUE_ENABLE": "1",
-    "VLLM_ENABLE_GRAPH_MODE": "1",
-    "HCCL_OP_EXPANSION_MODE": "AIV",
-    "VLLM_ASCEND_ENABLE_MLP_OPTIMIZE": "1",
-    "HCCL_CONNECT_TIMEOUT": "1800",
-}
+# The Ascend recipe's runtime settings (one definition, shared with the stage renderers), plus a
+# longer HCCL connect timeout for clusters whose NPUs take minutes to join.
+ASCEND_ENV: dict[str, str] = {**RECIPE_ASCEND_ENV, "HCCL_CONNECT_TIMEOUT": "1800"}
 NVIDIA_ENV: dict[str, str] = {"NCCL_DEBUG": "WARN"}
 
 # CPU and memory of a trainer pod when the run does not say (one 8-device node of the recipe).

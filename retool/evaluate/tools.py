@@ -24,7 +24,7 @@ import yaml
 
 from retool.evaluate.chat import ToolCall
 from retool.evaluate.loop import ToolResult
-from retool.recipe.interpreter import extract_code, format_run, print_trailing_expression, truncate_middle
+from retool.recipe.interpreter import describe_response, extract_code, print_trailing_expression, truncate_middle
 from retool.sandbox.client import SandboxClient, SandboxError, SandboxOverloaded, SandboxUnavailable
 
 logger = logging.getLogger(__name__)
@@ -82,7 +82,8 @@ class SandboxTool:
     async def run(self, argument: str) -> ToolResult:
         """Run the code in ``argument`` (fenced or not) as the RL tool does; ``status`` is the tool's outcome name."""
         started = time.monotonic()
-        code = print_trailing_expression(extract_code(argument))
+        original = extract_code(argument)
+        code = print_trailing_expression(original)
         try:
             async with self._slots:
                 response = await self.client.run_code(code, run_timeout=self.run_timeout_s, memory_limit_mb=self.memory_limit_mb)
@@ -90,21 +91,14 @@ class SandboxTool:
             status = "overloaded" if isinstance(exc, SandboxOverloaded) else "unavailable" if isinstance(exc, SandboxUnavailable) else "sandbox_error"
             logger.warning("sandbox call failed (%s): %s", status, exc)
             return ToolResult(text=f"Sandbox error: {exc}", ok=False, status=status, elapsed_s=time.monotonic() - started)
-        run = response.run_result
-        text = format_run(
-            status=response.status,
-            run_status=run.status if run else None,
-            stdout=(run.stdout or "") if run else "",
-            stderr=(run.stderr or "") if run else "",
-            return_code=run.return_code if run else None,
-            message=response.message,
+        text, status = describe_response(
+            response,
+            original=original,
+            code=code,
             timeout_s=self.run_timeout_s,
             memory_limit_mb=self.memory_limit_mb,
             max_output_chars=self.max_output_chars,
         )
-        status = {"Success": "ok", "Failed": "code_failed"}.get(response.status, "sandbox_error")
-        if run is not None and run.status == "TimeLimitExceeded":
-            status = "timeout"
         return ToolResult(text=text, ok=status == "ok", status=status, elapsed_s=time.monotonic() - started)
 
     async def __call__(self, call: ToolCall) -> ToolResult:

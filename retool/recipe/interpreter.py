@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import re
+from typing import Any
 
 # The name that holds a trailing expression's value; unlikely to collide with the model's code.
 RESULT_NAME = "_retool_last_value"
@@ -247,3 +248,28 @@ def format_run(
             parts.append(f"The process exited with code {return_code}.")
     text = "\n".join(parts) if parts else NO_OUTPUT
     return truncate_middle(text, max_chars=max_output_chars)
+
+
+def describe_response(response: Any, *, original: str, code: str, timeout_s: float, memory_limit_mb: int, max_output_chars: int) -> tuple[str, str]:
+    """What the model reads for one sandbox answer, and the outcome name counted in metrics.
+
+    ``response`` is a ``retool.sandbox.api.RunCodeResponse``; ``original`` is the model's code and
+    ``code`` what was run (with the trailing-expression print), so tracebacks quote the model's own
+    line. The RL tool and ``retool eval`` both answer the model through this one function.
+    """
+    run = response.run_result
+    text = format_run(
+        status=response.status,
+        run_status=run.status if run else None,
+        stdout=(run.stdout or "") if run else "",
+        stderr=restore_source_in_traceback(run.stderr or "", original, code) if run else "",
+        return_code=run.return_code if run else None,
+        message=response.message,
+        timeout_s=timeout_s,
+        memory_limit_mb=memory_limit_mb,
+        max_output_chars=max_output_chars,
+    )
+    outcome = {"Success": "ok", "Failed": "code_failed"}.get(response.status, "sandbox_error")
+    if run is not None and run.status == "TimeLimitExceeded":
+        outcome = "timeout"
+    return text, outcome

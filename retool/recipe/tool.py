@@ -22,7 +22,7 @@ from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 from verl.utils.rollout_trace import rollout_trace_op
 
-from retool.recipe.interpreter import extract_code, format_run, print_trailing_expression, restore_source_in_traceback, truncate_middle
+from retool.recipe.interpreter import describe_response, extract_code, print_trailing_expression, truncate_middle
 from retool.recipe.tool_config import TOOL_CLASS, TOOL_NAME, TOOL_SCHEMA, CodeInterpreterConfig, render_tool_config  # noqa: F401  (re-exported)
 from retool.sandbox.client import SandboxClient, SandboxError, SandboxOverloaded, SandboxUnavailable
 
@@ -104,22 +104,14 @@ class CodeInterpreterTool(BaseTool):
         except SandboxError as exc:
             logger.warning("sandbox refused the request: %s", exc)
             return f"Sandbox error: {exc}", "sandbox_error"
-        run = response.run_result
-        text = format_run(
-            status=response.status,
-            run_status=run.status if run else None,
-            stdout=(run.stdout or "") if run else "",
-            stderr=restore_source_in_traceback(run.stderr or "", original, code) if run else "",
-            return_code=run.return_code if run else None,
-            message=response.message,
+        return describe_response(
+            response,
+            original=original,
+            code=code,
             timeout_s=settings.timeout_s,
             memory_limit_mb=settings.memory_limit_mb,
             max_output_chars=settings.max_output_chars,
         )
-        outcome = {"Success": "ok", "Failed": "code_failed"}.get(response.status, "sandbox_error")
-        if run is not None and run.status == "TimeLimitExceeded":
-            outcome = "timeout"
-        return text, outcome
 
     async def release(self, instance_id: str, **kwargs: Any) -> None:
         return None
