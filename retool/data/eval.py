@@ -19,7 +19,7 @@ from retool.data.report import MalformedLog, MalformedRowError, PrepareSummary
 from retool.data.rl import strip_answer_instruction
 from retool.data.schema import EVAL_SPLIT, RL_SCHEMA, rl_row
 from retool.data.sources import BadLine, RowBatch, iter_batches
-from retool.data.writer import AtomicParquetWriter
+from retool.data.writer import AtomicParquetWriter, commit_output
 
 logger = logging.getLogger(__name__)
 
@@ -94,12 +94,7 @@ def prepare_eval(
                     rl_row(data_source=name, question=problem.question, ground_truth=problem.answer, index=index, split=EVAL_SPLIT, source_id=problem.source_id)
                 )
                 index += 1
-        writer.flush()
-        summary.absorb(log)
-        if writer.rows_written == 0:
-            raise ValueError(f"{source}: no valid rows ({summary.rows_read} read, {log.count} malformed: {dict(log.by_reason)})")
-        writer.commit()
-    summary.rows_written = writer.rows_written
+        commit_output(writer, summary, log, source)
     summary.duplicates = dedup.duplicates
     summary.counters = {"duplicate_questions_with_different_answer": dedup.conflicts}
     summary.seconds = time.monotonic() - started

@@ -24,7 +24,7 @@ from retool.data.dedup import QuestionDeduplicator, digest
 from retool.data.report import MalformedLog, MalformedRowError, PrepareSummary
 from retool.data.schema import RL_SCHEMA, RL_TRAIN_SPLIT, rl_row
 from retool.data.sources import BadLine, RowBatch, iter_batches
-from retool.data.writer import AtomicParquetWriter
+from retool.data.writer import AtomicParquetWriter, commit_output
 
 logger = logging.getLogger(__name__)
 
@@ -293,12 +293,7 @@ def prepare_rl(
         for batch in batches if batches is not None else iter_batches(source, split=split, **source_options):
             summary.rows_read += len(batch)
             converter.feed(batch)
-        writer.flush()
-        summary.absorb(log)
-        if writer.rows_written == 0:
-            raise ValueError(f"{source}: no valid rows ({summary.rows_read} read, {log.count} malformed: {dict(log.by_reason)})")
-        writer.commit()
-    summary.rows_written = writer.rows_written
+        commit_output(writer, summary, log, source)
     summary.duplicates = converter.pair_duplicates + converter.questions.duplicates
     summary.counters = {
         "instruction_replaced": converter.instruction_stripped,

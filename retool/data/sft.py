@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 from retool.data.report import MalformedLog, MalformedRowError, PrepareSummary
 from retool.data.schema import ANSWER_INSTRUCTION, SFT_SCHEMA, TOOL_NAME, code_interpreter_tool
 from retool.data.sources import BadLine, RowBatch, iter_batches
-from retool.data.writer import AtomicParquetWriter
+from retool.data.writer import AtomicParquetWriter, commit_output
 
 logger = logging.getLogger(__name__)
 
@@ -250,12 +250,7 @@ def prepare_sft(
                 counters["prompts_rewritten"] += converted.prompt_rewritten
                 counters["tool_calls"] += sum(1 for m in converted.row["messages"] if m["tool_calls"])
                 writer.write(converted.row)
-        writer.flush()
-        summary.absorb(log)
-        if writer.rows_written == 0:
-            raise ValueError(f"{source}: no valid rows ({summary.rows_read} read, {log.count} malformed: {dict(log.by_reason)})")
-        writer.commit()
-    summary.rows_written = writer.rows_written
+        commit_output(writer, summary, log, source)
     summary.counters = {
         "converted_from_tags": counters["split"],
         "already_multi_turn": counters["multi_turn"],

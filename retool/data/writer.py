@@ -14,6 +14,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from retool.data.report import MalformedLog, PrepareSummary
+
 FLUSH_ROWS = 8_192
 
 
@@ -58,3 +60,17 @@ class AtomicParquetWriter:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if exc_type is not None:
             self.abort()
+
+
+def commit_output(writer: AtomicParquetWriter, summary: PrepareSummary, log: MalformedLog, source: str) -> None:
+    """Finish a conversion: flush, account for malformed rows, and publish the file only if it has rows.
+
+    An output with no valid row is an error naming what was read and why rows were refused (the
+    temporary file is discarded), never an empty parquet that verl would fail on hours later.
+    """
+    writer.flush()
+    summary.absorb(log)
+    if writer.rows_written == 0:
+        raise ValueError(f"{source}: no valid rows ({summary.rows_read} read, {log.count} malformed: {dict(log.by_reason)})")
+    writer.commit()
+    summary.rows_written = writer.rows_written
