@@ -8,14 +8,11 @@ be half-written); without a tracker, the highest complete-looking step is a fall
 from __future__ import annotations
 
 import os
-import re
-from pathlib import Path
 from typing import Any
 
+from retool.recipe.checkpoints import _STEP_DIR as STEP_DIR
+from retool.recipe.checkpoints import TRACKER_FILE, NoCheckpointError, latest_step
 from retool.storage.location import LocalLocation, S3Location, parse_location
-
-TRACKER_FILE = "latest_checkpointed_iteration.txt"
-STEP_DIR = re.compile(r"^global_step_(\d+)$")
 
 
 def pick_latest(tracker: str | None, step_dirs: list[str]) -> int | None:
@@ -34,12 +31,11 @@ def latest_checkpoint(directory: str, *, client: Any = None) -> str | None:
     """Path or URI of the latest ``global_step_N`` under ``directory``; None when there is none."""
     location = parse_location(directory)
     if isinstance(location, LocalLocation):
-        if not os.path.isdir(location.path):
+        # The stage entrypoint's rule (tracker first, complete directories as fallback), one definition.
+        try:
+            return os.path.join(location.path, f"global_step_{latest_step(location.path)}")
+        except NoCheckpointError:
             return None
-        tracker_path = os.path.join(location.path, TRACKER_FILE)
-        tracker = Path(tracker_path).read_text() if os.path.isfile(tracker_path) else None
-        step = pick_latest(tracker, [d for d in os.listdir(location.path) if os.path.isdir(os.path.join(location.path, d))])
-        return None if step is None else os.path.join(location.path, f"global_step_{step}")
     return _latest_s3(location, client)
 
 
