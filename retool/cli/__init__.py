@@ -27,8 +27,37 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
-        importlib.import_module(f"retool.cli.{name}").register(subparsers)
+        try:
+            importlib.import_module(f"retool.cli.{name}").register(subparsers)
+        except ModuleNotFoundError as err:
+            _register_unavailable(subparsers, name, err)
     return parser
+
+
+EXTRA_OF_COMMAND = {"sandbox": "sandbox", "data": "train", "storage": "train", "eval": "train"}
+"""The pyproject extra each command needs beyond the base package (validate and render need none)."""
+
+
+def _needs_extra(name: str, err: ModuleNotFoundError) -> str:
+    extra = EXTRA_OF_COMMAND.get(name, "dev")
+    return f"retool {name} needs the '{extra}' extra (missing module {err.name!r}): pip install 'retool[{extra}]'"
+
+
+def _register_unavailable(subparsers: argparse._SubParsersAction, name: str, err: ModuleNotFoundError) -> None:
+    """Each image installs only its extra: a command whose dependencies are absent says which to add
+    instead of breaking every other command of the CLI."""
+    extra = EXTRA_OF_COMMAND.get(name, "dev")
+    reason = _needs_extra(name, err)
+    parser = subparsers.choices.get(name)  # register() may have failed after adding its parser
+    if parser is None:
+        parser = subparsers.add_parser(name, help=f"(unavailable here: needs the '{extra}' extra)", add_help=False)
+        parser.add_argument("rest", nargs=argparse.REMAINDER)
+
+    def unavailable(_args: argparse.Namespace) -> int:
+        print(reason, file=sys.stderr)
+        return 2
+
+    parser.set_defaults(func=unavailable)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -38,7 +67,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except ModuleNotFoundError as err:  # a command whose extra is not installed in this image
+        print(_needs_extra(args.command, err), file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
