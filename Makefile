@@ -9,7 +9,7 @@ TOOLS := .tools
 HELM := $(TOOLS)/helm
 
 .DEFAULT_GOAL := help
-.PHONY: help install test lint crd helm clean
+.PHONY: help install test lint crd api-docs helm clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -34,6 +34,9 @@ lint: install ## ruff
 crd: install ## regenerate charts/retool/crds/ from the RetoolRun model
 	$(PY) -m retool.spec.crd > charts/retool/crds/retoolruns.retool.dev.yaml
 
+api-docs: install ## regenerate docs/api/retoolrun.md (the API reference) from the RetoolRun model
+	$(PY) -m retool.spec.apidoc > docs/api/retoolrun.md
+
 clean: ## remove the virtual environment and downloaded tools
 	rm -rf $(VENV) $(TOOLS)
 
@@ -57,22 +60,50 @@ $(HELM): | install
 # Container images: one per images/<name>/Dockerfile, tagged $(IMAGE_REGISTRY)/<name>:$(IMAGE_TAG)
 # (the chart's default repositories are retool/<name> at the chart's appVersion). Needs docker
 # with buildx; the build context is the repository root (see .dockerignore). Multi-platform
-# builds (PLATFORMS=linux/amd64,linux/arm64, e.g. for Kunpeng Ascend servers) need PUSH=1.
+# builds need PUSH=1. The Ascend trainer builds for linux/arm64 (Kunpeng hosts) and linux/amd64
+# by default, for Atlas A2 (910B); image-trainer-ascend-a3 builds the Atlas A3 variant, tagged -a3.
 IMAGE_REGISTRY ?= retool
 IMAGE_TAG ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 PLATFORMS ?= linux/amd64
+ASCEND_PLATFORMS ?= linux/arm64,linux/amd64
 DOCKER ?= docker
 IMAGES := $(patsubst images/%/Dockerfile,%,$(wildcard images/*/Dockerfile))
+platforms = $(if $(filter trainer-ascend,$(1)),$(ASCEND_PLATFORMS),$(PLATFORMS))
 
-.PHONY: images $(addprefix image-,$(IMAGES))
+.PHONY: images $(addprefix image-,$(IMAGES)) image-trainer-ascend-a3
 images: $(addprefix image-,$(IMAGES)) ## build every image under images/ (IMAGE_REGISTRY, IMAGE_TAG, PLATFORMS, PUSH=1)
 
 $(addprefix image-,$(IMAGES)): image-%:
-	$(DOCKER) buildx build --platform $(PLATFORMS) -f images/$*/Dockerfile \
+	$(DOCKER) buildx build --platform $(call platforms,$*) -f images/$*/Dockerfile \
 	  --build-arg VERSION=$(IMAGE_TAG) \
 	  --label org.opencontainers.image.revision=$(shell git rev-parse HEAD 2>/dev/null) \
 	  --label org.opencontainers.image.created=$(shell date -u +%Y-%m-%dT%H:%M:%SZ) \
 	  -t $(IMAGE_REGISTRY)/$*:$(IMAGE_TAG) $(if $(PUSH),--push,--load) .
+
+image-trainer-ascend-a3: ## the Ascend trainer on the Atlas A3 base (vllm-ascend:<tag>-a3), tagged <tag>-a3
+	$(DOCKER) buildx build --platform $(ASCEND_PLATFORMS) -f images/trainer-ascend/Dockerfile \
+	  --build-arg VERSION=$(IMAGE_TAG) --build-arg BASE_VARIANT=-a3 \
+	  --label org.opencontainers.image.revision=$(shell git rev-parse HEAD 2>/dev/null) \
+	  --label org.opencontainers.image.created=$(shell date -u +%Y-%m-%dT%H:%M:%SZ) \
+	  -t $(IMAGE_REGISTRY)/trainer-ascend:$(IMAGE_TAG)-a3 $(if $(PUSH),--push,--load) .
+
+# ---- trainer image locks ------------------------------------------------------------------------
+# images/trainer-*/requirements*.lock: each trainer image's whole Python set for its Python and
+# platform, resolved from images/<image>/base.in (the base's pins) and pyproject.toml. Regenerate
+# after changing either (tests/images/test_locks.py fails until you do); LOCK_DATE is the
+# exclude-newer cutoff (default: today). lock-base-<image> reads a real base's versions (docker).
+LOCK_IMAGES := trainer-cuda trainer-ascend
+LOCK_DATE ?= $(shell date -u +%Y-%m-%dT00:00:00Z)
+BASE_IMAGE_trainer-cuda := vllm/vllm-openai:v0.11.0
+BASE_IMAGE_trainer-ascend := quay.io/ascend/vllm-ascend:v0.11.0rc1
+
+.PHONY: lock $(addprefix lock-base-,$(LOCK_IMAGES))
+lock: install ## re-resolve the trainer images' lock files (LOCK_DATE=YYYY-MM-DDT00:00:00Z)
+	$(foreach image,$(LOCK_IMAGES),$(PY) images/lock.py compile $(image) --date $(LOCK_DATE) &&) true
+
+$(addprefix lock-base-,$(LOCK_IMAGES)): lock-base-%: ## write images/<image>/base.in from the real base image (docker)
+	$(DOCKER) run --rm --entrypoint python3 -v $(CURDIR)/images:/images:ro $(BASE_IMAGE_$*) /images/lock.py base $* > images/$*/base.in.new
+	mv images/$*/base.in.new images/$*/base.in
 
 # ---- local demo ---------------------------------------------------------------------------------
 # `make demo` runs the platform's steps around training on an embedded stack on 127.0.0.1 (our
@@ -92,3 +123,12 @@ demo: install ## run the local demo on an embedded stack (KEEP=1 keeps MLflow ru
 
 demo-stop: ## stop the MLflow server a `make demo KEEP=1` left running
 	$(PY) -m retool.demo --stop
+
+# ---- chart package --------------------------------------------------------------------------------
+# `make chart` writes dist/retool-<chart version>.tgz: the chart as `helm install retool <tgz>` takes
+# it (no dependency to fetch: KubeRay is a prerequisite the chart checks for).
+DIST ?= dist
+.PHONY: chart
+chart: ## package the Helm chart into $(DIST)/ (helm package)
+	@test -x $(HELM) || $(MAKE) helm
+	$(HELM) package charts/retool --destination $(DIST)

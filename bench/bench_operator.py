@@ -65,6 +65,9 @@ async def main(runs: int, timeout: float) -> None:
                     raise SystemExit(f"operator exited with {proc.returncode}; see {log.name}")
                 await asyncio.sleep(0.05)
             idle_rss = peak_rss_mib(proc.pid)
+            # The claim every run names (helpers.document): the operator checks it before the first stage.
+            claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "retool-data", "namespace": NS}}
+            await api.create({**claim, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Ti"}}}})
             docs = []
             for i in range(runs):
                 doc = document(name=f"run-{i:04d}", namespace=NS, uid=f"uid-{i:04d}")

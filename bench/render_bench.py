@@ -14,8 +14,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from retool.recipe.command import hydra_overrides
-from retool.recipe.render import enabled_stages, render_stage
+from retool.recipe.render.command import hydra_overrides
+from retool.recipe.render.stages import enabled_stages, render_stage
 from retool.runtime.context import StageContext
 from retool.spec.names import sandbox_url
 from retool.spec.validate import parse_run

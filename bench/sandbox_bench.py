@@ -4,8 +4,10 @@ Closed loop: ``c`` concurrent callers send ReTool-typical tool calls back to bac
 every answer is checked (status and output), so a fast wrong answer counts as wrong, not fast.
 
     python bench/sandbox_bench.py --start-ours                 # start our server on a free port
+    python bench/sandbox_bench.py --start-ours --as-pod pod    # as a restricted pod runs it (root needed)
     python bench/sandbox_bench.py --url http://127.0.0.1:8080  # any SandboxFusion-compatible server
     options: --concurrency 1,4,16,64 --workloads print,mix --duration 3 --json out.json
+             --code-root <checkout of another commit> --env RETOOL_SANDBOX_LANDLOCK_MAX_ABI=0
 
 Prints one row per (workload, concurrency): requests/s, p50/p90/p99 latency, errors, wrong answers,
 and for the adversarial mix the latency of its normal requests alone.
@@ -180,10 +182,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_ours(workers: int) -> tuple[subprocess.Popen, str]:
+def start_ours(workers: int, *, as_pod: str | None = None, code_root: Path = REPO, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str, int]:
+    """Start our server (the code under ``code_root``), plainly or the way a pod of kind ``as_pod`` runs it
+    (tests/sandbox/podlike.py: needs root). Returns the launcher, the URL and the server's pid."""
     port = free_port()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p))
-    process = subprocess.Popen([sys.executable, "-m", "retool.sandbox", "--port", str(port), "--workers", str(workers), "--log-level", "warning"], env=env)
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(code_root), os.environ.get("PYTHONPATH", "")) if p), **(env or {}))
+    argv = [sys.executable, "-m", "retool.sandbox", "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers), "--log-level", "warning"]
+    if as_pod:
+        sys.path.insert(0, str(REPO / "tests" / "sandbox"))
+        import podlike
+
+        argv = podlike.command(as_pod, argv)
+    # cwd too: ``python -m`` puts the working directory first on sys.path.
+    process = subprocess.Popen(argv, env=environment, cwd=str(code_root), start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):
         with contextlib.suppress(OSError):
@@ -193,10 +204,31 @@ def start_ours(workers: int) -> tuple[subprocess.Popen, str]:
 
             with contextlib.suppress(Exception), urllib.request.urlopen(f"{url}/readyz", timeout=2) as reply:
                 if reply.status == 200:
-                    return process, url
+                    return process, url, _server_pid(process.pid)
         time.sleep(0.2)
     process.kill()
     raise SystemExit("our sandbox did not become ready")
+
+
+def _server_pid(launcher: int) -> int:
+    """The sandbox server among the launcher and its descendants (the launcher itself when started plainly)."""
+    frontier = [launcher]
+    while frontier:
+        pid = frontier.pop(0)
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:3] == [b"-m", b"retool.sandbox"]:
+                return pid
+            for task in os.listdir(f"/proc/{pid}/task"):
+                frontier += [int(x) for x in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+    return launcher
+
+
+def isolation_summary(url: str) -> str:
+    import urllib.request
+
+    with contextlib.suppress(Exception), urllib.request.urlopen(f"{url}/readyz", timeout=5) as reply:
+        return json.loads(reply.read()).get("isolation", {}).get("summary") or "(no summary: a server before issue #14)"
+    return "(unknown)"
 
 
 async def main_async(args: argparse.Namespace, url: str) -> list[dict]:
@@ -227,23 +259,33 @@ def main() -> int:
     parser.add_argument("--concurrency", default="1,4,16,64")
     parser.add_argument("--duration", type=float, default=3.0, help="seconds per configuration")
     parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--as-pod", choices=("pod", "pod-userns", "k8s-userns"), help="start ours as a pod of this kind runs it (run as root)")
+    parser.add_argument("--code-root", type=Path, default=REPO, help="start the server from this checkout (e.g. a copy of an older commit)")
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="extra environment of the server we start (repeatable)")
     args = parser.parse_args()
     if bool(args.url) == bool(args.start_ours):
         parser.error("give exactly one of --url and --start-ours")
     process = None
     if args.start_ours:
-        process, url = start_ours(args.workers)
+        env = dict(item.split("=", 1) for item in args.env)
+        process, url, server = start_ours(args.workers, as_pod=args.as_pod, code_root=args.code_root, env=env)
         args.label = args.label or "retool"
     else:
         url = args.url.rstrip("/")
         args.label = args.label or "server"
     try:
         print(f"# {args.label} at {url}; {os.cpu_count()} CPUs; load average {os.getloadavg()}", flush=True)
+        if process is not None:
+            print(f"# isolation: {isolation_summary(url)}", flush=True)
         rows = asyncio.run(main_async(args, url))
     finally:
         if process is not None:
-            process.terminate()
-            process.wait(timeout=30)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(server, 15)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, 9)
     if args.json:
         Path(args.json).write_text(json.dumps({"label": args.label, "rows": rows}, indent=1))
     mix = [r for r in rows if r["workload"] == "mix" and r["concurrency"] == 16]

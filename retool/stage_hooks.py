@@ -14,21 +14,22 @@ import logging
 import posixpath
 from dataclasses import replace
 
-from retool.recipe.command import StageCommand
-from retool.recipe.render_ppo import RUNTIME_ENV_PREFIX, final_model_path
+from retool.recipe.render.command import StageCommand
+from retool.recipe.render.ppo import RUNTIME_ENV_PREFIX, final_model_path
+from retool.runtime.completion import EVAL_DUMP
 from retool.runtime.context import StageContext
 from retool.runtime.paths import run_paths
 from retool.spec.model import RetoolRun
 from retool.tracking import naming
-from retool.tracking._client import TrackingError
+from retool.tracking._client import TrackingError, client, reported
 from retool.tracking.evaluation import log_eval_results, read_sample_rows
 from retool.tracking.registry import register_final_model
 from retool.tracking.runs import StageRun, end_run, prepare_stage_run, ray_env_overrides
 
 log = logging.getLogger("retool.stage")
 
-EVAL_DUMP = "0.jsonl"
-"""verl's validation dump of a val_only run (step 0) under trainer.validation_data_dir."""
+FAILURE_TAG = "retool.failure"
+"""Tag on a failed stage run: why it failed, when the stage knows (e.g. a trainer that stopped early)."""
 
 
 def with_tracking_env(command: StageCommand, tracked: StageRun) -> StageCommand:
@@ -113,18 +114,26 @@ def report_eval(run: RetoolRun, ctx: StageContext, tracked: StageRun, copied: di
     return results
 
 
-def finish(run: RetoolRun, ctx: StageContext, stage: str, tracked: StageRun | None, status: int) -> int:
-    """After the command: mirror, report and close the stage run. Returns the stage's exit status."""
+def finish(run: RetoolRun, ctx: StageContext, stage: str, tracked: StageRun | None, status: int, *, failure: str | None = None) -> int:
+    """After the command: mirror, report and close the stage run. Returns the stage's exit status.
+
+    ``failure`` is the reason a stage that exited 0 did not do its work; the run is then FAILED
+    with the reason as its ``retool.failure`` tag, and nothing is mirrored or reported.
+    """
     if status == 0:
         try:
             copied = mirror(run, stage)
             if stage == "eval" and tracked is not None:
                 report_eval(run, ctx, tracked, copied)
         except Exception as err:  # any failure here (S3, MLflow, a missing dump) fails the stage, with its reason
-            log.error("the %s command succeeded but its outputs could not be reported: %s", stage, err)
+            failure = f"the {stage} command succeeded but its outputs could not be reported: {err}"
+            log.error("%s", failure)
             status = 1
     if tracked is not None and ctx.mlflow_tracking_uri:
         try:
+            if failure is not None:
+                with reported(ctx.mlflow_tracking_uri, f"tagging run {tracked.run_id}"):
+                    client(ctx.mlflow_tracking_uri).set_tag(tracked.run_id, FAILURE_TAG, failure[:5000])
             end_run(ctx.mlflow_tracking_uri, tracked.run_id, "FINISHED" if status == 0 else "FAILED")
         except TrackingError as err:
             log.warning("could not close MLflow run %s: %s", tracked.run_id, err)

@@ -6,8 +6,12 @@ receive an ``OperatorConfig`` argument, so a test (or ``retool render``) can pas
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from retool.spec.model import MAX_SANDBOX_REPLICAS
 
 DEFAULT_TRAINER_IMAGE_NVIDIA = "retool/trainer-cuda:0.1.0"
 DEFAULT_TRAINER_IMAGE_ASCEND = "retool/trainer-ascend:0.1.0"
@@ -28,7 +32,14 @@ class OperatorConfig(BaseSettings):
     nvidia_resource_name: str = Field("nvidia.com/gpu", description="Extended resource of NVIDIA GPUs.")
     ascend_resource_name: str = Field("huawei.com/Ascend910", description="Extended resource of Ascend NPUs.")
     ascend_node_selector: str = Field("accelerator=huawei-Ascend910", description="key=value[,key=value] node labels of Ascend nodes.")
+    metrics_scraper_namespaces: str = Field(
+        "", description="key=value[,key=value] labels of the namespace whose pods scrape sandbox /metrics (e.g. kubernetes.io/metadata.name=monitoring); empty = none."
+    )
     namespaces: str = Field("", description="Comma-separated namespaces to watch; empty = cluster-wide.")
+    default_storage_class: str = Field("", description="Storage class of the claims the operator creates for runs that name none; empty = the cluster's default class.")
+    batch_scheduler: Literal["", "volcano", "yunikorn"] = Field(
+        "", description="KubeRay's batch scheduler (its --batch-scheduler), used for runs with spec.scheduling.gang.enabled; empty = none (such runs are refused)."
+    )
     webhook_enabled: bool = Field(False, description="Serve the validating admission webhook.")
     webhook_port: int = Field(9443, ge=1, le=65535, description="Port of the admission webhook (HTTPS).")
     webhook_cert_dir: str = Field("/etc/retool/webhook", description="Directory holding tls.crt and tls.key of the webhook.")
@@ -38,8 +49,11 @@ class OperatorConfig(BaseSettings):
     resync_seconds: float = Field(30.0, gt=0, description="Re-derive every run's status from its children at least this often.")
     mlflow_retry_seconds: float = Field(30.0, gt=0, description="Wait before retrying an unreachable MLflow server.")
     mlflow_grace_seconds: float = Field(300.0, ge=0, description="Start stages without a parent MLflow run once MLflow has been unreachable this long.")
+    sandbox_max_replicas: int = Field(
+        256, ge=1, le=MAX_SANDBOX_REPLICAS, description="Sandbox replicas one RetoolRun may ask for (ceil(maxConcurrent / perReplicaConcurrency)); admission refuses more."
+    )
 
-    @field_validator("ascend_node_selector")
+    @field_validator("ascend_node_selector", "metrics_scraper_namespaces")
     @classmethod
     def _selector_is_pairs(cls, value: str) -> str:
         parse_selector(value)
@@ -52,6 +66,10 @@ class OperatorConfig(BaseSettings):
     @property
     def ascend_selector(self) -> dict[str, str]:
         return parse_selector(self.ascend_node_selector)
+
+    @property
+    def metrics_scraper_selector(self) -> dict[str, str]:
+        return parse_selector(self.metrics_scraper_namespaces)
 
 
 def parse_selector(text: str) -> dict[str, str]:

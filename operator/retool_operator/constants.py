@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from retool.spec.model import API_GROUP, API_VERSION, KIND, PLURAL
+from retool.spec.names import DATA_VOLUME, SHM_VOLUME, SPEC_VOLUME  # noqa: F401  (the rules reserve these names)
 
 GROUP = API_GROUP
 VERSION = API_VERSION
@@ -29,6 +30,10 @@ COMPONENT_SANDBOX = "sandbox"
 COMPONENT_STAGE = "stage"
 COMPONENT_SPEC = "spec"
 COMPONENT_MLFLOW = "mlflow"
+COMPONENT_STORAGE = "storage"
+
+# On a claim the operator created: what happens to it when the run is deleted (spec.storage.retain).
+ANNOTATION_RETAIN = "retool.dev/retain"
 
 # kopf keeps its progress and diff-base here (annotations), never in the structural status.
 KOPF_ANNOTATION_PREFIX = "kopf.retool.dev"
@@ -38,17 +43,20 @@ MLFLOW_NAME = "retool-mlflow"
 MLFLOW_PORT = 5000
 
 SPEC_KEY = "run.yaml"
-SPEC_VOLUME = "run-spec"
-DATA_VOLUME = "data"
-SHM_VOLUME = "dshm"
 
-# Condition types (metav1.Condition).
-COND_READY = "Ready"  # the pipeline is progressing normally
+# Condition types (metav1.Condition). Ready, Reconciling and Stalled follow the kstatus
+# convention that Flux, Argo CD and kpt read: Reconciling=True while the pipeline works towards
+# its end, Stalled=True when it cannot get there (a stage failed, the spec is invalid, the API
+# server refuses a child), Ready=True only once it has (every stage succeeded).
+COND_READY = "Ready"
+COND_RECONCILING = "Reconciling"
+COND_STALLED = "Stalled"
 COND_SUCCEEDED = "Succeeded"
 COND_FAILED = "Failed"
 COND_SUSPENDED = "Suspended"
 COND_SANDBOX_READY = "SandboxReady"
 COND_VALID = "SpecValid"
+COND_STORAGE_READY = "StorageReady"
 
 # Condition reasons (one CamelCase word each).
 REASON_INVALID_SPEC = "InvalidSpec"
@@ -68,3 +76,21 @@ REASON_STAGE_STARTED = "StageStarted"
 REASON_STAGE_SUCCEEDED = "StageSucceeded"
 REASON_RETRY_STARTED = "RetryStarted"
 REASON_MLFLOW_UNAVAILABLE = "MLflowUnavailable"
+REASON_WAITING_FOR_PODS = "WaitingForPods"
+REASON_CHILD_REFUSED = "ChildRefused"
+REASON_SPEC_WARNING = "SpecWarning"
+REASON_FINISHED = "Finished"
+REASON_NOT_STALLED = "Progressing"
+REASON_QUEUED = "Queued"
+REASON_STAGE_ADMITTED = "StageAdmitted"
+REASON_STAGE_PREEMPTED = "StagePreempted"
+REASON_SANDBOX_NOT_USED = "NotUsed"
+REASON_CLAIM_READY = "ClaimReady"
+REASON_CLAIM_PENDING = "ClaimPending"
+REASON_CLAIM_NOT_FOUND = "ClaimNotFound"
+REASON_CLAIM_NOT_SHARED = "ClaimNotShared"
+
+# Kueue: the Workload it makes for each queued Job/RayJob (found by the job's uid), and our mark on a
+# Workload the operator deactivated for spec.suspend (only those are reactivated on resume).
+KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+ANNOTATION_DEACTIVATED = "retool.dev/deactivated-by"

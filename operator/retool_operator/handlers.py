@@ -21,7 +21,7 @@ from retool_operator.kube import KubeClient, credentials_from
 from retool_operator.reconcile import Event
 from retool_operator.runner import Reconciler
 from retool_operator.tracking import parent_run_factory
-from retool_operator.webhook import review
+from retool_operator.webhook import review, review_warnings
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,12 @@ os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
 RUN_RESOURCE = (c.GROUP, c.VERSION, c.RUN_PLURAL)
 CHILD_SELECTOR = {c.LABEL_RUN: kopf.PRESENT, c.LABEL_ROLE: c.COMPONENT_STAGE}
+# The same filter, on the API server: kopf's ``labels=`` on a handler filters the events it has
+# already received (client side), so without this the operator would list and watch every Job
+# and RayJob of the cluster. ``settings.watching.label_selectors`` goes into the list and watch
+# requests' labelSelector.
+CHILD_LABEL_SELECTOR = f"{c.LABEL_RUN},{c.LABEL_ROLE}={c.COMPONENT_STAGE}"
+CHILD_RESOURCES = (("batch", "jobs"), ("ray.io", "rayjobs"))
 
 
 def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
@@ -43,6 +49,8 @@ def configure(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     settings.peering.standalone = True
     settings.posting.level = logging.WARNING  # our own Events say what happened; kopf's would repeat them
     settings.watching.server_timeout = 300
+    for resource in CHILD_RESOURCES:
+        settings.watching.label_selectors[resource] = CHILD_LABEL_SELECTOR
     settings.networking.connect_timeout = 10
     if config.webhook_enabled:
         settings.admission.server = kopf.WebhookServer(
@@ -136,11 +144,15 @@ async def run_deleted(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> N
         reconciler.forget(namespace, name)
 
 
-def validate_retoolrun(body: kopf.Body, old: kopf.BodyEssence | None, operation: str | None, **_: Any) -> None:
-    """Admission: the pydantic model and cross-field rules, plus no edits to started stages' inputs."""
-    problems = review(operation or "", dict(body), dict(old) if old else None)
+def validate_retoolrun(body: kopf.Body, old: kopf.BodyEssence | None, operation: str | None, warnings: list[str], memo: kopf.Memo, **_: Any) -> None:
+    """Admission: the pydantic model and cross-field rules, the operator's limits, plus no edits to
+    started stages' inputs; what is accepted but looks wrong (a GPU product no node carries) comes
+    back as a warning."""
+    config: OperatorConfig = memo.get("config") or CONFIG
+    problems = review(operation or "", dict(body), dict(old) if old else None, config)
     if problems:
         raise kopf.AdmissionError("invalid RetoolRun: " + "; ".join(problems), code=422)
+    warnings.extend(review_warnings(operation or "", dict(body)))
 
 
 # kopf refuses to start with admission handlers but no admission server, so the handler is

@@ -17,6 +17,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 
@@ -47,11 +48,15 @@ KINDS: dict[tuple[str, str], Kind] = {
     ("v1", "ConfigMap"): Kind("", "v1", "configmaps"),
     ("v1", "Service"): Kind("", "v1", "services"),
     ("v1", "PersistentVolumeClaim"): Kind("", "v1", "persistentvolumeclaims"),
+    ("v1", "Pod"): Kind("", "v1", "pods"),
+    ("autoscaling/v2", "HorizontalPodAutoscaler"): Kind("autoscaling", "v2", "horizontalpodautoscalers"),
     ("apps/v1", "Deployment"): Kind("apps", "v1", "deployments"),
     ("networking.k8s.io/v1", "NetworkPolicy"): Kind("networking.k8s.io", "v1", "networkpolicies"),
     ("policy/v1", "PodDisruptionBudget"): Kind("policy", "v1", "poddisruptionbudgets"),
     ("batch/v1", "Job"): Kind("batch", "v1", "jobs"),
     ("ray.io/v1", "RayJob"): Kind("ray.io", "v1", "rayjobs"),
+    # v1beta1: served by every Kueue since RayJob support (0.6); newer releases serve v1beta2 beside it.
+    ("kueue.x-k8s.io/v1beta1", "Workload"): Kind("kueue.x-k8s.io", "v1beta1", "workloads"),
     ("retool.dev/v1alpha1", "RetoolRun"): Kind("retool.dev", "v1alpha1", "retoolruns"),
 }
 
@@ -64,9 +69,31 @@ def kind_of(obj: dict[str, Any]) -> Kind:
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str):
+    """A non-2xx answer; ``reason`` is the API server's own message (Status.message) when it sent one."""
+
+    def __init__(self, status: int, message: str, reason: str | None = None):
         self.status = status
+        self.reason = reason or message
         super().__init__(f"HTTP {status}: {message}")
+
+    @property
+    def refused(self) -> bool:
+        """The API server (or an admission webhook, a quota, a policy) said no to this request.
+
+        4xx other than 429 (throttling): retrying the same request gives the same answer until
+        something changes, so it is reported on the run, not just retried.
+        """
+        return 400 <= self.status < 500 and self.status != 429
+
+
+def _status_message(text: str) -> str | None:
+    """The ``message`` of a metav1.Status body (what kubectl prints), else None."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return None
+    message = body.get("message") if isinstance(body, dict) else None
+    return str(message)[:1000] if message else None
 
 
 def is_subset(desired: Any, observed: Any) -> bool:
@@ -162,7 +189,7 @@ class KubeClient:
         async with self._limit, session.request(method, path, json=json, headers={"Content-Type": content_type}) as response:
             if response.status >= 400:
                 text = await response.text()
-                raise ApiError(response.status, f"{method} {path}: {text[:300]}")
+                raise ApiError(response.status, f"{method} {path}: {text[:300]}", reason=_status_message(text))
             return await response.json(content_type=None)
 
     async def get(self, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
@@ -176,7 +203,7 @@ class KubeClient:
     async def list(self, kind: Kind, namespace: str, *, label_selector: str | None = None) -> list[dict[str, Any]]:
         path = kind.path(namespace)
         if label_selector:
-            path += f"?labelSelector={label_selector}"
+            path += f"?labelSelector={quote(label_selector, safe='')}"
         data = await self._request("GET", path)
         return list(data.get("items") or [])
 

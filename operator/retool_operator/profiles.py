@@ -1,17 +1,22 @@
 """Hardware profiles: what a trainer pod needs on NVIDIA or Ascend nodes.
 
 A profile maps ``spec.hardware`` plus the operator's config to the device resource, node
-selector, tolerations, image, environment and Ray start parameters of the trainer pods. The
+selector, tolerations, image, user, environment and Ray resources of the trainer pods. The
 run's own nodeSelector and tolerations are merged over the profile's (the run wins on a key).
+
+Ray learns a node's devices from the group's ``resources`` field (KubeRay 1.7), not from
+``rayStartParams``: KubeRay maps only ``nvidia.com/gpu``-like resources and a few others to Ray
+resources by itself, so Ascend NPUs are declared as the Ray resource ``NPU`` there, and GPUs as
+``GPU`` the same way for parity. KubeRay refuses a group that sets both (``resources`` and any of
+num-cpus/num-gpus/memory/resources in rayStartParams).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from retool.recipe.ascend import ASCEND_ENV as RECIPE_ASCEND_ENV
+from retool.recipe.render.ascend import ASCEND_ENV as RECIPE_ASCEND_ENV
 from retool.spec.model import HardwareSpec
 from retool_operator.config import OperatorConfig
 
@@ -27,6 +32,12 @@ DEFAULT_TRAINER_RESOURCES: dict[str, dict[str, str]] = {
 }
 RAY_HEAD_RESOURCES: dict[str, dict[str, str]] = {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"cpu": "4", "memory": "16Gi"}}
 
+RAY_VERSION = "2.60.0"
+"""The Ray of the trainer images (pinned in pyproject's ``train`` extra; a test holds them equal): the RayJobs' ``rayVersion``."""
+
+TRAINER_UID = 1000
+"""The CUDA trainer image's USER (images/trainer-cuda); its group owns what the stages write to the claim."""
+
 
 @dataclass(frozen=True)
 class HardwareProfile:
@@ -39,7 +50,14 @@ class HardwareProfile:
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: list[dict[str, Any]] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
-    ray_start_params: dict[str, str] = field(default_factory=dict)
+    ray_resources: dict[str, str] = field(default_factory=dict)
+    """The Ray resources of one node (the worker/head group's ``resources`` field), e.g. {"NPU": "8"}."""
+    ray_device_resource: str = "GPU"
+    """The Ray resource name of one device: GPU, or NPU on Ascend."""
+    run_as_user: int | None = None
+    """The image's non-root uid (pods run as it, runAsNonRoot); None for an image that must run as root."""
+    fs_group: int = TRAINER_UID
+    """Group that owns the claim's files (fsGroup): writable by every stage pod, whatever its uid."""
     resources: dict[str, dict[str, str]] = field(default_factory=dict)
     shared_memory: str = "64Gi"
 
@@ -50,15 +68,6 @@ class HardwareProfile:
         requests[self.device_resource] = str(self.devices_per_node)
         limits[self.device_resource] = str(self.devices_per_node)
         return {"requests": requests, "limits": limits}
-
-
-def ray_custom_resources(resources: dict[str, int]) -> str:
-    """rayStartParams ``resources`` value: a JSON object quoted for ``ray start --resources``.
-
-    KubeRay passes the string to the shell verbatim, so it is wrapped in double quotes with the
-    inner quotes escaped: ``"{\\"NPU\\": 8}"``.
-    """
-    return '"' + json.dumps(resources, sort_keys=True).replace('"', '\\"') + '"'
 
 
 def _toleration(t: Any) -> dict[str, Any]:
@@ -94,7 +103,10 @@ def hardware_profile(hardware: HardwareSpec, config: OperatorConfig) -> Hardware
             tolerations=tolerations,
             env=dict(ASCEND_ENV),
             # KubeRay v1.7 maps only nvidia.com/gpu (and a few others) to Ray resources: declare NPUs.
-            ray_start_params={"resources": ray_custom_resources({"NPU": hardware.devices_per_node})},
+            ray_resources={"NPU": str(hardware.devices_per_node)},
+            ray_device_resource="NPU",
+            # images/trainer-ascend runs as root (the driver's device files belong to a host-specific group).
+            run_as_user=None,
             resources=resources,
             shared_memory=str(hardware.shared_memory),
         )
@@ -110,7 +122,9 @@ def hardware_profile(hardware: HardwareSpec, config: OperatorConfig) -> Hardware
         node_selector=selector,
         tolerations=tolerations,
         env=dict(NVIDIA_ENV),
-        ray_start_params={"num-gpus": str(hardware.devices_per_node)},
+        ray_resources={"GPU": str(hardware.devices_per_node)},
+        ray_device_resource="GPU",
+        run_as_user=TRAINER_UID,
         resources=resources,
         shared_memory=str(hardware.shared_memory),
     )

@@ -4,6 +4,12 @@ Pure and level-triggered: it never remembers anything between calls except what 
 and in the children, so running it twice, after a crash or after an operator restart gives the
 same answer. Child names are deterministic (``<run>-<stage>-<attempt>``), so "create" on a child
 that already exists is a no-op for the handler (409 = already there).
+
+Attempts never overlap: a child (the next stage, or the next attempt of the same stage) is
+created only once no pod of any earlier child of the run is still alive (``Observed.active_pods``).
+A RayJob's cluster lingers for ``clusterGraceSeconds`` and its pods take their termination grace
+period; a retry that started meanwhile would write the same checkpoint directory as the attempt
+it replaces and wait for the same accelerators.
 """
 
 from __future__ import annotations
@@ -17,8 +23,9 @@ from retool.spec.model import RetoolRun
 from retool.spec.names import RAY_STAGES, STAGES, sandbox_url, stage_child_name
 from retool.spec.status import MLflowStatus, RetoolRunStatus, SandboxStatus, StageStatus
 from retool_operator import constants as c
-from retool_operator.builders import desired_sandbox_replicas, run_namespace
-from retool_operator.status import current_stage, headline_score, parse_time, phase_of, progress_of, rfc3339, set_condition
+from retool_operator.builders import desired_sandbox_replicas, queued, run_namespace, uses_sandbox
+from retool_operator.claims import ClaimCheck, ClaimObservation, check_claim, storage_status
+from retool_operator.status import current_stage, headline_score, parse_time, phase_of, pipeline_conditions, progress_of, rfc3339, set_condition
 
 ChildState = Literal["missing", "running", "succeeded", "failed", "suspended"]
 
@@ -27,6 +34,20 @@ ChildState = Literal["missing", "running", "succeeded", "failed", "suspended"]
 class ChildOutcome:
     state: ChildState
     message: str = ""
+    permanent: bool = False
+    """A failure every further attempt would repeat (the child's own failure policy said so): no retries."""
+
+
+JOB_FAILED_BY_POLICY = "PodFailurePolicy"
+"""Reason of a Job's Failed condition when a ``podFailurePolicy`` FailJob rule matched (the preflight's
+deterministic exit codes)."""
+
+
+# KubeRay's terminal jobDeploymentStatus values: Complete and Failed end the RayJob, and
+# ValidationFailed is where KubeRay leaves a RayJob whose spec it refuses (it never retries it).
+RAYJOB_FAILED_STATES = frozenset({"Failed", "ValidationFailed"})
+RELEASE_POLL_SECONDS = 5.0
+"""How often a pass re-checks pods that must terminate before the next child is created."""
 
 
 def rayjob_outcome(obj: dict[str, Any] | None) -> ChildOutcome:
@@ -36,6 +57,8 @@ def rayjob_outcome(obj: dict[str, Any] | None) -> ChildOutcome:
     st = obj.get("status") or {}
     deployment, job = st.get("jobDeploymentStatus"), st.get("jobStatus")
     detail = " ".join(x for x in (st.get("reason"), st.get("message")) if x)
+    if deployment == "ValidationFailed":
+        return ChildOutcome("failed", "KubeRay refused the RayJob (ValidationFailed)" + (f": {detail}" if detail else ""))
     if deployment == "Complete":
         if job == "SUCCEEDED":
             return ChildOutcome("succeeded", "RayJob completed with jobStatus SUCCEEDED")
@@ -57,7 +80,7 @@ def job_outcome(obj: dict[str, Any] | None) -> ChildOutcome:
     failed = conditions.get("Failed") or conditions.get("FailureTarget")
     if failed is not None:
         detail = " ".join(x for x in (failed.get("reason"), failed.get("message")) if x)
-        return ChildOutcome("failed", "Job failed" + (f": {detail}" if detail else ""))
+        return ChildOutcome("failed", "Job failed" + (f": {detail}" if detail else ""), permanent=failed.get("reason") == JOB_FAILED_BY_POLICY)
     if "Suspended" in conditions:
         return ChildOutcome("suspended", "Job suspended")
     return ChildOutcome("running", "Job running")
@@ -67,14 +90,31 @@ def child_outcome(stage: str, obj: dict[str, Any] | None) -> ChildOutcome:
     return rayjob_outcome(obj) if stage in RAY_STAGES else job_outcome(obj)
 
 
+def preempted_job(stage: str, obj: dict[str, Any] | None) -> bool:
+    """A batch Job that failed because its queue suspended it (Kueue's preemption).
+
+    The Job controller counts the pods it deletes on suspension as failed, so with backoffLimit 0 a
+    preempted Job ends Failed while ``spec.suspend`` is true; it cannot resume, so the stage needs a
+    new attempt, but the attempt did not fail. (A preempted RayJob just goes Suspended and resumes.)
+    """
+    return stage not in RAY_STAGES and obj is not None and bool((obj.get("spec") or {}).get("suspend"))
+
+
 @dataclass(frozen=True)
 class Observed:
     """What the handler read from the cluster for this pass."""
 
     children: dict[str, dict[str, Any]] = field(default_factory=dict)  # stage child name -> object
+    active_pods: dict[str, list[str]] = field(default_factory=dict)
+    """Child name -> its pods that have not terminated (phase other than Succeeded/Failed)."""
+    failure_details: dict[str, str] = field(default_factory=dict)
+    """Failed Job name -> its stage container's termination message (the reason the stage gave, or its last log lines)."""
     sandbox_ready_replicas: int = 0
     mlflow: MLflowStatus | None = None
     results: dict[str, dict[str, float]] = field(default_factory=dict)
+    claim: ClaimObservation | None = None  # None: not read this pass (no storage gate)
+    workloads: dict[str, list[dict[str, Any]] | None] = field(default_factory=dict)
+    """Kueue Workloads of a queued child, by child name; None when the cluster serves no Workload API."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +131,15 @@ class SetSuspend:
 
 
 @dataclass(frozen=True)
+class SetWorkloadActive:
+    """Deactivate (spec.suspend) or reactivate (resume) the Kueue Workload of a queued child."""
+
+    stage: str
+    name: str
+    active: bool
+
+
+@dataclass(frozen=True)
 class Event:
     type: Literal["Normal", "Warning"]
     reason: str
@@ -100,16 +149,17 @@ class Event:
 @dataclass
 class Decision:
     status: RetoolRunStatus
-    sandbox_replicas: int
+    sandbox_replicas: int | None
     create: list[CreateChild] = field(default_factory=list)
     suspend: list[SetSuspend] = field(default_factory=list)
+    workloads: list[SetWorkloadActive] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     requeue_after: float | None = None
 
 
 def enabled_stages(run: RetoolRun) -> dict[str, bool]:
     spec = run.spec
-    return {"prepare": True, "sft": spec.sft.enabled, "merge": spec.sft.enabled, "rl": spec.rl.enabled, "eval": spec.eval.enabled}
+    return {"prepare": True, "preflight": spec.preflight.enabled, "sft": spec.sft.enabled, "merge": spec.sft.enabled, "rl": spec.rl.enabled, "eval": spec.eval.enabled}
 
 
 def stage_output(run: RetoolRun, stage: str) -> str:
@@ -117,6 +167,7 @@ def stage_output(run: RetoolRun, stage: str) -> str:
     paths = run_paths(run)
     return {
         "prepare": paths.data,
+        "preflight": paths.stage_files,
         "sft": paths.sft_checkpoints,
         "merge": paths.sft_merged,
         "rl": paths.rl_checkpoints,
@@ -143,16 +194,117 @@ def backoff_seconds(run: RetoolRun, failed_attempt: int) -> int:
     return run.spec.failure_policy.backoff_seconds * 2 ** (failed_attempt - 1)
 
 
-def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.datetime) -> Decision:
-    """The next status and the actions that get the cluster there."""
+CLAIM_RECHECK_SECONDS = 30.0
+"""How soon a pass waiting for the run's claim looks again (claims are not watched)."""
+
+
+def _queue_message(run: RetoolRun, workloads: list[dict[str, Any]] | None) -> str:
+    """Why a queued child waits: Kueue's own words from its Workload when there is one."""
+    queue = run.spec.scheduling.queue_name
+    if workloads is None:
+        return f"waiting for admission by Kueue queue {queue}, but the cluster serves no Kueue Workload API (is Kueue installed?)"
+    for wl in workloads:
+        if (wl.get("spec") or {}).get("active") is False and not _ours(wl):
+            return f"Kueue workload {wl['metadata']['name']} is deactivated and will not be admitted until it is reactivated"
+        for cond in (wl.get("status") or {}).get("conditions") or []:
+            if cond.get("type") in ("QuotaReserved", "Admitted") and cond.get("status") == "False" and cond.get("message"):
+                return f"waiting for admission by Kueue queue {queue}: {cond['message']}"
+    return f"waiting for admission by Kueue queue {queue}"
+
+
+def _ours(workload: dict[str, Any]) -> bool:
+    return bool(((workload.get("metadata") or {}).get("annotations") or {}).get(c.ANNOTATION_DEACTIVATED))
+
+
+def _queued_child(
+    run: RetoolRun, entry: StageStatus, child: str, obj: dict[str, Any] | None, workloads: list[dict[str, Any]] | None
+) -> tuple[StageStatus, list[SetWorkloadActive], list[Event], str | None]:
+    """A running child of a queued run: Kueue owns its ``spec.suspend``; the operator only reads it.
+
+    spec.suspend deactivates the child's Kueue Workload (Kueue then suspends the child and keeps it
+    out of the queue) and resuming reactivates only Workloads the operator deactivated. A child
+    suspended while the run is not is waiting for admission (Queued); one that had been running is
+    preempted, which is counted, never a failure.
+    """
+    name = entry.name
+    actions: list[SetWorkloadActive] = []
+    events: list[Event] = []
+    message: str | None = None
+    if run.spec.suspend:
+        actions = [SetWorkloadActive(name, wl["metadata"]["name"], False) for wl in workloads or [] if (wl.get("spec") or {}).get("active") is not False]
+        if entry.state != "Suspended":
+            message = f"stage {name} suspended (Kueue workload deactivated)"
+            events.append(Event("Normal", c.REASON_SUSPENDED, f"{message} ({child})"))
+        return entry.model_copy(update={"state": "Suspended", "message": "suspended by spec.suspend"}), actions, events, message
+    actions = [SetWorkloadActive(name, wl["metadata"]["name"], True) for wl in workloads or [] if _ours(wl) and (wl.get("spec") or {}).get("active") is False]
+    if bool(((obj or {}).get("spec") or {}).get("suspend")):
+        update: dict[str, Any] = {"state": "Queued", "message": _queue_message(run, workloads)}
+        if entry.state == "Running":
+            update["preemptions"] = (entry.preemptions or 0) + 1
+            message = f"stage {name} preempted by its queue; waiting for re-admission ({child})"
+            events.append(Event("Warning", c.REASON_STAGE_PREEMPTED, message))
+        return entry.model_copy(update=update), actions, events, message
+    if entry.state in ("Queued", "Suspended"):
+        message = f"stage {name} admitted by Kueue queue {run.spec.scheduling.queue_name} ({child})"
+        events.append(Event("Normal", c.REASON_STAGE_ADMITTED, message))
+    return entry.model_copy(update={"state": "Running", "message": f"attempt {entry.attempt} running"}), actions, events, message
+
+
+def _blocking_pods(observed: Observed, child: str) -> dict[str, list[str]]:
+    """Pods of other children of the run that are still alive (they must be gone before ``child`` is created)."""
+    return {name: pods for name, pods in sorted(observed.active_pods.items()) if name != child and pods}
+
+
+def _waiting_text(blocking: dict[str, list[str]]) -> str:
+    parts = [f"{name} ({', '.join(pods[:3])}{', ...' if len(pods) > 3 else ''})" for name, pods in blocking.items()]
+    return "waiting for the pods of " + "; ".join(parts) + " to terminate"
+
+
+def _failed_attempt(
+    run: RetoolRun, entry: StageStatus, reason: str, now: dt.datetime, *, permanent: bool = False
+) -> tuple[StageStatus, str, Event, float | None]:
+    """A failed attempt: Retrying with backoff while retries are left, else Failed; a permanent
+    failure (one every attempt would repeat) fails the stage at once."""
+    name = entry.name
+    failed_attempts = entry.attempt - (entry.preempted_attempts or 0)  # attempts a queue preempted use no retry
+    retries_left = run.spec.failure_policy.max_retries - (failed_attempts - 1)
+    if permanent:
+        text = f"attempt {entry.attempt} failed: {reason}; not retried (it would fail the same way)"
+        updated = entry.model_copy(update={"state": "Failed", "completion_time": rfc3339(now), "message": text})
+        return updated, f"stage {name} failed: {text}", Event("Warning", c.REASON_STAGE_FAILED, f"stage {name} failed: {text}"), None
+    if retries_left > 0:
+        wait = backoff_seconds(run, failed_attempts)
+        due = now + dt.timedelta(seconds=wait)
+        text = f"attempt {entry.attempt} failed: {reason}; retrying in {wait}s ({retries_left} retr{'y' if retries_left == 1 else 'ies'} left)"
+        updated = entry.model_copy(update={"state": "Retrying", "next_attempt_time": rfc3339(due), "message": text})
+        return updated, f"stage {name} {text}", Event("Warning", c.REASON_STAGE_RETRYING, f"stage {name} {text}"), float(wait)
+    text = f"attempt {entry.attempt} failed: {reason}; no retries left (maxRetries {run.spec.failure_policy.max_retries})"
+    updated = entry.model_copy(update={"state": "Failed", "completion_time": rfc3339(now), "message": text})
+    return updated, f"stage {name} failed: {text}", Event("Warning", c.REASON_STAGE_FAILED, f"stage {name} failed: {text}"), None
+
+
+def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.datetime, *, sandbox_autoscaled: bool = False) -> Decision:
+    """The next status and the actions that get the cluster there.
+
+    ``sandbox_autoscaled``: an HPA manages the sandbox's replicas (the decision leaves them alone).
+    """
     stamp = rfc3339(now)
     suspend = run.spec.suspend
+    queue = queued(run)
     stages = _initial_stages(run, status.stages)
     create: list[CreateChild] = []
     suspend_actions: list[SetSuspend] = []
+    workload_actions: list[SetWorkloadActive] = []
     events: list[Event] = []
     requeue: float | None = None
     message = status.message
+    waiting: str | None = None
+    # The claim is checked until the first stage starts: a multi-node run on a claim that cannot be
+    # shared fails here, before anything requests an accelerator.
+    claim_check: ClaimCheck | None = None
+    if observed.claim is not None and not any(s.attempt > 0 for s in stages):
+        claim_check = check_claim(run, observed.claim)
+    first_created = "Queued" if queue else "Running"
 
     for i, entry in enumerate(stages):
         if entry.state in ("Succeeded", "Skipped"):
@@ -163,9 +315,26 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
         if entry.attempt == 0:
             if suspend:
                 break
+            if claim_check is not None and claim_check.state != "ready":
+                if claim_check.state == "failed":
+                    stages[i] = entry.model_copy(update={"state": "Failed", "completion_time": stamp, "message": f"not started: {claim_check.message}"})
+                    message = f"stage {name} not started: {claim_check.message}"
+                    events.append(Event("Warning", claim_check.reason, claim_check.message))
+                else:
+                    stages[i] = entry.model_copy(update={"message": claim_check.message})
+                    message = claim_check.message
+                    requeue = CLAIM_RECHECK_SECONDS
+                break
             child = stage_child_name(run.metadata.name, name, 1)
+            blocking = _blocking_pods(observed, child)
+            if blocking:
+                waiting = _waiting_text(blocking)
+                stages[i] = entry.model_copy(update={"message": f"attempt 1 {waiting}"})
+                requeue = RELEASE_POLL_SECONDS
+                break
+            text = "attempt 1 created; " + _queue_message(run, []) if queue else "attempt 1 started"
             stages[i] = entry.model_copy(
-                update={"state": "Running", "attempt": 1, "job": child, "start_time": stamp, "message": "attempt 1 started", "checkpoint": stage_output(run, name)}
+                update={"state": first_created, "attempt": 1, "job": child, "start_time": stamp, "message": text, "checkpoint": stage_output(run, name)}
             )
             create.append(CreateChild(name, 1))
             message = f"stage {name} started ({child})"
@@ -180,40 +349,68 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
                 break
             attempt = entry.attempt + 1
             child = stage_child_name(run.metadata.name, name, attempt)
-            stages[i] = entry.model_copy(update={"state": "Running", "attempt": attempt, "job": child, "next_attempt_time": None, "message": f"attempt {attempt} started"})
+            blocking = _blocking_pods(observed, child)
+            if blocking:
+                waiting = _waiting_text(blocking)
+                text = f"attempt {attempt} {waiting}"
+                if entry.message != text:
+                    events.append(Event("Normal", c.REASON_WAITING_FOR_PODS, f"stage {name}: {text}"))
+                stages[i] = entry.model_copy(update={"message": text})
+                requeue = RELEASE_POLL_SECONDS
+                break
+            text = f"attempt {attempt} created; " + _queue_message(run, []) if queue else f"attempt {attempt} started"
+            stages[i] = entry.model_copy(update={"state": first_created, "attempt": attempt, "job": child, "next_attempt_time": None, "message": text})
             create.append(CreateChild(name, attempt))
             message = f"stage {name} retry: attempt {attempt} started ({child})" + (", resuming from its last checkpoint" if name == "rl" else "")
             events.append(Event("Normal", c.REASON_RETRY_STARTED, message))
             break
-        # Running or Suspended: the child decides.
+        # Running, Queued or Suspended: the child decides.
         child = entry.job or stage_child_name(run.metadata.name, name, entry.attempt)
         obj = observed.children.get(child)
         outcome = child_outcome(name, obj)
         if outcome.state == "missing":
-            # Created earlier (or the create raced this status), or deleted by hand: (re)create it.
-            create.append(CreateChild(name, entry.attempt))
-            stages[i] = entry.model_copy(update={"state": "Suspended" if suspend else "Running"})
+            # The status names a child only after the API server accepted it (a refused create
+            # leaves the stage as it was), so a missing one was deleted behind the operator's back.
+            kind = "RayJob" if name in RAY_STAGES else "Job"
+            stages[i], message, event, requeue = _failed_attempt(run, entry, f"its {kind} {child} was deleted outside the operator", now)
+            events.append(event)
             break
         if outcome.state == "succeeded":
             stages[i] = entry.model_copy(update={"state": "Succeeded", "completion_time": stamp, "message": outcome.message})
             message = f"stage {name} succeeded"
             events.append(Event("Normal", c.REASON_STAGE_SUCCEEDED, f"{message} ({child})"))
-            continue  # start the next stage in the same pass
+            continue  # start the next stage in the same pass (once this one's pods are gone)
+        if outcome.state == "failed" and queue and preempted_job(name, obj):
+            attempt = entry.attempt + 1
+            new_child = stage_child_name(run.metadata.name, name, attempt)
+            text = f"attempt {entry.attempt} was preempted by its queue; attempt {attempt} waits for admission (no retry used)"
+            stages[i] = entry.model_copy(
+                update={
+                    "state": "Queued",
+                    "attempt": attempt,
+                    "job": new_child,
+                    "message": text,
+                    "preemptions": (entry.preemptions or 0) + (1 if entry.state == "Running" else 0),
+                    "preempted_attempts": (entry.preempted_attempts or 0) + 1,
+                }
+            )
+            create.append(CreateChild(name, attempt))
+            message = f"stage {name}: {text} ({new_child})"
+            events.append(Event("Warning", c.REASON_STAGE_PREEMPTED, message))
+            break
         if outcome.state == "failed":
-            retries_left = run.spec.failure_policy.max_retries - (entry.attempt - 1)
-            if retries_left > 0:
-                wait = backoff_seconds(run, entry.attempt)
-                due = now + dt.timedelta(seconds=wait)
-                text = f"attempt {entry.attempt} failed: {outcome.message}; retrying in {wait}s ({retries_left} retr{'y' if retries_left == 1 else 'ies'} left)"
-                stages[i] = entry.model_copy(update={"state": "Retrying", "next_attempt_time": rfc3339(due), "message": text})
-                message = f"stage {name} {text}"
-                events.append(Event("Warning", c.REASON_STAGE_RETRYING, message))
-                requeue = float(wait)
-            else:
-                text = f"attempt {entry.attempt} failed: {outcome.message}; no retries left (maxRetries {run.spec.failure_policy.max_retries})"
-                stages[i] = entry.model_copy(update={"state": "Failed", "completion_time": stamp, "message": text})
-                message = f"stage {name} failed: {text}"
-                events.append(Event("Warning", c.REASON_STAGE_FAILED, message))
+            reason = outcome.message
+            detail = observed.failure_details.get(child)
+            if detail:
+                reason = f"{reason}; {detail}"
+            stages[i], message, event, requeue = _failed_attempt(run, entry, reason, now, permanent=outcome.permanent)
+            events.append(event)
+            break
+        if queue:
+            stages[i], actions, more, text = _queued_child(run, entry, child, obj, observed.workloads.get(child, []))
+            workload_actions += actions
+            events += more
+            message = text or message
             break
         # running or suspended: make the child's suspension follow the spec.
         child_suspended = bool(((obj or {}).get("spec") or {}).get("suspend"))
@@ -226,11 +423,25 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
 
     phase = phase_of(stages, suspended=suspend)
     finished = phase in ("Succeeded", "Failed")
-    replicas = desired_sandbox_replicas(run, finished=finished)
     generation = (run.metadata.model_extra or {}).get("generation")
     current = current_stage(stages)
+    replicas = None if sandbox_autoscaled else desired_sandbox_replicas(run, stage=current.name if current else None, finished=finished)
     results = observed.results or status.results
     first_eval = run.spec.data.eval[0].name
+    conditions = pipeline_conditions(
+        status.conditions,
+        stages,
+        phase,
+        waiting=waiting,
+        sandbox=(replicas, observed.sandbox_ready_replicas) if uses_sandbox(run) else None,
+        now=now,
+        generation=generation,
+    )
+    if claim_check is not None:
+        ready = claim_check.state == "ready"
+        conditions = set_condition(
+            conditions, type_=c.COND_STORAGE_READY, status=ready, reason=claim_check.reason, message=claim_check.message, now=now, generation=generation
+        )
     next_status = RetoolRunStatus(
         phase=phase,
         stage=(current.name if current else next((s.name for s in reversed(stages) if s.state == "Succeeded"), None)),
@@ -238,53 +449,21 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
         score=headline_score(results, first_eval, run.spec.eval.n),
         message=message,
         stages=stages,
-        conditions=_conditions(status, stages, phase, replicas, observed.sandbox_ready_replicas, now, generation),
+        conditions=conditions,
         sandbox=SandboxStatus(
-            replicas=replicas, ready_replicas=observed.sandbox_ready_replicas, url=sandbox_url(run.metadata.name, run_namespace(run))
-        ),
+            replicas=replicas if replicas is not None else observed.sandbox_ready_replicas,
+            ready_replicas=observed.sandbox_ready_replicas,
+            url=sandbox_url(run.metadata.name, run_namespace(run)),
+        )
+        if uses_sandbox(run)
+        else None,
         mlflow=observed.mlflow or status.mlflow,
+        storage=storage_status(run, observed.claim) if observed.claim is not None else status.storage,
         results=results,
         observed_generation=generation,
     )
     if phase == "Succeeded" and status.phase != "Succeeded":
         events.append(Event("Normal", c.REASON_COMPLETED, "all stages succeeded"))
-    return Decision(status=next_status, sandbox_replicas=replicas, create=create, suspend=suspend_actions, events=events, requeue_after=requeue)
-
-
-def _conditions(
-    status: RetoolRunStatus, stages: list[StageStatus], phase: str, replicas: int, ready: int, now: dt.datetime, generation: int | None
-) -> list:
-    current = current_stage(stages)
-    detail = (current.message or "") if current else "all stages succeeded"
-    def put(conds: list, type_: str, ok: bool, reason: str, message: str) -> list:
-        return set_condition(conds, type_=type_, status=ok, reason=reason, message=message, now=now, generation=generation)
-
-    conds = put(status.conditions, c.COND_VALID, True, c.REASON_VALID_SPEC, "spec accepted")
-    failed = phase == "Failed"
-    conds = put(conds, c.COND_FAILED, failed, c.REASON_STAGE_FAILED if failed else c.REASON_STAGE_RUNNING, detail if failed else "")
-    done = phase == "Succeeded"
-    conds = put(conds, c.COND_SUCCEEDED, done, c.REASON_COMPLETED if done else c.REASON_PENDING, detail if done else "")
-    suspended = phase == "Suspended"
-    conds = put(conds, c.COND_SUSPENDED, suspended, c.REASON_SUSPENDED if suspended else c.REASON_NOT_SUSPENDED, "spec.suspend is true" if suspended else "")
-    retrying = current is not None and current.state == "Retrying"
-    ready_ok = not failed and not suspended and not retrying
-    if failed:
-        reason = c.REASON_STAGE_FAILED
-    elif suspended:
-        reason = c.REASON_SUSPENDED
-    elif retrying:
-        reason = c.REASON_STAGE_RETRYING
-    elif done:
-        reason = c.REASON_COMPLETED
-    elif current is not None and current.attempt == 0:
-        reason = c.REASON_PENDING
-    else:
-        reason = c.REASON_STAGE_RUNNING
-    conds = put(conds, c.COND_READY, ready_ok, reason, detail)
-    if replicas == 0:
-        sandbox_reason, sandbox_ok, text = c.REASON_SANDBOX_SCALED_DOWN, False, "scaled to zero (suspended or finished)"
-    elif ready >= replicas:
-        sandbox_reason, sandbox_ok, text = c.REASON_SANDBOX_READY, True, f"{ready}/{replicas} replicas ready"
-    else:
-        sandbox_reason, sandbox_ok, text = c.REASON_SANDBOX_NOT_READY, False, f"{ready}/{replicas} replicas ready"
-    return put(conds, c.COND_SANDBOX_READY, sandbox_ok, sandbox_reason, text)
+    return Decision(
+        status=next_status, sandbox_replicas=replicas, create=create, suspend=suspend_actions, workloads=workload_actions, events=events, requeue_after=requeue
+    )

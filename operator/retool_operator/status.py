@@ -58,8 +58,8 @@ def phase_of(stages: list[StageStatus], *, suspended: bool) -> str:
         return "Succeeded"
     if suspended:
         return "Suspended"
-    if stage.attempt == 0:
-        return "Pending"
+    if stage.attempt == 0 and not any(s.state == "Succeeded" for s in stages):
+        return "Pending"  # nothing started yet (a later stage waiting for pods keeps its own phase)
     return PHASE_OF_STAGE[stage.name]
 
 
@@ -74,6 +74,97 @@ def progress_of(stages: list[StageStatus]) -> str | None:
     if stage.attempt > 1:
         text += f" (attempt {stage.attempt})"
     return text
+
+
+def pipeline_conditions(
+    previous: list[Condition],
+    stages: list[StageStatus],
+    phase: str,
+    *,
+    waiting: str | None,
+    sandbox: tuple[int | None, int] | None,
+    now: dt.datetime,
+    generation: int | None,
+) -> list[Condition]:
+    """Every condition of a valid run, from its stages (kstatus Ready/Reconciling/Stalled and the rest).
+
+    ``waiting``: why the next child is held back (earlier pods still terminating), if it is.
+    ``sandbox``: (desired replicas or None when an HPA owns them, ready replicas); None for a run
+    without a sandbox (text-only), which then has no SandboxReady condition.
+    """
+    current = current_stage(stages)
+    detail = (current.message or "") if current else "all stages succeeded"
+
+    def put(conds: list[Condition], type_: str, ok: bool, reason: str, message: str) -> list[Condition]:
+        return set_condition(conds, type_=type_, status=ok, reason=reason, message=message, now=now, generation=generation)
+
+    failed, done, suspended = phase == "Failed", phase == "Succeeded", phase == "Suspended"
+    retrying = current is not None and current.state == "Retrying"
+    if failed:
+        reason = c.REASON_STAGE_FAILED
+    elif suspended:
+        reason = c.REASON_SUSPENDED
+    elif done:
+        reason = c.REASON_COMPLETED
+    elif waiting is not None:
+        reason = c.REASON_WAITING_FOR_PODS
+    elif retrying:
+        reason = c.REASON_STAGE_RETRYING
+    elif current is not None and current.attempt == 0 and phase == "Pending":
+        reason = c.REASON_PENDING
+    elif current is not None and current.state == "Queued":
+        reason = c.REASON_QUEUED
+    else:
+        reason = c.REASON_STAGE_RUNNING
+    conds = put(previous, c.COND_VALID, True, c.REASON_VALID_SPEC, "spec accepted")
+    conds = put(conds, c.COND_READY, done, reason, detail)
+    progressing = not (failed or done or suspended)
+    conds = put(conds, c.COND_RECONCILING, progressing, reason if progressing else c.REASON_FINISHED, detail if progressing else "")
+    conds = put(conds, c.COND_STALLED, failed, c.REASON_STAGE_FAILED if failed else c.REASON_NOT_STALLED, detail if failed else "")
+    conds = put(conds, c.COND_FAILED, failed, c.REASON_STAGE_FAILED if failed else c.REASON_STAGE_RUNNING, detail if failed else "")
+    conds = put(conds, c.COND_SUCCEEDED, done, c.REASON_COMPLETED if done else c.REASON_PENDING, detail if done else "")
+    conds = put(conds, c.COND_SUSPENDED, suspended, c.REASON_SUSPENDED if suspended else c.REASON_NOT_SUSPENDED, "spec.suspend is true" if suspended else "")
+    if sandbox is None:
+        return [cond for cond in conds if cond.type != c.COND_SANDBOX_READY]
+    replicas, ready = sandbox
+    if replicas is None:
+        sandbox_ok, sandbox_reason, text = ready > 0, c.REASON_SANDBOX_READY if ready else c.REASON_SANDBOX_NOT_READY, f"{ready} replicas ready (replicas managed by an HPA)"
+    elif replicas == 0:
+        sandbox_reason, sandbox_ok, text = c.REASON_SANDBOX_SCALED_DOWN, False, "scaled to zero: no stage that calls it (rl, eval) is running"
+    elif ready >= replicas:
+        sandbox_reason, sandbox_ok, text = c.REASON_SANDBOX_READY, True, f"{ready}/{replicas} replicas ready"
+    else:
+        sandbox_reason, sandbox_ok, text = c.REASON_SANDBOX_NOT_READY, False, f"{ready}/{replicas} replicas ready"
+    return put(conds, c.COND_SANDBOX_READY, sandbox_ok, sandbox_reason, text)
+
+
+def with_refusals(status: RetoolRunStatus, refusals: list[str], *, previous: list[Condition], now: dt.datetime, generation: int | None) -> RetoolRunStatus:
+    """``status`` with the API server's refusals of this pass: Stalled=True and Ready=False, naming them.
+
+    A refused create or patch (quota, admission webhook, policy) is retried on every pass; the
+    conditions say so until the API server accepts it, so ``kubectl describe`` and kstatus-based
+    tools (Flux, Argo CD) show why the run does not move. Transition times are kept relative to
+    ``previous`` (the stored conditions), so a refusal that persists writes no new status.
+    """
+    if not refusals:
+        return status
+    message = "; ".join(refusals)[:4000]
+    conds = list(status.conditions)
+    # Stalled and Reconciling are never both True (kstatus reads the first True one it meets).
+    for type_, value, text in ((c.COND_STALLED, True, message), (c.COND_READY, False, message), (c.COND_RECONCILING, False, "")):
+        before = [cond for cond in previous if cond.type == type_]
+        (cond,) = set_condition(before, type_=type_, status=value, reason=c.REASON_CHILD_REFUSED, message=text, now=now, generation=generation)
+        conds = [cond if x.type == type_ else x for x in conds] if any(x.type == type_ for x in conds) else [*conds, cond]
+    return status.model_copy(update={"conditions": conds, "message": message[:1024]})
+
+
+def with_spec_warnings(status: RetoolRunStatus, warnings: list[str], *, now: dt.datetime, generation: int | None) -> RetoolRunStatus:
+    """The SpecValid condition's message carries what was accepted but looks wrong."""
+    if not warnings:
+        return status
+    message = "spec accepted with warnings: " + "; ".join(warnings)
+    conds = set_condition(status.conditions, type_=c.COND_VALID, status=True, reason=c.REASON_SPEC_WARNING, message=message, now=now, generation=generation)
+    return status.model_copy(update={"conditions": conds})
 
 
 def headline_score(results: dict[str, dict[str, float]], first_eval_set: str, n: int) -> float | None:
@@ -107,4 +198,6 @@ def invalid_spec_status(previous: RetoolRunStatus, problems: list[str], *, now: 
     )
     conditions = set_condition(conditions, type_=c.COND_FAILED, status=True, reason=c.REASON_INVALID_SPEC, message=message, now=now, generation=generation)
     conditions = set_condition(conditions, type_=c.COND_READY, status=False, reason=c.REASON_INVALID_SPEC, message=message, now=now, generation=generation)
+    conditions = set_condition(conditions, type_=c.COND_STALLED, status=True, reason=c.REASON_INVALID_SPEC, message=message, now=now, generation=generation)
+    conditions = set_condition(conditions, type_=c.COND_RECONCILING, status=False, reason=c.REASON_INVALID_SPEC, message="", now=now, generation=generation)
     return previous.model_copy(update={"phase": "Failed", "message": message, "conditions": conditions, "observed_generation": generation})

@@ -3,40 +3,62 @@
 Pure functions over the admission review's objects; the kopf handler (``validate-retoolrun`` in
 ``handlers``) turns a non-empty answer into an AdmissionError. The create handler runs the same
 ``spec_problems`` on clusters without the webhook.
+
+A review always ends in an answer: the objects come from the API server as any JSON, and an old
+object whose status was hand-edited or written by another version (a list, a string, stages that
+are not objects) is read as far as it makes sense, never raised on.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping
 from typing import Any
 
-from retool.spec.validate import validate_document
+from retool.spec.model import RetoolRun
+from retool.spec.rules import sandbox_replica_problem
+from retool.spec.validate import document_warnings, parse_run, validate_document
+from retool_operator.builders.scheduling import scheduling_problems
+from retool_operator.config import OperatorConfig
 
 # Spec sections a stage reads: once the stage has started, changing them would change (or
-# silently diverge from) what ran, so updates touching them are refused.
+# silently diverge from) what ran, so updates touching them are refused. The GPU stages read
+# ``hardware`` too: their checkpoints are sharded for its device count, and a retry or a resume
+# on other devices would not load them (or would run on nodes the run was not sized for).
 STAGE_INPUTS: dict[str, tuple[str, ...]] = {
-    "prepare": ("model", "data", "storage"),
-    "sft": ("model", "sft", "data"),
+    "prepare": ("model", "data", "storage", "recipe"),
+    "sft": ("model", "sft", "data", "hardware"),
     "merge": ("model", "sft"),
-    "rl": ("rl", "data"),
-    "eval": ("eval", "data"),
+    "rl": ("rl", "data", "hardware", "recipe"),
+    "eval": ("eval", "data", "hardware", "recipe"),
 }
 STARTED = frozenset({"Running", "Retrying", "Succeeded", "Failed", "Suspended"})
 
 
-def spec_problems(document: dict[str, Any]) -> list[str]:
+def spec_problems(document: Mapping[str, Any]) -> list[str]:
     """``path: message`` for every problem of a RetoolRun document (empty when valid)."""
     doc = {k: v for k, v in document.items() if k != "status"}
     return [str(p) for p in validate_document(doc)]
 
 
-def update_problems(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def started_stages(old: Mapping[str, Any]) -> list[str]:
+    """Names of the stages the old object's status says started; entries that are not well-formed are skipped."""
+    stages = _mapping(old.get("status")).get("stages")
+    if not isinstance(stages, list):
+        return []
+    return [s["name"] for s in stages if isinstance(s, Mapping) and isinstance(s.get("name"), str) and isinstance(s.get("state"), str) and s["state"] in STARTED]
+
+
+def update_problems(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """Changes to the inputs of stages that already started (per the old object's status)."""
-    old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
-    stages = ((old.get("status") or {}).get("stages")) or []
-    started = [s.get("name") for s in stages if s.get("state") in STARTED]
+    old_spec, new_spec = _mapping(old.get("spec")), _mapping(new.get("spec"))
     problems: list[str] = []
     seen: set[str] = set()
-    for stage in started:
+    for stage in started_stages(old):
         for section in STAGE_INPUTS.get(stage, ()):
             if section in seen or old_spec.get(section) == new_spec.get(section):
                 continue
@@ -45,11 +67,52 @@ def update_problems(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return problems
 
 
-def review(operation: str, new: dict[str, Any] | None, old: dict[str, Any] | None) -> list[str]:
-    """Every reason to refuse a CREATE or UPDATE of a RetoolRun (empty = admit)."""
+def review_warnings(operation: str, new: dict[str, Any] | None) -> list[str]:
+    """What an admitted CREATE or UPDATE probably got wrong (kubectl prints these as ``Warning:``)."""
     if operation not in ("CREATE", "UPDATE") or not new:
         return []
+    return [str(w) for w in document_warnings({k: v for k, v in new.items() if k != "status"})]
+
+
+@functools.cache
+def configured_replica_cap() -> int:
+    """The operator's ``sandbox_max_replicas`` (RETOOL_OPERATOR_SANDBOX_MAX_REPLICAS, the chart's limits.sandboxReplicas)."""
+    return OperatorConfig().sandbox_max_replicas
+
+
+def cluster_problems(document: Mapping[str, Any], max_sandbox_replicas: int) -> list[str]:
+    """What a valid spec asks of this cluster beyond the operator's limits."""
+    run = RetoolRun.model_validate({k: v for k, v in document.items() if k != "status"})
+    problem = sandbox_replica_problem(run.spec, max_sandbox_replicas, "sandboxMaxReplicas")
+    return [str(problem)] if problem is not None else []
+
+
+def config_problems(document: Mapping[str, Any], config: OperatorConfig) -> list[str]:
+    """What this operator cannot do for a valid run (e.g. gang scheduling without a batch scheduler)."""
+    return scheduling_problems(parse_run({k: v for k, v in document.items() if k != "status"}), config)
+
+
+def review(
+    operation: str,
+    new: Mapping[str, Any] | None,
+    old: Mapping[str, Any] | None,
+    config: OperatorConfig | None = None,
+    *,
+    max_sandbox_replicas: int | None = None,
+) -> list[str]:
+    """Every reason to refuse a CREATE or UPDATE of a RetoolRun (empty = admit).
+
+    ``config`` is the operator's (its limits and batch scheduler); ``max_sandbox_replicas``
+    overrides its replica limit, which defaults to the environment's (RETOOL_OPERATOR_*).
+    """
+    if operation not in ("CREATE", "UPDATE") or not isinstance(new, Mapping) or not new:
+        return []
     problems = spec_problems(new)
-    if operation == "UPDATE" and old:
+    if not problems:
+        cap = max_sandbox_replicas if max_sandbox_replicas is not None else (config.sandbox_max_replicas if config is not None else configured_replica_cap())
+        problems += cluster_problems(new, cap)
+    if not problems and config is not None:
+        problems += config_problems(new, config)
+    if operation == "UPDATE" and isinstance(old, Mapping) and old:
         problems += update_problems(old, new)
     return problems

@@ -16,13 +16,14 @@ COMMANDS: tuple[str, ...] = (
     "storage",
     "sandbox",
     "eval",
+    "preflight",
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="retool",
-        description="ReTool platform: validate and render RetoolRuns, run the sandbox, prepare data.",
+        description="ReTool platform: validate and render RetoolRuns, run the sandbox, prepare data, preflight a run.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -34,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-EXTRA_OF_COMMAND = {"sandbox": "sandbox", "data": "train", "storage": "train", "eval": "train"}
+EXTRA_OF_COMMAND = {"sandbox": "sandbox", "data": "train", "storage": "train", "eval": "train", "preflight": "train"}
 """The pyproject extra each command needs beyond the base package (validate and render need none)."""
 
 

@@ -8,10 +8,11 @@ owns its sub-commands). Exit 0 when the figures reach the thresholds, 1 when the
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 from pathlib import Path
+
+from retool.cli.sandboxed import add_sandbox_arguments, run_reading_file, sandbox_config
 
 
 def register_check(data_subparsers: argparse._SubParsersAction) -> None:
@@ -29,24 +30,19 @@ def register_check(data_subparsers: argparse._SubParsersAction) -> None:
 def add_check_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", type=Path, metavar="FILE", help="parquet, jsonl or json file of trajectories")
     parser.add_argument("--out", type=Path, default=Path("data-check"), help="report directory (report.json, report.md); default ./data-check")
-    parser.add_argument("--sandbox-url", default=None, help="running sandbox (SandboxFusion API); default: start an embedded one on 127.0.0.1")
-    parser.add_argument("--sandbox-workers", type=int, default=4, help="workers of the embedded sandbox; default 4")
     parser.add_argument("--concurrency", type=int, default=8, help="code blocks in flight; default 8")
-    parser.add_argument("--run-timeout", type=float, default=30.0, help="seconds per code block; default 30")
-    parser.add_argument("--memory-limit-mb", type=int, default=1024, help="memory per code block; default 1024")
     parser.add_argument("--data-source", default="retool_sft", help="data source passed to the reward; default retool_sft")
     parser.add_argument("--limit", type=int, default=None, help="check only the first N rows")
     parser.add_argument("--min-agreement", type=float, default=1.0, help="fail below this share of recorded outputs reproduced; default 1.0")
     parser.add_argument("--min-accuracy", type=float, default=1.0, help="fail below this share of correct final answers (rows with a ground truth); default 1.0")
     parser.add_argument("--mlflow-uri", default=os.environ.get("MLFLOW_TRACKING_URI"), help="log the figures and the report to MLflow (default: $MLFLOW_TRACKING_URI)")
     parser.add_argument("--experiment", default="retool-data-check", help="MLflow experiment; default retool-data-check")
-    parser.add_argument("--log-dir", type=Path, default=Path("build/data-check"), help="logs of the embedded sandbox")
+    add_sandbox_arguments(parser, per="code block", log_dir=Path("build/data-check"))
     parser.set_defaults(func=run_check_command)
 
 
 def run_check_command(args: argparse.Namespace) -> int:
     from retool.data_check.app import CheckConfig, run_check
-    from retool.evaluate.problems import ProblemFileError
 
     if args.concurrency < 1:
         print("retool data check: --concurrency must be at least 1", file=sys.stderr)
@@ -54,21 +50,15 @@ def run_check_command(args: argparse.Namespace) -> int:
     config = CheckConfig(
         file=args.file,
         out_dir=args.out,
-        sandbox_url=args.sandbox_url,
-        sandbox_workers=args.sandbox_workers,
         concurrency=args.concurrency,
-        run_timeout_s=args.run_timeout,
-        memory_limit_mb=args.memory_limit_mb,
         data_source=args.data_source,
         limit=args.limit,
         mlflow_uri=args.mlflow_uri,
         experiment=args.experiment,
-        log_dir=args.log_dir,
+        **sandbox_config(args),
     )
-    try:
-        outcome = asyncio.run(run_check(config, progress=sys.stderr.isatty()))
-    except ProblemFileError as exc:
-        print(f"retool data check: {exc}", file=sys.stderr)
+    outcome = run_reading_file("retool data check", run_check(config, progress=sys.stderr.isatty()))
+    if outcome is None:
         return 2
     metrics = outcome.report.metrics()
     for line in outcome.report.problems()[:20]:

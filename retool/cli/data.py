@@ -2,8 +2,10 @@
 
 ``all`` reads a RetoolRun and writes every output where the later stages look for it: this is the
 command the operator's prepare stage runs (the spec is mounted at /etc/retool/run.yaml).
-Exit 0 when the outputs were written (malformed rows are reported, not fatal), 1 on an unreadable
-spec or source, or a source without a single valid row.
+Exit 0 when the outputs were written (malformed rows are reported), 1 on an unreadable spec or
+source, a source without a single valid row, or one whose malformed rows exceed the limit
+(``--max-malformed-fraction``, else the run's ``spec.data.maxMalformedFraction``, default 5%); on
+exit 1 no output is published.
 """
 
 from __future__ import annotations
@@ -28,6 +30,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         parser.add_argument("--split", default="train", help="split of a hub dataset (default: train)")
         parser.add_argument("--s3-endpoint", default=None, help="S3-compatible endpoint for s3:// sources (default: boto3's, e.g. AWS_ENDPOINT_URL)")
         parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+        parser.add_argument(
+            "--max-malformed-fraction",
+            type=fraction,
+            default=None,
+            help="fail, publishing nothing, when more than this share of a source's rows is malformed (default: the spec's data.maxMalformedFraction, 0.05)",
+        )
         parser.set_defaults(func=run)
 
     def single(name: str, help_text: str) -> argparse.ArgumentParser:
@@ -52,11 +60,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     register_check(actions)
 
 
+def fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not between 0 and 1")
+    return value
+
+
 def run(args: argparse.Namespace) -> int:
     from retool.data import prepare_eval, prepare_rl, prepare_run, prepare_sft
     from retool.spec.validate import SpecError, parse_run
 
-    options = {"split": args.split, "s3_endpoint": args.s3_endpoint}
+    options: dict = {"split": args.split, "s3_endpoint": args.s3_endpoint}
+    if args.max_malformed_fraction is not None and args.kind != "all":
+        options["max_malformed_fraction"] = args.max_malformed_fraction
     try:
         if args.kind == "sft":
             summaries = [prepare_sft(args.source, args.out, data_source=args.data_source, rewrite_prompts=not args.keep_prompts, **options)]
@@ -70,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
             except (OSError, yaml.YAMLError) as exc:
                 print(f"error: {args.spec}: {exc}", file=sys.stderr)
                 return 1
-            summaries = prepare_run(parse_run(document), s3_endpoint=args.s3_endpoint, split=args.split)
+            summaries = prepare_run(parse_run(document), s3_endpoint=args.s3_endpoint, split=args.split, max_malformed_fraction=args.max_malformed_fraction)
     except SpecError as exc:
         print(f"error: {args.spec}: {exc}", file=sys.stderr)
         return 1

@@ -12,14 +12,12 @@ failed to complete (the endpoint kept failing), 2 on bad input.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import logging
 import os
 import sys
 from pathlib import Path
 
-logger = logging.getLogger(__name__)
+from retool.cli.sandboxed import add_sandbox_arguments, run_reading_file, sandbox_config
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -42,22 +40,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--request-timeout", type=float, default=600.0, help="seconds per chat request; default 600")
     parser.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="bearer token (default: $OPENAI_API_KEY)")
     parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N problems")
-    parser.add_argument("--sandbox-url", default=None, help="running sandbox (SandboxFusion API); default: start an embedded one on 127.0.0.1")
-    parser.add_argument("--sandbox-workers", type=int, default=4, help="workers of the embedded sandbox; default 4")
-    parser.add_argument("--run-timeout", type=float, default=30.0, help="seconds per code execution; default 30")
-    parser.add_argument("--memory-limit-mb", type=int, default=1024, help="memory per code execution; default 1024")
     parser.add_argument("--max-output-chars", type=int, default=4096, help="longest tool output shown to the model (head and tail kept); default 4096, as in RL")
     parser.add_argument("--out", type=Path, default=Path("eval-results.jsonl"), help="per-sample results (jsonl); the summary goes to <out>.summary.json")
     parser.add_argument("--mlflow-uri", default=os.environ.get("MLFLOW_TRACKING_URI"), help="log params, metrics and results to this MLflow server (default: $MLFLOW_TRACKING_URI)")
     parser.add_argument("--experiment", default="retool-eval", help="MLflow experiment; default retool-eval")
     parser.add_argument("--run-name", default=None, help="MLflow run name; default <model>-<data file>")
-    parser.add_argument("--log-dir", type=Path, default=Path("build/eval"), help="logs of the embedded sandbox")
+    add_sandbox_arguments(parser, per="code execution", log_dir=Path("build/eval"))
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from retool.evaluate.app import EvalConfig, run_eval
-    from retool.evaluate.problems import ProblemFileError
 
     for flag, value in (("-n", args.n), ("--max-turns", args.max_turns), ("--max-parallel-calls", args.max_parallel_calls), ("--concurrency", args.concurrency)):
         if value < 1:
@@ -78,21 +71,15 @@ def run(args: argparse.Namespace) -> int:
         request_timeout_s=args.request_timeout,
         api_key=args.api_key,
         limit=args.limit,
-        sandbox_url=args.sandbox_url,
-        sandbox_workers=args.sandbox_workers,
-        run_timeout_s=args.run_timeout,
-        memory_limit_mb=args.memory_limit_mb,
         max_output_chars=args.max_output_chars,
         out=args.out,
         mlflow_uri=args.mlflow_uri,
         experiment=args.experiment,
         run_name=args.run_name,
-        log_dir=args.log_dir,
+        **sandbox_config(args),
     )
-    try:
-        outcome = asyncio.run(run_eval(config, progress=sys.stderr.isatty()))
-    except ProblemFileError as exc:
-        print(f"retool eval: {exc}", file=sys.stderr)
+    outcome = run_reading_file("retool eval", run_eval(config, progress=sys.stderr.isatty()))
+    if outcome is None:
         return 2
     print(json.dumps(outcome.summary, indent=2))
     print(f"results: {outcome.results_path}", file=sys.stderr)

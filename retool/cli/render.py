@@ -1,6 +1,6 @@
 """``retool render [--stage STAGE] FILE``: show the exact command each stage of a RetoolRun runs.
 
-The commands come from the same pure renderers the stage pods use (``retool.recipe.render``),
+The commands come from the same pure renderers the stage pods use (``retool.recipe.render.stages``),
 filled with what can be known before the run exists: the sandbox Service URL is derived from the
 run's name and namespace; the MLflow server is the spec's, else marked as the operator's default;
 the attempt is 1. Values only the cluster knows are listed at the top of each stage.
@@ -19,13 +19,14 @@ from pathlib import Path
 
 import yaml
 
-from retool.recipe.command import RenderError
-from retool.recipe.profiles import advice, engine_profile, model_size_billions
-from retool.recipe.render import enabled_stages, render_stage
+from retool.recipe.render.command import RenderError
+from retool.recipe.render.profiles import advice, engine_profile, model_size_billions
+from retool.recipe.render.stages import enabled_stages, render_stage
+from retool.runtime.claim import claim_name, default_access_modes, default_claim_size
 from retool.runtime.context import SPEC_MOUNT_PATH, StageContext
 from retool.spec.model import RetoolRun
 from retool.spec.names import RAY_STAGES, STAGES, sandbox_url, stage_child_name
-from retool.spec.validate import SpecError, parse_run
+from retool.spec.validate import SpecError, load_documents, parse_run
 
 OPERATOR_DEFAULT = "<operator default>"
 
@@ -79,6 +80,18 @@ def _stage_text(run: RetoolRun, stage: str, ctx: StageContext) -> str:
     return "\n".join([header, *(f"# note: {n}" for n in command.notes), command.script()])
 
 
+def storage_line(run: RetoolRun) -> str:
+    """The run's claim as the operator will use or create it (the storage class of a created claim
+    is the spec's, else the operator's default: known only on the cluster)."""
+    pvc = run.spec.storage.pvc
+    if pvc.claim_name is not None:
+        return f"existing claim {pvc.claim_name}, mounted at {pvc.mount_path}"
+    size = str(pvc.size) if pvc.size is not None else f"{default_claim_size(run.spec)} (from the model size)"
+    kept = "kept when the run is deleted" if run.spec.storage.retain == "keep" else "deleted with the run"
+    storage_class = pvc.storage_class_name or "the operator's default class"
+    return f"claim {claim_name(run)} created by the operator: {size}, {', '.join(default_access_modes(run.spec))}, {storage_class}, {kept}"
+
+
 def commands_section(run: RetoolRun, args: argparse.Namespace) -> str:
     ctx = placeholder_context(run)
     stages = [args.stage] if args.stage else list(enabled_stages(run))
@@ -87,6 +100,7 @@ def commands_section(run: RetoolRun, args: argparse.Namespace) -> str:
     lines = [
         f"# RetoolRun {ctx.namespace}/{ctx.run_name}: stages {', '.join(enabled_stages(run))}",
         f"# engine profile: {profile.name} (model {run.spec.model.base}, {size if size is not None else 'unknown'}B, {run.spec.hardware.accelerator})",
+        f"# storage: {storage_line(run)}",
         *(f"# set at run time: {v}" for v in runtime_values(run)),
         *(f"# advice: {a}" for a in advice(run.spec)),
     ]
@@ -99,7 +113,7 @@ SECTIONS: list[tuple[str | None, Callable[[RetoolRun, argparse.Namespace], str]]
 
 def load_document(file: str) -> dict:
     text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
-    documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    documents = load_documents(text)  # numbers as kubectl reads them (1e-5), as `retool validate` does
     if len(documents) != 1:
         raise ValueError(f"{file}: expected one RetoolRun document, found {len(documents)}")
     return documents[0]
@@ -107,6 +121,22 @@ def load_document(file: str) -> dict:
 
 def load(file: str) -> RetoolRun:
     return parse_run(load_document(file))
+
+
+def read_run(file: str, adjust: Callable[[dict], dict] | None = None) -> tuple[dict, RetoolRun] | None:
+    """The document in ``file`` (passed through ``adjust``) and the run it parses to; None once what is
+    wrong (unreadable, not one document, invalid spec) is printed to stderr, each line naming ``file``."""
+    try:
+        document = load_document(file)
+        if adjust is not None:
+            document = adjust(document)
+        return document, parse_run(document)
+    except SpecError as err:
+        for problem in err.problems:
+            print(f"{file}: {problem}", file=sys.stderr)
+    except (OSError, ValueError, yaml.YAMLError) as err:
+        print(f"{file}: {err}", file=sys.stderr)
+    return None
 
 
 def manifests(document: dict, stage: str | None) -> str:
@@ -117,16 +147,10 @@ def manifests(document: dict, stage: str | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        document = load_document(args.file)
-        retool_run = parse_run(document)
-    except SpecError as err:
-        for problem in err.problems:
-            print(f"{args.file}: {problem}", file=sys.stderr)
+    loaded = read_run(args.file)
+    if loaded is None:
         return 1
-    except (OSError, ValueError, yaml.YAMLError) as err:
-        print(f"{args.file}: {err}", file=sys.stderr)
-        return 1
+    document, retool_run = loaded
     if args.stage and args.stage not in enabled_stages(retool_run):
         print(f"{args.file}: stage {args.stage} is disabled in this run (enabled: {', '.join(enabled_stages(retool_run))})", file=sys.stderr)
         return 1

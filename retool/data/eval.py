@@ -9,17 +9,17 @@ The set's name becomes ``data_source``, which verl uses in metric names (val-cor
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from retool.data.conversion import converting
 from retool.data.dedup import QuestionDeduplicator
-from retool.data.report import MalformedLog, MalformedRowError, PrepareSummary
+from retool.data.report import MalformedRowError, PrepareSummary, limit_counter, reached
 from retool.data.rl import strip_answer_instruction
-from retool.data.schema import EVAL_SPLIT, RL_SCHEMA, rl_row
-from retool.data.sources import BadLine, RowBatch, iter_batches
-from retool.data.writer import AtomicParquetWriter, commit_output
+from retool.data.schema import AGENT_NAME, EVAL_SPLIT, RL_SCHEMA, rl_row
+from retool.data.sources import BadLine, RowBatch
+from retool.data.writer import DEFAULT_MAX_MALFORMED_FRACTION, AtomicParquetWriter
 
 logger = logging.getLogger(__name__)
 
@@ -69,20 +69,30 @@ def prepare_eval(
     *,
     name: str,
     split: str = "train",
+    agent_name: str = AGENT_NAME,
+    max_rows: int | None = None,
     batches: Iterable[RowBatch] | None = None,
+    max_malformed_fraction: float = DEFAULT_MAX_MALFORMED_FRACTION,
+    staged: list[AtomicParquetWriter] | None = None,
     **source_options: Any,
 ) -> PrepareSummary:
-    """Convert one AIME-style set into ``out`` with ``data_source = name``; return and log the summary."""
-    started = time.monotonic()
-    summary = PrepareSummary(kind=f"eval:{name}", source=source, output=str(out))
-    log = MalformedLog()
+    """Convert one AIME-style set into ``out`` with ``data_source = name``; return and log the summary.
+
+    ``agent_name`` routes the rows to verl's agent loop (the text-only baseline's single-turn one);
+    ``max_rows`` stops once that many problems are written."""
     dedup = QuestionDeduplicator()
-    with AtomicParquetWriter(out, RL_SCHEMA) as writer:
-        source_options.setdefault("scratch_dir", str(writer.path.parent))  # S3 downloads go to the PVC, not the pod's disk
+    with converting(
+        f"eval:{name}", source, out, RL_SCHEMA, split=split, batches=batches, batch_rows=4096,
+        max_malformed_fraction=max_malformed_fraction, staged=staged, source_options=source_options,
+    ) as (summary, log, writer, batches):  # fmt: skip
         index = 0
-        for batch in batches if batches is not None else iter_batches(source, split=split, batch_rows=4096, **source_options):
+        for batch in batches:
+            if reached(max_rows, index):
+                break
             summary.rows_read += len(batch)
             for offset, row in enumerate(batch.to_rows()):
+                if reached(max_rows, index):
+                    break
                 try:
                     problem = parse_eval_row(row)
                 except MalformedRowError as exc:
@@ -91,12 +101,17 @@ def prepare_eval(
                 if not dedup.admit(problem.question, problem.answer, batch.where(offset)):
                     continue
                 writer.write(
-                    rl_row(data_source=name, question=problem.question, ground_truth=problem.answer, index=index, split=EVAL_SPLIT, source_id=problem.source_id)
+                    rl_row(
+                        data_source=name,
+                        question=problem.question,
+                        ground_truth=problem.answer,
+                        index=index,
+                        split=EVAL_SPLIT,
+                        source_id=problem.source_id,
+                        agent_name=agent_name,
+                    )
                 )
                 index += 1
-        commit_output(writer, summary, log, source)
-    summary.duplicates = dedup.duplicates
-    summary.counters = {"duplicate_questions_with_different_answer": dedup.conflicts}
-    summary.seconds = time.monotonic() - started
-    summary.log()
+        summary.duplicates = dedup.duplicates
+        summary.counters = {"duplicate_questions_with_different_answer": dedup.conflicts, **limit_counter(max_rows, index)}
     return summary

@@ -106,3 +106,13 @@ class PrepareSummary:
     def log(self) -> None:
         level = logging.WARNING if self.malformed else logging.INFO
         logger.log(level, "%s", self.render())
+
+
+def reached(max_rows: int | None, written: int) -> bool:
+    """Whether a preparation limited to ``max_rows`` (``spec.data.maxRows``) has written enough."""
+    return max_rows is not None and written >= max_rows
+
+
+def limit_counter(max_rows: int | None, written: int) -> dict[str, int]:
+    """``{"stopped_at_max_rows": N}`` when the limit cut the source short (shown in the summary)."""
+    return {"stopped_at_max_rows": max_rows} if reached(max_rows, written) else {}

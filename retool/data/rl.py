@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,11 +19,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from retool.data.conversion import converting
 from retool.data.dedup import QuestionDeduplicator, digest
-from retool.data.report import MalformedLog, MalformedRowError, PrepareSummary
-from retool.data.schema import RL_SCHEMA, RL_TRAIN_SPLIT, rl_row
-from retool.data.sources import BadLine, RowBatch, iter_batches
-from retool.data.writer import AtomicParquetWriter, commit_output
+from retool.data.report import MalformedLog, MalformedRowError, PrepareSummary, limit_counter, reached
+from retool.data.schema import AGENT_NAME, RL_SCHEMA, RL_TRAIN_SPLIT, rl_row
+from retool.data.sources import BadLine, RowBatch
+from retool.data.writer import DEFAULT_MAX_MALFORMED_FRACTION, AtomicParquetWriter
 
 logger = logging.getLogger(__name__)
 
@@ -174,7 +174,9 @@ def batch_pair_keys(batch: pa.RecordBatch) -> pa.Array | None:
             texts = pc.binary_join(pa.ListArray.from_arrays(offsets, parts, mask=prompt.is_null()), "\x1e")
         else:
             return None
-        return pc.binary_join_element_wise(texts, truth, "\x1f")
+        keys = pc.binary_join_element_wise(texts, truth, "\x1f")
+        keys.validate(full=True)  # bytes that are not UTF-8: the row-by-row path reports those rows as malformed
+        return keys
     except (pa.ArrowException, KeyError, ValueError):
         return None
 
@@ -193,8 +195,12 @@ def distinct_pairs(keys: pa.Array) -> tuple[list[str], np.ndarray, np.ndarray, n
 class RLConverter:
     """Holds the state of one preparation: what was seen, accepted, rejected; writes accepted rows."""
 
-    def __init__(self, writer: AtomicParquetWriter, *, split: str, data_source: str | None, log: MalformedLog):
+    def __init__(
+        self, writer: AtomicParquetWriter, *, split: str, data_source: str | None, log: MalformedLog, agent_name: str = AGENT_NAME, max_rows: int | None = None
+    ):
         self.writer = writer
+        self.agent_name = agent_name
+        self.max_rows = max_rows
         self.split = split
         self.data_source = data_source
         self.log = log
@@ -206,8 +212,15 @@ class RLConverter:
         self.leftover_instruction = 0
         self.written = 0
 
+    @property
+    def full(self) -> bool:
+        """``max_rows`` rows are written: the rest of the source is not read."""
+        return reached(self.max_rows, self.written)
+
     def convert(self, row: Any, where: str) -> str | None:
         """Write the row if it is valid and new; the reason when it is malformed, None otherwise."""
+        if self.full:
+            return None
         try:
             problem = parse_dapo_row(row)
         except MalformedRowError as exc:
@@ -229,6 +242,7 @@ class RLConverter:
                 split=self.split,
                 source_id=problem.source_id,
                 ability=problem.ability,
+                agent_name=self.agent_name,
             )
         )
         self.written += 1
@@ -275,31 +289,36 @@ def prepare_rl(
     split: str = "train",
     data_source: str | None = None,
     output_split: str = RL_TRAIN_SPLIT,
+    agent_name: str = AGENT_NAME,
+    max_rows: int | None = None,
     batches: Iterable[RowBatch] | None = None,
+    max_malformed_fraction: float = DEFAULT_MAX_MALFORMED_FRACTION,
+    staged: list[AtomicParquetWriter] | None = None,
     **source_options: Any,
 ) -> PrepareSummary:
     """Convert a DAPO-format source into ``out`` (verl RL parquet); return and log the summary.
 
-    ``data_source`` overrides each row's own; ``batches`` replaces reading ``source`` (tests, pipelines).
-    Raises ``ValueError`` (``SourceError``) when the source cannot be read or yields no valid row,
-    leaving ``out`` untouched.
+    ``data_source`` overrides each row's own; ``batches`` replaces reading ``source`` (tests, pipelines);
+    ``agent_name`` routes rows to verl's agent loop; ``max_rows`` stops once that many distinct prompts are written.
+    Raises ``ValueError`` (``SourceError``, ``TooManyMalformedError``) when the source cannot be read,
+    yields no valid row or more than ``max_malformed_fraction`` malformed ones, leaving ``out``
+    untouched. With ``staged``, the output is finished but left for the caller to publish.
     """
-    started = time.monotonic()
-    summary = PrepareSummary(kind="rl", source=source, output=str(out))
-    log = MalformedLog()
-    with AtomicParquetWriter(out, RL_SCHEMA) as writer:
-        source_options.setdefault("scratch_dir", str(writer.path.parent))  # S3 downloads go to the PVC, not the pod's disk
-        converter = RLConverter(writer, split=output_split, data_source=data_source, log=log)
-        for batch in batches if batches is not None else iter_batches(source, split=split, **source_options):
+    with converting(
+        "rl", source, out, RL_SCHEMA, split=split, batches=batches,
+        max_malformed_fraction=max_malformed_fraction, staged=staged, source_options=source_options,
+    ) as (summary, log, writer, batches):  # fmt: skip
+        converter = RLConverter(writer, split=output_split, data_source=data_source, log=log, agent_name=agent_name, max_rows=max_rows)
+        for batch in batches:
+            if converter.full:
+                break
             summary.rows_read += len(batch)
             converter.feed(batch)
-        commit_output(writer, summary, log, source)
-    summary.duplicates = converter.pair_duplicates + converter.questions.duplicates
-    summary.counters = {
-        "instruction_replaced": converter.instruction_stripped,
-        "unrecognised_instruction_left": converter.leftover_instruction,
-        "duplicate_questions_with_different_answer": converter.questions.conflicts,
-    }
-    summary.seconds = time.monotonic() - started
-    summary.log()
+        summary.duplicates = converter.pair_duplicates + converter.questions.duplicates
+        summary.counters = {
+            "instruction_replaced": converter.instruction_stripped,
+            "unrecognised_instruction_left": converter.leftover_instruction,
+            "duplicate_questions_with_different_answer": converter.questions.conflicts,
+            **limit_counter(max_rows, converter.written),
+        }
     return summary

@@ -1,6 +1,8 @@
 """Prepare every data set of a RetoolRun where the later stages expect it (``retool.runtime.paths``).
 
-This is what the operator's ``prepare`` stage runs. Each output is written atomically, so a retried
+This is what the operator's ``prepare`` stage runs. Every output is staged first and all of them are
+published together only when each one is fit (readable, with valid rows, malformed rows within
+``spec.data.maxMalformedFraction``): a run never starts on a mix of fresh and stale files. A retried
 stage simply redoes the work; a summary of all outputs is written beside them as JSON.
 """
 
@@ -15,7 +17,9 @@ from typing import Any
 from retool.data.eval import prepare_eval
 from retool.data.report import PrepareSummary
 from retool.data.rl import prepare_rl
+from retool.data.schema import AGENT_NAME, TEXT_AGENT_NAME
 from retool.data.sft import prepare_sft
+from retool.data.writer import AtomicParquetWriter
 from retool.runtime.paths import run_paths
 from retool.spec.model import RetoolRun
 
@@ -33,19 +37,40 @@ def summary_path(run: RetoolRun) -> str:
     return posixpath.join(run_paths(run).data, SUMMARY_FILE)
 
 
-def prepare_run(run: RetoolRun, *, s3_endpoint: str | None = None, split: str = "train") -> list[PrepareSummary]:
-    """Write the SFT (when SFT is enabled), RL and every eval set of ``run``; return their summaries."""
+def prepare_run(run: RetoolRun, *, s3_endpoint: str | None = None, split: str = "train", max_malformed_fraction: float | None = None) -> list[PrepareSummary]:
+    """Write the SFT (when SFT is enabled), RL and every eval set of ``run``; return their summaries.
+
+    ``max_malformed_fraction`` overrides the run's ``spec.data.maxMalformedFraction``. Nothing is
+    published unless every output is fit.
+    """
     paths = run_paths(run)
-    options: dict[str, Any] = {"split": split, "s3_endpoint": s3_endpoint or s3_endpoint_for(run)}
     data = run.spec.data
+    limit = data.max_malformed_fraction if max_malformed_fraction is None else max_malformed_fraction
+    staged: list[AtomicParquetWriter] = []
+    options: dict[str, Any] = {
+        "split": split,
+        "s3_endpoint": s3_endpoint or s3_endpoint_for(run),
+        "max_malformed_fraction": limit,
+        "staged": staged,
+        "max_rows": data.max_rows,
+    }
+    # The text-only baseline's prompts go to verl's single-turn loop: no tool schema in the template.
+    agent = AGENT_NAME if run.spec.recipe == "tool-integrated" else TEXT_AGENT_NAME
     summaries: list[PrepareSummary] = []
-    if run.spec.sft.enabled:
-        summaries.append(prepare_sft(data.sft, paths.sft_train, **options))
-    else:
-        logger.info("sft disabled: not preparing %s", data.sft)
-    summaries.append(prepare_rl(data.rl, paths.rl_train, **options))
-    for eval_set in data.eval:
-        summaries.append(prepare_eval(eval_set.source, paths.eval_set(eval_set.name), name=eval_set.name, **options))
+    try:
+        if run.spec.sft.enabled:
+            summaries.append(prepare_sft(data.sft, paths.sft_train, **options))
+        else:
+            logger.info("sft disabled: not preparing %s", data.sft)
+        summaries.append(prepare_rl(data.rl, paths.rl_train, agent_name=agent, **options))
+        for eval_set in data.eval:
+            summaries.append(prepare_eval(eval_set.source, paths.eval_set(eval_set.name), name=eval_set.name, agent_name=agent, **options))
+    except BaseException:
+        for writer in staged:
+            writer.abort()
+        raise
+    for writer in staged:
+        writer.publish()
     target = Path(summary_path(run))
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps([s.to_dict() for s in summaries], indent=2, default=str) + "\n")

@@ -1,7 +1,7 @@
 """The layouts the data stages write, and the few constants other parts of the recipe must share.
 
 verl reads these files as-is: the SFT trainer's ``MultiTurnSFTDataset`` (``messages`` + ``tools``),
-and the RL trainer's ``RLHFDataset`` / our ``retool.recipe.dataset`` (``prompt``, ``reward_model``,
+and the RL trainer's ``RLHFDataset`` / our ``retool.recipe.verl_plugins.dataset`` (``prompt``, ``reward_model``,
 ``agent_name`` ...). Writing with explicit Arrow schemas keeps every file identical in shape whatever
 the source looked like, so a type drift in one input row is a reported malformed row, not a
 silently different column type.
@@ -13,16 +13,19 @@ from typing import Any
 
 import pyarrow as pa
 
-from retool.recipe.tool_config import TOOL_NAME, code_interpreter_tool  # noqa: F401  (one schema for SFT data, RL prompts and the tool)
+from retool.recipe.tool.config import TOOL_NAME, code_interpreter_tool  # noqa: F401  (one schema for SFT data, RL prompts and the tool)
+from retool.recipe.verl_plugins import SINGLE_TURN_AGENT, TOOL_AGENT
 
-AGENT_NAME = "tool_agent"
+AGENT_NAME = TOOL_AGENT
 """verl 0.6.1's agent loop reads the top-level ``agent_name`` of each row (``AgentLoopWorker``) and
-runs the loop registered under it; ``tool_agent`` is ``ToolAgentLoop``, the multi-turn loop with tools."""
+runs the loop registered under it; ``tool_agent`` is ``ToolAgentLoop``, the multi-turn loop with tools.
+Rows of a text-only run (``spec.recipe: text-only``) name ``SINGLE_TURN_AGENT`` instead."""
+TEXT_AGENT_NAME = SINGLE_TURN_AGENT
 
 ANSWER_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 """The single answer-format instruction appended to every RL and eval prompt.
 
-The reward (``retool.recipe.reward``) takes the last ``\\boxed{...}`` of the response and falls back to an
+The reward (``retool.recipe.reward.score``) takes the last ``\\boxed{...}`` of the response and falls back to an
 ``Answer:`` line; DAPO's own "Answer: $Answer" instruction is removed first, so a prompt never asks
 for two formats at once (the public recipe appended a \\boxed instruction to prompts that already
 asked for "Answer:")."""
@@ -88,7 +91,9 @@ RL_SCHEMA = pa.schema(
 ``extra_info.index`` becomes the sample index, ``agent_name`` picks the agent loop. Eval files share it."""
 
 
-def rl_row(*, data_source: str, question: str, ground_truth: str, index: int, split: str, source_id: str | None, ability: str = "MATH") -> dict[str, Any]:
+def rl_row(
+    *, data_source: str, question: str, ground_truth: str, index: int, split: str, source_id: str | None, ability: str = "MATH", agent_name: str = AGENT_NAME
+) -> dict[str, Any]:
     """One RL/eval row in ``RL_SCHEMA``: the question followed by the one answer instruction."""
     return {
         "data_source": data_source,
@@ -96,5 +101,5 @@ def rl_row(*, data_source: str, question: str, ground_truth: str, index: int, sp
         "ability": ability,
         "reward_model": {"style": "rule", "ground_truth": ground_truth},
         "extra_info": {"index": index, "split": split, "source_id": source_id, "question": question},
-        "agent_name": AGENT_NAME,
+        "agent_name": agent_name,
     }

@@ -14,15 +14,15 @@ from __future__ import annotations
 import json
 import logging
 import re
-import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-from retool.data.report import MalformedLog, MalformedRowError, PrepareSummary
+from retool.data.conversion import converting
+from retool.data.report import MalformedRowError, PrepareSummary, limit_counter, reached
 from retool.data.schema import ANSWER_INSTRUCTION, SFT_SCHEMA, TOOL_NAME, code_interpreter_tool
-from retool.data.sources import BadLine, RowBatch, iter_batches
-from retool.data.writer import AtomicParquetWriter, commit_output
+from retool.data.sources import BadLine, RowBatch
+from retool.data.writer import DEFAULT_MAX_MALFORMED_FRACTION, AtomicParquetWriter
 
 logger = logging.getLogger(__name__)
 
@@ -226,21 +226,28 @@ def prepare_sft(
     split: str = "train",
     data_source: str = DEFAULT_DATA_SOURCE,
     rewrite_prompts: bool = True,
+    max_rows: int | None = None,
     batches: Iterable[RowBatch] | None = None,
+    max_malformed_fraction: float = DEFAULT_MAX_MALFORMED_FRACTION,
+    staged: list[AtomicParquetWriter] | None = None,
     **source_options: Any,
 ) -> PrepareSummary:
     """Convert ReTool-SFT (or multi-turn) rows from ``source`` into ``out``; return and log the summary.
 
-    ``rewrite_prompts=False`` keeps ReTool's original user prompts (with their <code>-tag instructions)."""
-    started = time.monotonic()
-    summary = PrepareSummary(kind="sft", source=source, output=str(out))
-    log = MalformedLog()
+    ``rewrite_prompts=False`` keeps ReTool's original user prompts (with their <code>-tag instructions);
+    ``max_rows`` stops reading once that many rows are written (smoke tests)."""
     counters: Counter[str] = Counter()
-    with AtomicParquetWriter(out, SFT_SCHEMA, flush_rows=512) as writer:
-        source_options.setdefault("scratch_dir", str(writer.path.parent))  # S3 downloads go to the PVC, not the pod's disk
-        for batch in batches if batches is not None else iter_batches(source, split=split, batch_rows=1024, **source_options):
+    with converting(
+        "sft", source, out, SFT_SCHEMA, split=split, batches=batches, batch_rows=1024, flush_rows=512,
+        max_malformed_fraction=max_malformed_fraction, staged=staged, source_options=source_options,
+    ) as (summary, log, writer, batches):  # fmt: skip
+        for batch in batches:
+            if reached(max_rows, counters["written"]):
+                break
             summary.rows_read += len(batch)
             for offset, row in enumerate(batch.to_rows()):
+                if reached(max_rows, counters["written"]):
+                    break
                 try:
                     converted = convert_sft_row(row, data_source, rewrite_prompts)
                 except MalformedRowError as exc:
@@ -250,13 +257,12 @@ def prepare_sft(
                 counters["prompts_rewritten"] += converted.prompt_rewritten
                 counters["tool_calls"] += sum(1 for m in converted.row["messages"] if m["tool_calls"])
                 writer.write(converted.row)
-        commit_output(writer, summary, log, source)
-    summary.counters = {
-        "converted_from_tags": counters["split"],
-        "already_multi_turn": counters["multi_turn"],
-        "tool_calls": counters["tool_calls"],
-        "prompts_rewritten": counters["prompts_rewritten"],
-    }
-    summary.seconds = time.monotonic() - started
-    summary.log()
+                counters["written"] += 1
+        summary.counters = {
+            "converted_from_tags": counters["split"],
+            "already_multi_turn": counters["multi_turn"],
+            "tool_calls": counters["tool_calls"],
+            "prompts_rewritten": counters["prompts_rewritten"],
+            **limit_counter(max_rows, counters["written"]),
+        }
     return summary

@@ -4,6 +4,11 @@ Every reader yields ``RowBatch`` objects of bounded size, so a 1.79M-row file ne
 at once. Parquet (local, S3, hub) arrives as Arrow record batches, which lets the RL preparation
 deduplicate with vectorised Arrow code; jsonl arrives as Python rows, one per line, where a line
 that is not a JSON object is kept as a ``BadLine`` so it is reported as malformed, not lost.
+
+Text is decoded strictly: bytes that are not UTF-8 make their row a ``BadLine`` ("not valid
+UTF-8"), never a prompt or a ground truth with U+FFFD in it. A file that stops being readable in
+the middle (a truncated download, a corrupt parquet page, an I/O error) raises ``SourceError``
+naming the file and where it broke, instead of a traceback or a silently shorter data set.
 """
 
 from __future__ import annotations
@@ -33,15 +38,18 @@ SourceKind = Literal["local", "s3", "hub"]
 
 
 class SourceError(ValueError):
-    """The source cannot be read at all (missing, empty, unreachable, unsupported)."""
+    """The source cannot be read (missing, empty, unreachable, unsupported, or broken part-way)."""
 
 
 @dataclass(frozen=True)
 class BadLine:
-    """A jsonl line that did not parse into a JSON object."""
+    """A row that could not even be read as one: a jsonl line that is not a JSON object, or text that is not UTF-8."""
 
     reason: str
     text: str
+
+
+NOT_UTF8 = "not valid UTF-8"
 
 
 @dataclass
@@ -57,7 +65,19 @@ class RowBatch:
         return self.arrow.num_rows if self.arrow is not None else len(self.rows or [])
 
     def to_rows(self) -> list[Any]:
-        return self.rows if self.rows is not None else self.arrow.to_pylist()
+        """Python rows; in an Arrow batch, a row holding bytes that are not UTF-8 becomes a ``BadLine``."""
+        if self.rows is not None:
+            return self.rows
+        try:
+            return self.arrow.to_pylist()
+        except UnicodeDecodeError:
+            return [self._row(i) for i in range(self.arrow.num_rows)]
+
+    def _row(self, index: int) -> Any:
+        try:
+            return self.arrow.slice(index, 1).to_pylist()[0]
+        except UnicodeDecodeError as exc:
+            return BadLine(reason=NOT_UTF8, text=f"{exc.reason} (byte 0x{exc.object[exc.start]:02x} at offset {exc.start} of a text value)")
 
     def where(self, offset: int) -> str:
         return f"{self.origin}#{self.start + offset}"
@@ -145,14 +165,28 @@ def _iter_file(file: Path, origin: str, batch_rows: int) -> Iterator[RowBatch]:
 
 
 def _iter_parquet(file: Path, origin: str, batch_rows: int) -> Iterator[RowBatch]:
+    """Row group by row group, so that a corrupt page is reported with the row group and rows it breaks."""
     try:
         parquet = pq.ParquetFile(file)
     except (pa.ArrowException, OSError) as exc:
         raise SourceError(f"{origin}: not a readable parquet file: {exc}") from exc
+    groups = parquet.metadata.num_row_groups
     start = 0
-    for batch in parquet.iter_batches(batch_size=batch_rows):
-        yield RowBatch(origin=origin, start=start, arrow=batch)
-        start += batch.num_rows
+    for group in range(groups):
+        group_start = start
+        batches = parquet.iter_batches(batch_size=batch_rows, row_groups=[group])
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                break
+            except (pa.ArrowException, OSError) as exc:  # a corrupt page or a truncated file: never a silently shorter data set
+                rows = parquet.metadata.row_group(group).num_rows
+                raise SourceError(
+                    f"{origin}: unreadable from row {start} (row group {group + 1} of {groups}, rows {group_start}-{group_start + rows - 1}): {exc}"
+                ) from exc
+            yield RowBatch(origin=origin, start=start, arrow=batch)
+            start += batch.num_rows
 
 
 def parse_jsonl_line(line: str) -> dict[str, Any] | BadLine:
@@ -162,21 +196,61 @@ def parse_jsonl_line(line: str) -> dict[str, Any] | BadLine:
         return BadLine(reason=f"invalid JSON: {exc.msg}", text=line[:200])
     if not isinstance(value, dict):
         return BadLine(reason=f"JSON line is a {type(value).__name__}, not an object", text=line[:200])
+    if "\\ud" in line.lower() and not _encodable(value):
+        return BadLine(reason=NOT_UTF8, text=f"an escaped lone surrogate: {line[:160]}")
     return value
+
+
+def _encodable(value: Any) -> bool:
+    """False when a string inside ``value`` holds a lone surrogate (valid JSON escape, not encodable text)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+    if isinstance(value, dict):
+        return all(_encodable(k) and _encodable(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_encodable(v) for v in value)
+    return True
+
+
+def parse_jsonl_bytes(raw: bytes, first: bool = False) -> dict[str, Any] | BadLine:
+    """One line as read from disk: strict UTF-8 (a BOM on the first line is allowed), then JSON."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        shown = raw[:160].decode("utf-8", "backslashreplace").rstrip("\r\n")
+        return BadLine(reason=NOT_UTF8, text=f"byte 0x{raw[exc.start]:02x} at column {exc.start + 1}: {shown}")
+    if first:
+        line = line.removeprefix("\ufeff")
+    if not line.strip():
+        return BadLine(reason="blank line", text="")
+    return parse_jsonl_line(line)
 
 
 def _iter_jsonl(file: Path, origin: str, batch_rows: int) -> Iterator[RowBatch]:
     """Line numbers (1-based) are the row positions, so reports point at the offending line."""
     rows: list[Any] = []
-    start = 1
-    with open(file, encoding="utf-8", errors="replace") as handle:
-        for number, line in enumerate(handle, start=1):
+    start = number = 1
+    try:
+        handle = open(file, "rb")  # noqa: SIM115 - closed below; reads must be wrapped, yields must not
+    except OSError as exc:
+        raise SourceError(f"{origin}: cannot be opened: {exc}") from exc
+    with handle:
+        lines = iter(handle)
+        while True:
+            try:
+                raw = next(lines)
+            except StopIteration:
+                break
+            except OSError as exc:
+                raise SourceError(f"{origin}: unreadable after line {number - 1}: {exc}") from exc
             if not rows:
                 start = number
-            if not line.strip():
-                rows.append(BadLine(reason="blank line", text=""))
-            else:
-                rows.append(parse_jsonl_line(line))
+            rows.append(parse_jsonl_bytes(raw, first=number == 1))
+            number += 1
             if len(rows) >= batch_rows:
                 yield RowBatch(origin=origin, start=start, rows=rows)
                 rows = []
@@ -251,7 +325,14 @@ def _iter_hub(dataset_id: str, batch_rows: int, split: str, config_name: str | N
         raise SourceError(f"hub dataset {dataset_id!r} (split {split!r}): {exc}") from exc
     origin = f"{dataset_id}[{split}]"
     start = 0
-    for table in dataset.with_format("arrow").iter(batch_size=batch_rows):
+    tables = iter(dataset.with_format("arrow").iter(batch_size=batch_rows))
+    while True:
+        try:
+            table = next(tables)
+        except StopIteration:
+            return
+        except Exception as exc:  # a download or a shard that breaks part-way
+            raise SourceError(f"{origin}: reading failed after row {start}: {exc}") from exc
         for batch in table.to_batches():
             yield RowBatch(origin=origin, start=start, arrow=batch)
             start += batch.num_rows

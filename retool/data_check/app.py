@@ -18,7 +18,7 @@ from retool.embedded.servers import sandbox_server
 from retool.evaluate.mlflow_log import LoggedRun, log_run
 from retool.evaluate.problems import read_rows
 from retool.evaluate.tools import sandbox_tool
-from retool.recipe.reward import compute_score, extract_answer
+from retool.recipe.reward.score import compute_score, extract_answer
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ class RenderedRun:
 def stage_script(stage: str, command) -> str:
     """A readable shell script of one stage: notes, then the files it writes and its command
     (``StageCommand.script()``, what ``retool render`` prints)."""
-    lines = [f"# stage {stage}: the command its Job/RayJob runs (rendered by retool.recipe.render)"]
+    lines = [f"# stage {stage}: the command its Job/RayJob runs (rendered by retool.recipe.render.stages)"]
     lines += [f"# note: {note}" for note in command.notes]
     lines.append(command.script())
     return "\n".join(lines) + "\n"
@@ -35,7 +35,7 @@ def render_run(example: Path, out_dir: Path, on_file: Callable[[Path], None] | N
     from retool_operator.render import render_manifests
 
     from retool.cli.render import load, placeholder_context
-    from retool.recipe.render import enabled_stages, render_stage
+    from retool.recipe.render.stages import enabled_stages, render_stage
 
     out_dir.mkdir(parents=True, exist_ok=True)
     document = yaml.safe_load(example.read_text())

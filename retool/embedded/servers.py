@@ -25,8 +25,8 @@ def _child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def sandbox_server(log_dir: Path, *, port: int | None = None, workers: int = 2, start_timeout_s: float = 120.0) -> ManagedServer:
-    """Our sandbox (``python -m retool.sandbox``), ready when ``/readyz`` answers 200."""
+def sandbox_server(log_dir: Path, *, port: int | None = None, workers: int = 2, start_timeout_s: float = 120.0, env: Mapping[str, str] | None = None) -> ManagedServer:
+    """Our sandbox (``python -m retool.sandbox``), ready when ``/readyz`` answers 200; ``env`` adds its settings (``RETOOL_SANDBOX_*``)."""
     port = port or free_port(HOST)
     return ManagedServer(
         name="sandbox",
@@ -34,7 +34,7 @@ def sandbox_server(log_dir: Path, *, port: int | None = None, workers: int = 2, 
         base_url=f"http://{HOST}:{port}",
         ready_path="/readyz",
         log_path=log_dir / "sandbox.log",
-        env=_child_env(),
+        env=_child_env(env),
         start_timeout_s=start_timeout_s,
     )
 

@@ -20,7 +20,7 @@ from retool.evaluate.problems import load_problems
 from retool.evaluate.results import SampleResult, summarize
 from retool.evaluate.runner import evaluate
 from retool.evaluate.tools import DEFAULT_MAX_OUTPUT_CHARS, sandbox_tool, training_tool_schema
-from retool.recipe.reward import compute_score
+from retool.recipe.reward.score import compute_score
 from retool.tracking.evaluation import log_eval_results
 
 logger = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 Code preparation (first fenced block, printing a trailing bare expression) and output formatting
 (stdout and trimmed traceback, time-outs and kills explained, head-and-tail truncation) are the
-recipe tool's own pure functions (``retool.recipe.interpreter``), and the schema offered to the
+recipe tool's own pure functions (``retool.recipe.tool.interpreter``), and the schema offered to the
 model is the one in the RL tool config, so the model sees in evaluation exactly what it saw in
 RL. Every failure becomes text for the model. (The verl tool class itself is not used: importing
 verl costs seconds and nothing here needs it.)
@@ -24,8 +24,8 @@ import yaml
 
 from retool.evaluate.chat import ToolCall
 from retool.evaluate.loop import ToolResult
-from retool.recipe.interpreter import describe_response, extract_code, print_trailing_expression, truncate_middle
-from retool.sandbox.client import SandboxClient, SandboxError, SandboxOverloaded, SandboxUnavailable
+from retool.recipe.tool.interpreter import describe_response, describe_sandbox_failure, extract_code, print_trailing_expression, truncate_middle
+from retool.sandbox.client import SandboxClient, SandboxError, sandbox_failure_status
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ DEFAULT_MAX_OUTPUT_CHARS = 4096
 
 @functools.cache
 def _training_tool_schema() -> dict[str, Any]:
-    document = yaml.safe_load(resources.files("retool.recipe").joinpath("tool_config.yaml").read_text())
+    document = yaml.safe_load(resources.files("retool.recipe.tool").joinpath("tool_config.yaml").read_text())
     return document["tools"][0]["tool_schema"]
 
 
@@ -88,9 +88,10 @@ class SandboxTool:
             async with self._slots:
                 response = await self.client.run_code(code, run_timeout=self.run_timeout_s, memory_limit_mb=self.memory_limit_mb)
         except SandboxError as exc:
-            status = "overloaded" if isinstance(exc, SandboxOverloaded) else "unavailable" if isinstance(exc, SandboxUnavailable) else "sandbox_error"
+            status = sandbox_failure_status(exc)
             logger.warning("sandbox call failed (%s): %s", status, exc)
-            return ToolResult(text=f"Sandbox error: {exc}", ok=False, status=status, elapsed_s=time.monotonic() - started)
+            text = describe_sandbox_failure(status, str(exc), deadline_s=self.client.deadline_s)
+            return ToolResult(text=text, ok=False, status=status, elapsed_s=time.monotonic() - started)
         text, status = describe_response(
             response,
             original=original,

@@ -217,7 +217,8 @@ def validation_metrics(
 def samples_from_rows(rows: Iterable[Mapping[str, Any]]) -> tuple[list[str], list[str], dict[str, list[Any]]]:
     """Turn per-sample result rows into verl's (data_sources, uids, infos_dict).
 
-    Columns: ``data_source`` (default ``unknown``, as verl), the problem id from ``uid``, else
+    Columns: ``data_source``, else ``source`` (what the reward echoes into verl's validation dump),
+    default ``unknown`` as verl; the problem id from ``uid``, else
     ``problem``, else ``input`` (verl's validation dump has only the prompt text); ``reward``
     or ``score`` (required); optional ``acc``; the extracted answer from ``pred`` or
     ``prediction`` (enables maj@k). CSV strings are parsed as numbers.
@@ -232,7 +233,7 @@ def samples_from_rows(rows: Iterable[Mapping[str, Any]]) -> tuple[list[str], lis
         reward_key = next((k for k in ("reward", "score") if row.get(k) not in (None, "")), None)
         if reward_key is None:
             raise ValueError(f"row {number}: needs a reward or score column")
-        data_sources.append(str(row.get("data_source") or "unknown"))
+        data_sources.append(str(row.get("data_source") or row.get("source") or "unknown"))
         uids.append(str(row[uid_key]))
         infos["reward"].append(_number(row[reward_key], number, reward_key))
         if row.get("acc") not in (None, ""):

@@ -18,6 +18,9 @@ ENV_IMAGE = "RETOOL_IMAGE"
 ENV_MLFLOW_URI = "MLFLOW_TRACKING_URI"
 ENV_MLFLOW_EXPERIMENT = "MLFLOW_EXPERIMENT_NAME"
 ENV_MLFLOW_PARENT_RUN = "RETOOL_MLFLOW_PARENT_RUN_ID"
+ENV_HF_TOKEN = "HF_TOKEN"
+"""The prepare stage's Hugging Face token: the operator sets it from ``spec.model.tokenSecretRef``
+(``valueFrom.secretKeyRef``); ``huggingface_hub`` and ``datasets`` read it from the environment."""
 
 SPEC_MOUNT_PATH = "/etc/retool/run.yaml"
 """Where the operator mounts the run's spec (ConfigMap ``<run>-spec``) in stage pods."""
@@ -51,13 +54,14 @@ class StageContext:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> StageContext:
-        missing = [key for key in (ENV_RUN_NAME, ENV_NAMESPACE, ENV_SANDBOX_URL) if not env.get(key)]
+        # RETOOL_SANDBOX_URL is absent in text-only runs (no sandbox); tool-integrated stages need it.
+        missing = [key for key in (ENV_RUN_NAME, ENV_NAMESPACE) if not env.get(key)]
         if missing:
             raise ValueError(f"stage environment lacks {', '.join(missing)} (set by the retool operator)")
         return cls(
             run_name=env[ENV_RUN_NAME],
             namespace=env[ENV_NAMESPACE],
-            sandbox_url=env[ENV_SANDBOX_URL],
+            sandbox_url=env.get(ENV_SANDBOX_URL, ""),
             attempt=int(env.get(ENV_ATTEMPT, "1")),
             run_uid=env.get(ENV_RUN_UID) or None,
             image=env.get(ENV_IMAGE) or None,

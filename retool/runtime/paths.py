@@ -33,6 +33,16 @@ class RunPaths:
         return posixpath.join(self.data, "eval", f"{name}.parquet")
 
     @property
+    def base_model(self) -> str:
+        """The base model staged by the prepare stage (a hub or s3:// model; a PVC path is used in place)."""
+        return posixpath.join(self.root, "models", "base")
+
+    @property
+    def cache(self) -> str:
+        """Caches that outlive a pod: the Hugging Face cache and the compile caches (vLLM, inductor, triton)."""
+        return posixpath.join(self.root, "cache")
+
+    @property
     def sft_checkpoints(self) -> str:
         return posixpath.join(self.root, "checkpoints", "sft")
 
@@ -58,6 +68,27 @@ class RunPaths:
     def stage_files(self) -> str:
         """Rendered per-stage files (tool config, commands) kept for inspection."""
         return posixpath.join(self.root, "stages")
+
+
+CACHE_ENV_DIRS = {
+    "HF_HOME": "huggingface",
+    "VLLM_CACHE_ROOT": "vllm",
+    "TORCHINDUCTOR_CACHE_DIR": "torchinductor",
+    "TRITON_CACHE_DIR": "triton",
+}
+"""Cache variables and their directory under ``RunPaths.cache``: without them each pod (and each
+retry) writes these caches into its container layer and recompiles from nothing."""
+
+
+def cache_env(paths: RunPaths) -> dict[str, str]:
+    """Environment that puts the Hugging Face and compile caches on the run's PVC (one definition for renderer and operator)."""
+    return {name: posixpath.join(paths.cache, sub) for name, sub in CACHE_ENV_DIRS.items()}
+
+
+def staged_model_path(run: RetoolRun) -> str:
+    """Where every stage after prepare reads the base model: a PVC path as given, else the staged copy."""
+    base = run.spec.model.base
+    return base if base.startswith("/") else run_paths(run).base_model
 
 
 def run_paths(run: RetoolRun) -> RunPaths:

@@ -2,10 +2,11 @@
 
 The worker forks the next child while it is idle (the fork of an interpreter holding numpy, sympy
 and scipy costs milliseconds; this takes it off the request's path). The child detaches into its own
-session, closes every inherited descriptor, and blocks until the worker sends the job over a pipe.
-Then it applies the limits, drops privileges, runs the code in a fresh ``__main__`` and reports how
-it ended on a status pipe before exiting, so the worker can answer without waiting for the kernel to
-tear the process down.
+session, closes every inherited descriptor, drops privileges and enters every isolation layer of the
+plan (its own Landlock domain, its seccomp filter), acknowledges that on a pipe it then closes, and
+blocks until the worker sends the job. Then it applies the limits and runs the code in a fresh
+``__main__``. It reports nothing itself: its exit status, read by the worker with ``wait4``, is the
+only verdict (anything written on a descriptor could be the code's own forgery).
 """
 
 from __future__ import annotations
@@ -20,12 +21,11 @@ import os
 import resource
 import signal
 import sys
-import time
 import traceback
 import types
 from typing import Any, NoReturn
 
-from retool.sandbox import isolation, seccomp
+from retool.sandbox import isolation, landlock, seccomp
 from retool.sandbox.outcome import Limits, rlimits
 
 CODE_FILENAME = "main.py"
@@ -66,33 +66,36 @@ def _exit_code_of(exc: SystemExit) -> int:
     return 1
 
 
-def main(go_fd: int, stdout_fd: int, stderr_fd: int, status_fd: int, setup: dict[str, Any]) -> NoReturn:
+def main(go_fd: int, stdout_fd: int, stderr_fd: int, ack_fd: int, setup: dict[str, Any]) -> NoReturn:
     """Entry of a freshly forked child; never returns.
 
-    Everything that does not depend on the request (detaching, dropping privileges, a clean
-    environment, fresh stdio, reseeding numpy) happens before the job arrives, off its latency.
+    Everything that does not depend on the request (detaching, dropping privileges, the isolation
+    layers, a clean environment, fresh stdio, reseeding numpy) happens before the job arrives, off
+    its latency. A failure there exits without acknowledging: the worker then refuses to run code.
     """
     exit_code = 70
     try:
+        worker = os.getppid()
         os.setsid()
-        isolation.die_with_parent()
+        isolation.die_with_parent(worker)
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGALRM, signal.SIGXCPU, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        _close_other_fds({go_fd, stdout_fd, stderr_fd, status_fd})
+        _close_other_fds({go_fd, stdout_fd, stderr_fd, ack_fd})
         baseline_vm = _baseline_vm_bytes()
-        _settle(setup, stdout_fd, stderr_fd)
+        _settle(setup, stdout_fd, stderr_fd, worker)
+        os.write(ack_fd, b"k")
+        os.close(ack_fd)
         job = json.loads(_read_all(go_fd))
         os.close(go_fd)
-        job["t_go"] = time.monotonic()
-        exit_code = _run(job, baseline_vm, status_fd)
+        exit_code = _run(job, baseline_vm)
     except BaseException:  # the harness itself failed: say so on stderr (fd 2 once settled), the worker reports it
         with contextlib.suppress(OSError):
             os.write(2, traceback.format_exc().encode(errors="replace"))
     os._exit(exit_code)
 
 
-def _settle(setup: dict[str, Any], stdout_fd: int, stderr_fd: int) -> None:
+def _settle(setup: dict[str, Any], stdout_fd: int, stderr_fd: int, worker: int) -> None:
     cwd = setup["cwd"]
     os.chdir(cwd)
     os.dup2(stdout_fd, 1)
@@ -105,11 +108,20 @@ def _settle(setup: dict[str, Any], stdout_fd: int, stderr_fd: int) -> None:
         os.setuid(setup["uid"])
     elif setup["drop"] == "caps":
         isolation.drop_capabilities()
+    isolation.die_with_parent(worker)  # new credentials cleared it
     isolation.no_new_privs()
-    if setup.get("protect"):
-        seccomp.protect(set(setup["protect"]))
+    if setup["landlock_abi"]:
+        policy = landlock.Policy(read=tuple(setup["read_paths"]), write=(cwd,))
+        landlock.restrict_self(policy, setup["landlock_abi"])
+    if setup["seccomp"]:
+        policy = seccomp.ExecutionPolicy(pid=os.getpid(), signals_scoped=setup["signals_scoped"], deny_chmod=setup["deny_chmod"])
+        seccomp.confine(policy)
+    if setup["dumpable"]:
+        isolation.set_dumpable(True)
     os.environ.clear()
     os.environ.update(SAFE_ENV, HOME=cwd, TMPDIR=cwd, PWD=cwd)
+    if "tempfile" in sys.modules:  # forget a temp dir the template may have cached
+        sys.modules["tempfile"].tempdir = None
     sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8")
     sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8", errors="backslashreplace", line_buffering=True)
     sys.argv = [CODE_FILENAME]
@@ -130,26 +142,22 @@ def _apply(job: dict[str, Any], baseline_vm: int) -> None:
         resource.setrlimit(res, (soft, hard))
 
 
-def _run(job: dict[str, Any], baseline_vm: int, status_fd: int) -> int:
+def _run(job: dict[str, Any], baseline_vm: int) -> int:
     _apply(job, baseline_vm)
-    t_prepared = time.monotonic()
     code = job["code"]
     module = types.ModuleType("__main__")
     module.__dict__.update(__builtins__=builtins, __file__=CODE_FILENAME)
     sys.modules["__main__"] = module
     linecache.cache[CODE_FILENAME] = (len(code), None, code.splitlines(True), CODE_FILENAME)
-    memory_error = False
     try:
         exec(compile(code, CODE_FILENAME, "exec"), module.__dict__)
         exit_code = 0
     except SystemExit as exc:
         exit_code = _exit_code_of(exc)
     except BaseException as exc:
-        memory_error = isinstance(exc, MemoryError)
         # Drop the harness frame: the traceback reads like ``python main.py``'s.
         traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next if exc.__traceback__ else None)
         exit_code = 1
-    t_ran = time.monotonic()
     try:
         import threading
 
@@ -160,13 +168,4 @@ def _run(job: dict[str, Any], baseline_vm: int, status_fd: int) -> int:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(BaseException):
             stream.flush()
-    os.close(1)
-    os.close(2)
-    usage_self = resource.getrusage(resource.RUSAGE_SELF)
-    usage_children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = usage_self.ru_utime + usage_self.ru_stime + usage_children.ru_utime + usage_children.ru_stime
-    phases = {"go": job["t_go"], "prepared": t_prepared, "ran": t_ran, "done": time.monotonic()}
-    record = json.dumps({"exit_code": exit_code, "memory_error": memory_error, "cpu": cpu, "phases": phases}).encode()
-    os.write(status_fd, record)  # one write under PIPE_BUF: atomic
-    os.close(status_fd)  # EOF now, not after the kernel has torn the process down
     return exit_code

@@ -62,6 +62,15 @@ def parse_retry_after(value: str | None) -> float | None:
     return seconds if seconds >= 0 else None
 
 
+
+def sandbox_failure_status(exc: SandboxError) -> str:
+    """The tool outcome name of a call the sandbox did not run: overloaded, unavailable or sandbox_error."""
+    if isinstance(exc, SandboxOverloaded):
+        return "overloaded"
+    if isinstance(exc, SandboxUnavailable):
+        return "unavailable"
+    return "sandbox_error"
+
 class SandboxClient:
     """Pooled async client: ``async with SandboxClient(url) as sb: await sb.run_code("print(1)")``."""
 

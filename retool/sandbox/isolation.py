@@ -12,7 +12,10 @@ import ctypes
 import ctypes.util
 import os
 import signal
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -63,9 +66,29 @@ def prctl(option: int, arg: int) -> None:
     _check(_libc.prctl(option, arg, 0, 0, 0), f"prctl({option})")
 
 
-def die_with_parent() -> None:
-    """SIGKILL this process when its parent dies, so nothing outlives the server."""
-    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+def die_with_parent(parent: int | None = None, sig: int = signal.SIGKILL) -> None:
+    """Get ``sig`` (SIGKILL) when the parent dies, so nothing outlives the server.
+
+    The kernel clears this setting whenever the credentials change (setuid, entering a user
+    namespace, dropping capabilities): call it again after each. With ``parent``, a parent that
+    died before the setting was armed is caught too (we were already reparented: exit now).
+    """
+    prctl(PR_SET_PDEATHSIG, sig)
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
+
+
+def as_fs_identity(uid: int, gid: int, action: Callable[[], T]) -> T:
+    """Run ``action`` with this process's filesystem uid/gid switched to ``uid``/``gid`` (needs
+    CAP_SETUID/CAP_SETGID): /proc files that need ptrace-read access then open for that uid's
+    processes without CAP_SYS_PTRACE. Restored afterwards."""
+    old_gid = _libc.setfsgid(gid)
+    old_uid = _libc.setfsuid(uid)
+    try:
+        return action()
+    finally:
+        _libc.setfsuid(old_uid)
+        _libc.setfsgid(old_gid)
 
 
 def set_dumpable(flag: bool) -> None:
@@ -93,7 +116,11 @@ def drop_capabilities() -> None:
 
 
 def write_id_maps(uid: int, gid: int) -> None:
-    """Identity uid/gid maps for a fresh user namespace: files keep their real owner, nothing else is mapped."""
+    """Identity uid/gid maps for a fresh user namespace: files keep their real owner, nothing else is mapped.
+
+    /proc/self/{setgroups,uid_map,gid_map} belong to root while the process is non-dumpable, so the
+    caller enters the namespace dumpable (see ``enter_user_namespace``).
+    """
     with open("/proc/self/setgroups", "w") as f:
         f.write("deny")
     with open("/proc/self/uid_map", "w") as f:
@@ -102,32 +129,45 @@ def write_id_maps(uid: int, gid: int) -> None:
         f.write(f"{gid} {gid} 1")
 
 
-@dataclass(frozen=True)
-class IsolationReport:
-    """What a worker obtained; the server publishes it in /readyz so operators see the real protection."""
+def enter_user_namespace(extra_flags: int) -> None:
+    """unshare(CLONE_NEWUSER | extra_flags) with identity maps of our uid and gid; all or nothing.
 
-    mode: str  # "root-namespaces" | "user-namespaces" | "none"
-    network_isolated: bool
-    pid_namespace: bool
-    private_tmp: bool
-    privilege_drop: bool
-    run_uid: int
-    problems: tuple[str, ...] = ()
-
-    def as_dict(self) -> dict:
-        data = asdict(self)
-        data["problems"] = list(self.problems)
-        return data
+    Raises OSError on any failure: the caller must then exit rather than run half-isolated (a
+    namespace without maps leaves the process as the overflow uid, unable to do anything right).
+    """
+    uid, gid, parent = os.getuid(), os.getgid(), os.getppid()
+    set_dumpable(True)  # or the map files stay root's and cannot be written
+    try:
+        unshare(CLONE_NEWUSER | extra_flags)
+        write_id_maps(uid, gid)
+    finally:
+        set_dumpable(False)
+    die_with_parent(parent)  # new credentials cleared the parent-death signal
 
 
-def setup_private_tmp(tmp_size_mb: int, owner_uid: int, owner_gid: int) -> None:
+CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_KILL, CAP_SETGID, CAP_SETUID, CAP_SYS_ADMIN = 0, 1, 3, 5, 6, 7, 21
+UID_SWITCH_CAPS = frozenset({CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_KILL, CAP_SETGID, CAP_SETUID})
+"""What running each execution as its own uid takes: switch uid, hand it its directory, clean up and kill after it."""
+
+
+def effective_capabilities() -> frozenset[int]:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("CapEff:"):
+                mask = int(line.split()[1], 16)
+                return frozenset(bit for bit in range(64) if mask >> bit & 1)
+    return frozenset()
+
+
+def setup_private_tmp(tmp_size_mb: int, owner_uid: int, owner_gid: int, max_files: int = 0) -> None:
     """In a fresh mount namespace: a size-limited tmpfs on /tmp, also shown at /var/tmp and /dev/shm.
 
     Code then can write only there (the rest of the filesystem is read-only in the image, or not
     writable by the execution uid), the quota bounds disk use, and nothing written is visible outside.
     """
     mount("none", "/", None, MS_REC | MS_PRIVATE)
-    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_size_mb}m,mode=0700")
+    inodes = f",nr_inodes={max_files}" if max_files else ""
+    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_size_mb}m,mode=0700{inodes}")
     os.chown("/tmp", owner_uid, owner_gid)
     for extra in ("/var/tmp", "/dev/shm"):
         if os.path.isdir(extra):

@@ -82,6 +82,16 @@ def signal_note(term_signal: int | None, timed_out: bool) -> str:
     return f"Killed by {name}"
 
 
+def limit_note(limit: str, amount_bytes: int, limits: Limits, scratch_mb: int) -> str:
+    """The stderr line of an execution ended by the worker's watch (all its processes together)."""
+    if limit == "memory":
+        return (
+            f"Killed: the program's processes together used {amount_bytes // MIB} MB, "
+            f"over memory_limit_MB={limits.memory_limit_mb}"
+        )
+    return f"Killed: the program wrote {amount_bytes // MIB} MB or too many files in its directory, over the scratch quota of {scratch_mb} MB"
+
+
 def render_output(kept: bytes, total_bytes: int, limit_bytes: int) -> str:
     """Decode captured output; when more was written than kept, end with a visible marker."""
     text = kept.decode("utf-8", errors="replace")

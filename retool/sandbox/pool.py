@@ -3,7 +3,12 @@
 No web framework here, so it can be tested and benchmarked alone. ``run`` either hands the job to an
 idle worker, waits in a bounded FIFO for one, or refuses at once (``PoolOverloaded``: the server
 answers 429) — a caller never hangs on a full replica. Dead or stuck workers are replaced from the
-template in the background; a dead template is restarted.
+template in the background, with exponential backoff when a slot keeps failing (a worker that cannot
+isolate itself dies at once: it must not become a tight restart loop); a dead template is restarted.
+
+At start the template reports what isolation this kernel and these privileges allow; the pool turns
+that into the replica's plan (``layers.decide``), sends it to every worker, and publishes it. With
+``require_isolation`` a replica whose plan is not strong stays not-ready and runs nothing.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from retool.sandbox import protocol
+from retool.sandbox import accounting, layers, protocol
 from retool.sandbox.metrics import SandboxMetrics
 from retool.sandbox.settings import SandboxSettings
 
@@ -39,7 +44,24 @@ class PoolOverloaded(Exception):  # noqa: N818 (reads as a state, like asyncio.Q
 
 
 class PoolUnavailable(Exception):  # noqa: N818
-    """The pool is closed or cannot start workers."""
+    """The pool is closed, cannot start workers, or refuses to run code without strong isolation."""
+
+
+class JobTooLarge(ValueError):  # noqa: N818 (reads as a state, like PoolOverloaded)
+    """The job cannot be handed to a worker whole (answered 413, never sent)."""
+
+
+RESTART_BASE_S = 0.05
+RESTART_CAP_S = 30.0
+HEALTHY_AFTER_S = 60.0
+"""A worker that lived this long before dying starts its slot's backoff afresh."""
+
+
+def restart_delay(failures: int) -> float:
+    """Wait before replacing a slot's worker after ``failures`` consecutive failures (0: none yet)."""
+    if failures <= 1:
+        return 0.0 if failures <= 0 else RESTART_BASE_S
+    return min(RESTART_CAP_S, RESTART_BASE_S * 2 ** (failures - 1))
 
 
 @dataclass(frozen=True)
@@ -69,10 +91,10 @@ class WorkerHandle:
     keeper_pid: int
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
-    isolation: dict[str, Any]
     pidfd: int = -1
     busy: bool = False
     dead: bool = False
+    started: float = field(default_factory=time.monotonic)
 
 
 def template_env(settings: SandboxSettings) -> dict[str, str]:
@@ -86,7 +108,7 @@ def template_env(settings: SandboxSettings) -> dict[str, str]:
     return env
 
 
-def worker_config(settings: SandboxSettings, slot: int, tmp_root: str | None = None) -> dict[str, Any]:
+def worker_config(settings: SandboxSettings, slot: int, plan: layers.Plan, tmp_root: str | None = None) -> dict[str, Any]:
     return {
         "slot": slot,
         "output_limit_bytes": settings.output_limit_bytes,
@@ -95,9 +117,10 @@ def worker_config(settings: SandboxSettings, slot: int, tmp_root: str | None = N
         "max_open_files": settings.max_open_files,
         "max_fetch_bytes": settings.max_fetch_bytes,
         "tmp_size_mb": settings.tmp_size_mb,
+        "max_scratch_files": settings.max_scratch_files,
         "tmp_root": tmp_root or settings.tmp_root,
-        "isolation": settings.isolation,
         "uid_base": settings.uid_base,
+        "plan": plan.as_dict(),
     }
 
 
@@ -116,16 +139,36 @@ class ExecutionPool:
         self._template_info: dict[str, Any] = {}
         self._control_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
+        self.plan: layers.Plan | None = None
         self.isolation: dict[str, Any] = {}
         self.restarts = 0
-        self._tmp_root: str | None = None  # this replica's directory for worker dirs (fallback mode)
+        self.draining = False
+        self._failures: dict[int, int] = {}  # consecutive failures of each slot
+        self._running_since: dict[int, float] = {}  # wall-clock start of each running execution, by slot
+        self._started_at = time.time()
+        self._sweep_pending = False
+        self._sweeping = False
+        self._tmp_root: str | None = None  # this replica's directory for per-execution dirs (no mount namespace)
 
     # ---- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         """Start the template and every worker; returns when all are warm."""
         self._tmp_root = tempfile.mkdtemp(prefix="retool-sandbox-", dir=self.settings.tmp_root)
-        os.chmod(self._tmp_root, 0o711)  # execution uids must reach their own directory inside
         await self._start_template()
+        probes = layers.Probes.from_dict(self._template_info["probes"])
+        settings = self.settings
+        self.plan = layers.decide(
+            probes, namespaces=settings.namespaces, landlock_max_abi=settings.landlock_max_abi, seccomp=settings.seccomp, runtime_class=settings.runtime_class
+        )
+        self.isolation = layers.describe(self.plan)
+        self.metrics.publish_isolation(self.isolation)
+        # Execution uids must reach their own directory inside, never list it; with a shared uid the
+        # directory is not even listable by its owner (and without Landlock, chmod is refused).
+        os.chmod(self._tmp_root, 0o711 if self.plan.uid_per_execution else 0o311)
+        for problem in self.plan.problems:
+            logger.warning("isolation: %s", problem)
+        if self.refusing:
+            logger.error("isolation is not strong and RETOOL_SANDBOX_REQUIRE_ISOLATION is set: this replica will not run code")
         results = await asyncio.gather(*(self._spawn(slot) for slot in range(self.settings.workers)), return_exceptions=True)
         failures = [r for r in results if isinstance(r, BaseException)]
         if failures:
@@ -146,9 +189,15 @@ class ExecutionPool:
         if self._control is not None:
             self._control.close()
         if self._template is not None and self._template.poll() is None:
-            self._template.kill()
-            await asyncio.to_thread(self._template.wait)
+            self._template.terminate()  # it kills every process left under it, detached ones included
+            try:
+                await asyncio.wait_for(asyncio.to_thread(self._template.wait), timeout=5)
+            except asyncio.TimeoutError:
+                self._template.kill()
+                await asyncio.to_thread(self._template.wait)
         if self._tmp_root is not None:
+            with contextlib.suppress(OSError):
+                os.chmod(self._tmp_root, 0o700)
             await asyncio.to_thread(shutil.rmtree, self._tmp_root, True)
 
     async def _start_template(self) -> None:
@@ -158,7 +207,10 @@ class ExecutionPool:
         if self._control is not None:
             self._control.close()
         ours, theirs = socket.socketpair()
-        command = [sys.executable, "-m", "retool.sandbox.template", "--control-fd", str(theirs.fileno()), "--preload", ",".join(self.settings.preload)]
+        command = [
+            sys.executable, "-m", "retool.sandbox.template", "--control-fd", str(theirs.fileno()),
+            "--preload", ",".join(self.settings.preload), "--namespaces", self.settings.namespaces,
+        ]  # fmt: skip
         self._template = subprocess.Popen(command, pass_fds=[theirs.fileno()], env=template_env(self.settings), stdin=subprocess.DEVNULL)
         theirs.close()
         ours.settimeout(self.settings.worker_start_timeout_s)
@@ -174,6 +226,7 @@ class ExecutionPool:
             "load_seconds": round(ready["load_seconds"], 3),
             "huge_pages_mb": ready.get("huge_pages_mb", 0),
             "problems": ready["problems"],
+            "probes": ready["probes"],
         }
         for problem in ready["problems"]:
             logger.warning("template: %s", problem)
@@ -197,8 +250,11 @@ class ExecutionPool:
             writer.close()
             _signal(reply["pid"], signal.SIGKILL)
             raise PoolUnavailable(f"worker {slot} did not start: {exc!r}") from exc
-        worker = WorkerHandle(slot, reply["pid"], reader, writer, hello["isolation"])
-        self.isolation = worker.isolation
+        if hello.get("type") == "fatal":
+            writer.close()
+            _signal(reply["pid"], signal.SIGKILL)
+            raise PoolUnavailable(f"worker {slot} could not apply the isolation plan: {hello.get('error')}")
+        worker = WorkerHandle(slot, reply["pid"], reader, writer)
         if self._closed:
             self._kill(worker)
             raise PoolUnavailable("pool closed")
@@ -217,22 +273,26 @@ class ExecutionPool:
     def _request_spawn(self, slot: int) -> tuple[dict[str, Any], list[int]]:
         if self._control is None:
             raise protocol.ChannelClosedError("no template")
-        protocol.send(self._control, {"op": "spawn", "config": worker_config(self.settings, slot, self._tmp_root)})
+        assert self.plan is not None
+        protocol.send(self._control, {"op": "spawn", "config": worker_config(self.settings, slot, self.plan, self._tmp_root)})
         reply, fds = protocol.recv(self._control, with_fds=1)
         if not fds:
             raise protocol.ChannelClosedError("template sent no worker socket")
         return reply, fds
 
     async def _replace(self, slot: int) -> None:
-        delay = 0.05
+        """Start a new worker in ``slot``, backing off while the slot keeps failing."""
         while not self._closed:
+            delay = restart_delay(self._failures.get(slot, 0))
+            if delay:
+                logger.warning("slot %d failed %d times in a row: next worker in %.2fs", slot, self._failures[slot], delay)
+                await asyncio.sleep(delay)
             try:
                 await self._spawn(slot)
                 return
             except Exception as exc:
-                logger.error("could not replace worker %d: %s; retrying in %.2fs", slot, exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                self._failures[slot] = self._failures.get(slot, 0) + 1
+                logger.error("could not replace worker %d: %s", slot, exc)
 
     def _on_exit(self, worker: WorkerHandle) -> None:
         if not worker.dead and not worker.busy:  # a busy one is retired by the request that sees it die
@@ -244,6 +304,8 @@ class ExecutionPool:
         if worker.dead:
             return
         worker.dead = True
+        healthy = time.monotonic() - worker.started > HEALTHY_AFTER_S
+        self._failures[worker.slot] = 1 if healthy else self._failures.get(worker.slot, 0) + 1
         logger.warning("worker %d retired: %s", worker.slot, reason)
         self._kill(worker)
         if self._workers.get(worker.slot) is worker:
@@ -271,8 +333,13 @@ class ExecutionPool:
     # ---- running jobs ------------------------------------------------------------------------
     async def run(self, job: Job) -> dict[str, Any]:
         """Run ``job`` on a worker; the worker's result message (``worker_died`` set if it died)."""
-        if self._closed:
+        if self._closed or self.draining:
             raise PoolUnavailable("the sandbox is shutting down")
+        if self.refusing:
+            raise PoolUnavailable(f"isolation is not strong ({self.isolation.get('summary')}) and this replica requires it")
+        message = protocol.encode(job.message())
+        if len(message) > protocol.MAX_MESSAGE:
+            raise JobTooLarge(f"the job is {len(message)} bytes encoded, over the {protocol.MAX_MESSAGE} a worker accepts")
         if self._idle.empty() and self._waiting >= self.queue_size:
             raise PoolOverloaded(f"all {self.settings.workers} workers busy and {self._waiting} requests queued")
         self._waiting += 1
@@ -286,35 +353,76 @@ class ExecutionPool:
             self._waiting -= 1
             self.metrics.queue_depth.set(self._waiting)
         # Shielded: if the caller goes away the execution still finishes and the worker comes back.
-        return await asyncio.shield(self._execute(worker, job))
+        return await asyncio.shield(self._execute(worker, job, message))
 
-    async def _execute(self, worker: WorkerHandle, job: Job) -> dict[str, Any]:
+    async def _execute(self, worker: WorkerHandle, job: Job, message: bytes) -> dict[str, Any]:
         self._busy += 1
         self.metrics.busy_workers.set(self._busy)
         started = time.monotonic()
+        self._running_since[worker.slot] = time.time()
         try:
-            worker.writer.write(protocol.encode(job.message()))
+            worker.writer.write(message)
             await worker.writer.drain()
             result = await asyncio.wait_for(protocol.read_message(worker.reader), timeout=job.run_timeout + RESULT_GRACE_S)
         except (protocol.ChannelClosedError, ConnectionError, asyncio.TimeoutError) as exc:
             self._retire(worker, f"during an execution: {exc!r}")
             return {"type": "result", "worker_died": True, "execution_time": time.monotonic() - started}
         finally:
+            self._running_since.pop(worker.slot, None)
             self._busy -= 1
             self.metrics.busy_workers.set(self._busy)
             worker.busy = False
+            self._request_sweep()
+        if not result.get("sandbox_error"):
+            self._failures.pop(worker.slot, None)
         if worker.dead:  # exited right after answering
             return result
         self._idle.put_nowait(worker)
         return result
 
+    # ---- shared scratch ----------------------------------------------------------------------
+    def _request_sweep(self) -> None:
+        """Without a private /tmp or Landlock, executions can leave files in the shared scratch dirs."""
+        if self.plan is None or not self.plan.needs_sweep or self._closed:
+            return
+        self._sweep_pending = True
+        if not self._sweeping:
+            self._sweeping = True
+            self._background(self._sweep_loop())
+
+    async def _sweep_loop(self) -> None:
+        try:
+            while self._sweep_pending and not self._closed:
+                self._sweep_pending = False
+                assert self.plan is not None
+                if self.plan.uid_per_execution:  # those uids are only ever executions'
+                    uids = {self.settings.uid_base + slot for slot in range(self.settings.workers)}
+                    uids -= {self.settings.uid_base + slot for slot in self._running_since}
+                    before = float("inf")
+                else:  # shared uid: only what appeared since this replica started, before any running execution did
+                    uids = {os.getuid()}
+                    before = min(self._running_since.values(), default=time.time())
+                    if before <= self._started_at:
+                        continue
+                removed = await asyncio.to_thread(accounting.sweep, accounting.SCRATCH_DIRS, uids, before, [self._tmp_root or ""], self._started_at)
+                if removed:
+                    logger.info("swept %d leftovers from the shared scratch directories", len(removed), extra={"paths": removed[:10]})
+        finally:
+            self._sweeping = False
+
     # ---- state -------------------------------------------------------------------------------
     @property
+    def refusing(self) -> bool:
+        """Strict mode without strong isolation: run nothing, never become ready."""
+        return self.settings.require_isolation and not self.isolation.get("strong", False)
+
+    @property
     def ready(self) -> bool:
-        return not self._closed and bool(self._workers)
+        return not self._closed and not self.draining and not self.refusing and bool(self._workers)
 
     def snapshot(self) -> dict[str, Any]:
         return {
+            "draining": self.draining,
             "workers": self.settings.workers,
             "live_workers": len(self._workers),
             "busy_workers": self._busy,

@@ -7,7 +7,11 @@ from typing import Any
 from retool.sandbox.api import RunCodeResponse, RunResult
 from retool.sandbox.outcome import verdict
 
-WORKER_DIED = "the worker running this code died (the code may have killed it); it has been replaced"
+WORKER_DIED = (
+    "the sandbox worker running this code died (the replica may have run out of memory); it has been replaced: retry the call"
+)
+"""Code cannot reach its worker (see docs/sandbox.md): when one dies mid-execution it is the replica's
+trouble (its memory limit, a node problem), so the message says so instead of blaming the code."""
 
 
 def build_response(result: dict[str, Any], pod_name: str | None) -> RunCodeResponse:

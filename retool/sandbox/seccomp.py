@@ -1,12 +1,31 @@
-"""A seccomp filter that stops an execution from signalling the sandbox's own processes.
+"""The seccomp filter of every execution: no way to reach another process, the network or the kernel's
+riskier corners, whatever the uid.
 
-Without a pid namespace (a pod with every capability dropped under the RuntimeDefault profile),
-executions run as the server's uid, and the kernel lets a process signal any process of its uid:
-``os.kill(-1, 9)`` would take down the server, the template and every worker. This filter makes the
-signal syscalls (and pidfd_open, the other way to reach a process by pid) fail with EPERM when
-they target -1 or one of a given set of pids / process groups, and allows everything else, so
-code can still signal its own children. Installed after no_new_privs, which lets an unprivileged
-process load it; filters cannot be removed, and the children of the execution inherit it.
+seccomp sees syscall numbers and integer arguments only, never a process's ancestry, so the policy
+is written in what it can enforce. An execution is its main process ``P`` (pid as the execution sees
+it), its process group ``-P`` (it leads its own session, and process groups never cross sessions)
+and ``0`` ("myself" / "my group"):
+
+- every call that reaches into another process by pid (ptrace, process_vm_readv/writev, pidfd_open,
+  pidfd_getfd, pidfd_send_signal — which also takes a ``/proc/<pid>`` directory fd — kcmp,
+  process_madvise) is refused outright; the runtime never needs them;
+- signals (kill, tkill, tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo) may target only ``0``, ``P``
+  and ``-P``, unless something else already confines them to the execution's own processes (a pid
+  namespace, or Landlock's signal scope): then they are allowed, so code can still stop its own
+  children by pid. ``F_SETOWN``/``F_SETSIG`` and ``FIOSETOWN``/``SIOCSPGRP`` (signals delivered by
+  the kernel on I/O, to a pid chosen by the caller) are refused;
+- calls that change another process by pid (prlimit64, sched_setaffinity/-scheduler/-param/-attr,
+  setpriority, ioprio_set, migrate_pages, move_pages) may target only ``0`` and ``P``: a sibling's
+  memory limit or priority is not the execution's to change;
+- only ``AF_UNIX`` sockets: no TCP/UDP at all, loopback included (the server's own port), no raw
+  or netlink sockets; io_uring (which could open sockets behind seccomp's back) is refused;
+- no new namespaces (unshare, setns, clone with ``CLONE_NEW*``; clone3 answers ENOSYS so libc falls
+  back to clone), no mounts, no bpf, perf_event_open, userfaultfd, keyrings, modules or kexec;
+- without any filesystem confinement (no Landlock, no mount namespace) chmod by path is refused,
+  so code cannot make the replica's scratch directory listable again.
+
+Calls from another architecture (the i386 ABI on x86_64) and x32 calls are refused. Filters cannot
+be removed and are inherited by every child of the execution.
 """
 
 from __future__ import annotations
@@ -16,52 +35,228 @@ import errno
 import os
 import platform
 import struct
+from dataclasses import dataclass
 
-from retool.sandbox.isolation import _check, _libc
+from retool.sandbox.isolation import _check, _libc, no_new_privs
 
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
 SECCOMP_RET_ALLOW = 0x7FFF0000
 SECCOMP_RET_ERRNO = 0x00050000
 
-# BPF opcodes: BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET|BPF_K
-LD_ABS, JEQ, RET = 0x20, 0x15, 0x06
+# Classic BPF opcodes.
+LD_W_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS
+JEQ_K = 0x15  # BPF_JMP | BPF_JEQ | BPF_K
+JGE_K = 0x35  # BPF_JMP | BPF_JGE | BPF_K
+JSET_K = 0x45  # BPF_JMP | BPF_JSET | BPF_K
+RET_K = 0x06  # BPF_RET | BPF_K
 
-# (audit arch, {syscall: number}) of the architectures sandbox images are built for.
-ARCHES = {
-    "x86_64": (0xC000003E, {"kill": 62, "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297, "pidfd_open": 434}),
-    "aarch64": (0xC00000B7, {"kill": 129, "tkill": 130, "tgkill": 131, "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240, "pidfd_open": 434}),
-}
+# struct seccomp_data offsets (little-endian: the low 32 bits of an argument come first).
+NR, ARCH = 0, 4
 
 
-def build_filter(arch: str, protected: set[int]) -> list[tuple[int, int, int, int]]:
-    """The BPF program (code, jt, jf, k): EPERM for signal syscalls whose first argument is protected.
+def arg(index: int) -> int:
+    return 16 + 8 * index
 
-    ``protected`` holds pids; their negations (process groups) and -1 are protected too. Only the low
-    32 bits of the argument are compared, which is what the kernel uses for a pid_t.
+
+X32_SYSCALL_BIT = 0x40000000
+CLONE_NS_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000 | 0x00000080
+"""CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWTIME."""
+
+AF_UNIX = 1
+F_SETOWN, F_SETSIG, F_SETOWN_EX = 8, 10, 15
+FIOSETOWN, SIOCSPGRP, TIOCSTI = 0x8901, 0x8902, 0x5412
+PRIO_PROCESS, IOPRIO_WHO_PROCESS = 0, 1
+
+# Syscall numbers of the architectures sandbox images are built for: (x86_64, aarch64), None where
+# the architecture has no such call (aarch64 has no chmod, only fchmodat).
+_SYSCALLS: dict[str, tuple[int | None, int | None]] = {
+    "kill": (62, 129), "tkill": (200, 130), "tgkill": (234, 131), "rt_sigqueueinfo": (129, 138), "rt_tgsigqueueinfo": (297, 240),
+    "pidfd_open": (434, 434), "pidfd_send_signal": (424, 424), "pidfd_getfd": (438, 438), "ptrace": (101, 117), "process_vm_readv": (310, 270),
+    "process_vm_writev": (311, 271), "kcmp": (312, 272), "process_madvise": (440, 440), "process_mrelease": (448, 448),
+    "io_uring_setup": (425, 425), "io_uring_enter": (426, 426), "io_uring_register": (427, 427),
+    "unshare": (272, 97), "setns": (308, 268), "clone": (56, 220), "clone3": (435, 435),
+    "bpf": (321, 280), "perf_event_open": (298, 241), "userfaultfd": (323, 282), "keyctl": (250, 219), "add_key": (248, 217), "request_key": (249, 218),
+    "mount": (165, 40), "umount2": (166, 39), "pivot_root": (155, 41), "fsopen": (430, 430), "fsconfig": (431, 431), "fsmount": (432, 432), "fspick": (433, 433),
+    "move_mount": (429, 429), "open_tree": (428, 428), "mount_setattr": (442, 442), "open_by_handle_at": (304, 265),
+    "kexec_load": (246, 104), "kexec_file_load": (320, 294), "init_module": (175, 105), "finit_module": (313, 273), "delete_module": (176, 106),
+    "acct": (163, 89), "swapon": (167, 224), "swapoff": (168, 225), "reboot": (169, 142),
+    "prlimit64": (302, 261), "sched_setaffinity": (203, 122), "sched_setscheduler": (144, 119), "sched_setparam": (142, 118), "sched_setattr": (314, 274),
+    "migrate_pages": (256, 238), "move_pages": (279, 239), "setpriority": (141, 140), "ioprio_set": (251, 30),
+    "fcntl": (72, 25), "ioctl": (16, 29), "socket": (41, 198), "chmod": (90, None), "fchmodat": (268, 53), "fchmodat2": (452, 452),
+}  # fmt: skip
+
+
+def _numbers(column: int) -> dict[str, int]:
+    return {name: numbers[column] for name, numbers in _SYSCALLS.items() if numbers[column] is not None}
+
+
+ARCHES: dict[str, tuple[int, dict[str, int]]] = {"x86_64": (0xC000003E, _numbers(0)), "aarch64": (0xC00000B7, _numbers(1))}
+"""Architecture -> (its audit arch, syscall name -> number)."""
+
+ALWAYS_DENIED = (
+    "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_open", "pidfd_getfd", "pidfd_send_signal", "kcmp",
+    "process_madvise", "process_mrelease", "io_uring_setup", "io_uring_enter", "io_uring_register", "unshare", "setns",
+    "bpf", "perf_event_open", "userfaultfd", "keyctl", "add_key", "request_key", "mount", "umount2", "pivot_root",
+    "fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree", "mount_setattr", "open_by_handle_at",
+    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "acct", "swapon", "swapoff", "reboot",
+)  # fmt: skip
+SIGNAL_TO_PROCESS = ("kill", "rt_sigqueueinfo")  # arg0: pid, 0 (own group), -pgid
+SIGNAL_TO_THREAD = ("tgkill", "rt_tgsigqueueinfo", "tkill")  # arg0: the thread group (tkill: the thread)
+PID_TARGETED = ("prlimit64", "sched_setaffinity", "sched_setscheduler", "sched_setparam", "sched_setattr", "migrate_pages", "move_pages")
+CHMOD_BY_PATH = ("chmod", "fchmodat", "fchmodat2")
+
+
+@dataclass(frozen=True)
+class ExecutionPolicy:
+    """What the filter of one execution allows.
+
+    ``pid``: the execution's main process as it sees itself; ``signals_scoped``: a pid namespace or
+    Landlock's signal scope already keeps signals inside the execution; ``deny_chmod``: nothing
+    confines the filesystem, so the scratch directory's permissions must not be changed back.
+    """
+
+    pid: int
+    signals_scoped: bool = False
+    deny_chmod: bool = False
+
+
+class _Program:
+    """A tiny BPF assembler: instructions with symbolic jump targets, resolved at the end."""
+
+    def __init__(self) -> None:
+        self.code: list[tuple[int, str | None, str | None, int]] = []
+        self.labels: dict[str, int] = {}
+
+    def label(self, name: str) -> None:
+        self.labels[name] = len(self.code)
+
+    def load(self, offset: int) -> None:
+        self.code.append((LD_W_ABS, None, None, offset))
+
+    def jump(self, op: int, k: int, true: str | None = None, false: str | None = None) -> None:
+        self.code.append((op, true, false, k & 0xFFFFFFFF))
+
+    def ret(self, value: int) -> None:
+        self.code.append((RET_K, None, None, value))
+
+    def allow_only(self, name: str, argument: int, values: tuple[int, ...]) -> None:
+        """Block ``name``: allowed when the argument is one of ``values``, refused (EPERM) otherwise."""
+        self.label(name)
+        self.load(arg(argument))
+        *others, last = values
+        for value in others:
+            self.jump(JEQ_K, value, "allow", None)
+        self.jump(JEQ_K, last, "allow", "deny")
+
+    def deny_any(self, name: str, argument: int, values: tuple[int, ...]) -> None:
+        """Block ``name``: refused (EPERM) when the argument is one of ``values``, allowed otherwise."""
+        self.label(name)
+        self.load(arg(argument))
+        for value in values:
+            self.jump(JEQ_K, value, "deny", None)
+        self.ret(SECCOMP_RET_ALLOW)
+
+    def clone_flags(self) -> None:
+        """The ``clone`` block: refused with any CLONE_NEW* flag, else allowed."""
+        self.label("clone")
+        self.load(arg(0))
+        self.jump(JSET_K, CLONE_NS_FLAGS, "deny", "allow")
+
+    def exits(self) -> None:
+        """The shared exits ``allow``, ``deny`` (EPERM) and ``enosys``: last, as classic BPF only jumps forward."""
+        self.label("allow")
+        self.ret(SECCOMP_RET_ALLOW)
+        self.label("deny")
+        self.ret(SECCOMP_RET_ERRNO | errno.EPERM)
+        self.label("enosys")
+        self.ret(SECCOMP_RET_ERRNO | errno.ENOSYS)
+
+    def assemble(self) -> list[tuple[int, int, int, int]]:
+        out = []
+        for at, (op, true, false, k) in enumerate(self.code):
+            offsets = []
+            for target in (true, false):
+                offset = 0 if target is None else self.labels[target] - at - 1
+                if not 0 <= offset <= 255:
+                    raise ValueError(f"BPF jump out of range at {at} to {target}")
+                offsets.append(offset)
+            out.append((op, offsets[0], offsets[1], k))
+        return out
+
+
+def build_filter(arch: str, policy: ExecutionPolicy) -> list[tuple[int, int, int, int]]:
+    """The BPF program (code, jt, jf, k) of one execution's filter."""
+    audit_arch, numbers = ARCHES[arch]
+    own = policy.pid & 0xFFFFFFFF
+    group = -policy.pid & 0xFFFFFFFF
+    rules: dict[str, str] = {name: "deny" for name in ALWAYS_DENIED}
+    rules["clone3"] = "enosys"
+    rules["clone"] = "clone"
+    if not policy.signals_scoped:
+        rules.update({name: "signal_process" for name in SIGNAL_TO_PROCESS})
+        rules.update({name: "signal_thread" for name in SIGNAL_TO_THREAD})
+    rules.update({name: "self_only" for name in PID_TARGETED})
+    rules.update(setpriority="setpriority", ioprio_set="ioprio_set", fcntl="fcntl", ioctl="ioctl", socket="socket")
+    if policy.deny_chmod:
+        rules.update({name: "deny" for name in CHMOD_BY_PATH})
+
+    p = _Program()
+    p.load(ARCH)
+    p.jump(JEQ_K, audit_arch, None, "deny")
+    p.load(NR)
+    if arch == "x86_64":
+        p.jump(JGE_K, X32_SYSCALL_BIT, "deny", None)
+    for name, block in sorted(rules.items(), key=lambda item: item[1]):
+        if name in numbers:
+            p.jump(JEQ_K, numbers[name], block, None)
+    p.ret(SECCOMP_RET_ALLOW)
+
+    p.clone_flags()
+
+    p.label("signal_process")
+    p.load(arg(0))
+    for value in (0, own, group):
+        p.jump(JEQ_K, value, "allow", None)
+    p.ret(SECCOMP_RET_ERRNO | errno.EPERM)
+
+    p.allow_only("signal_thread", 0, (own,))
+    p.allow_only("self_only", 0, (0, own))
+
+    p.label("setpriority")
+    p.load(arg(0))
+    p.jump(JEQ_K, PRIO_PROCESS, "who", "deny")
+    p.label("ioprio_set")
+    p.load(arg(0))
+    p.jump(JEQ_K, IOPRIO_WHO_PROCESS, "who", "deny")
+    p.allow_only("who", 1, (0, own))
+
+    p.deny_any("fcntl", 1, (F_SETOWN, F_SETSIG, F_SETOWN_EX))
+    p.deny_any("ioctl", 1, (FIOSETOWN, SIOCSPGRP, TIOCSTI))
+    p.allow_only("socket", 0, (AF_UNIX,))
+
+    p.exits()
+    return p.assemble()
+
+
+def build_namespace_denial(arch: str) -> list[tuple[int, int, int, int]]:
+    """What a pod's RuntimeDefault profile does to a process without CAP_SYS_ADMIN: no namespaces.
+
+    unshare and setns refused, clone refused with any CLONE_NEW* flag, clone3 ENOSYS. Used to start
+    a server the way a restricted pod runs it (tests, benchmarks).
     """
     audit_arch, numbers = ARCHES[arch]
-    values = sorted({v & 0xFFFFFFFF for pid in protected if pid > 0 for v in (pid, -pid)} | {0xFFFFFFFF})
-    syscalls = sorted(numbers.values())
-    # Layout: [arch check][nr checks][load arg0][value checks][allow][deny]
-    program: list[tuple[int, int, int, int]] = []
-    n_sys, n_val = len(syscalls), len(values)
-    allow_at = 1 + 1 + 1 + n_sys + 1 + n_val  # index of the allow instruction
-    deny_at = allow_at + 1
-    program.append((LD_ABS, 0, 0, 4))  # arch
-    program.append((JEQ, 0, allow_at - 2, audit_arch))
-    program.append((LD_ABS, 0, 0, 0))  # syscall number
-    for i, number in enumerate(syscalls):
-        here = 3 + i
-        check_at = 3 + n_sys
-        program.append((JEQ, check_at - here - 1, (allow_at - here - 1) if i == n_sys - 1 else 0, number))
-    program.append((LD_ABS, 0, 0, 16))  # low 32 bits of args[0]
-    for i, value in enumerate(values):
-        here = 3 + n_sys + 1 + i
-        program.append((JEQ, deny_at - here - 1, (allow_at - here - 1) if i == n_val - 1 else 0, value))
-    program.append((RET, 0, 0, SECCOMP_RET_ALLOW))
-    program.append((RET, 0, 0, SECCOMP_RET_ERRNO | errno.EPERM))
-    return program
+    p = _Program()
+    p.load(ARCH)
+    p.jump(JEQ_K, audit_arch, None, "allow")
+    p.load(NR)
+    p.jump(JEQ_K, numbers["unshare"], "deny", None)
+    p.jump(JEQ_K, numbers["setns"], "deny", None)
+    p.jump(JEQ_K, numbers["clone3"], "enosys", None)
+    p.jump(JEQ_K, numbers["clone"], "clone", "allow")
+    p.clone_flags()
+    p.exits()
+    return p.assemble()
 
 
 class _SockFprog(ctypes.Structure):
@@ -72,52 +267,45 @@ def supported() -> bool:
     return platform.machine() in ARCHES
 
 
-def protect(pids: set[int]) -> None:
-    """Install the filter in this process (requires no_new_privs); OSError when the kernel refuses."""
-    program = build_filter(platform.machine(), pids)
+def install(program: list[tuple[int, int, int, int]]) -> None:
+    """Load a filter into this process (sets no_new_privs first); OSError when the kernel refuses."""
     raw = b"".join(struct.pack("HBBI", *instruction) for instruction in program)
     buffer = ctypes.create_string_buffer(raw, len(raw))
     fprog = _SockFprog(len(program), ctypes.cast(buffer, ctypes.c_void_p))
-    _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    no_new_privs()
     _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0), "seccomp filter")
 
 
-def sandbox_pids(worker_pid: int) -> set[int]:
-    """The worker and all its ancestors up to pid 1 (the server in a container), with their process groups."""
-    pids: set[int] = set()
-    current = worker_pid
-    while current >= 1:
-        pids.add(current)
-        if current == 1:
-            break
-        try:
-            pids.add(os.getpgid(current))
-            with open(f"/proc/{current}/stat") as f:
-                current = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
-    return {pid for pid in pids if pid > 0}
+def confine(policy: ExecutionPolicy) -> None:
+    """Install the execution filter in this process."""
+    install(build_filter(platform.machine(), policy))
 
 
-def probe(pids: set[int]) -> str | None:
-    """Whether a child of this process can install the filter; None when it can, else why not."""
+def probe() -> str | None:
+    """Whether a process here can install the execution filter and it works; None when it does, else why not."""
     if not supported():
-        return f"no seccomp signal guard for architecture {platform.machine()}"
+        return f"no seccomp filter for architecture {platform.machine()}"
     pid = os.fork()
     if pid == 0:
-        code = 0
+        code = 1
         try:
-            from retool.sandbox.isolation import no_new_privs
+            confine(ExecutionPolicy(pid=os.getpid()))
+            code = 2
+            os.kill(os.getpid(), 0)  # its own pid: allowed
+            code = 3
+            try:
+                os.kill(-1, 0)
+            except PermissionError:
+                code = 4
+                import socket
 
-            no_new_privs()
-            protect(pids)
-            os.kill(-1, 0)
-            code = 2  # the filter did not stop kill(-1)
-        except PermissionError:
-            code = 0
+                try:
+                    socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                except PermissionError:
+                    code = 0
         except BaseException:
-            code = 1
+            pass
         os._exit(code)
     _, status = os.waitpid(pid, 0)
     code = os.waitstatus_to_exitcode(status)
-    return None if code == 0 else f"the seccomp signal guard could not be installed (probe exit {code})"
+    return None if code == 0 else f"the seccomp filter could not be installed or did not hold (probe step {code})"

@@ -23,15 +23,46 @@ def settings_from(args: argparse.Namespace) -> SandboxSettings:
 
 
 def serve(settings: SandboxSettings, log_level: str = "info") -> None:
+    """Serve until SIGTERM/SIGINT, then drain: stop accepting, report not-ready, let running
+    requests finish for at most ``drain_timeout_s``, stop the workers and exit."""
     import uvicorn
 
+    from retool.sandbox.http_limits import guarded_protocol
     from retool.sandbox.server import create_app
 
     logs.configure(getattr(logging, log_level.upper()))
     # Root-owned /proc entries: code running as the same uid cannot read our environment.
     isolation.set_dumpable(False)
-    config = uvicorn.Config(create_app(settings), host=settings.host, port=settings.port, log_config=None, access_log=False, log_level=log_level)
-    uvicorn.Server(config).run()
+    app = create_app(settings)
+    metrics = app.state.metrics
+    protocol = guarded_protocol(
+        max_connections=settings.max_connections,
+        idle_timeout_s=settings.idle_timeout_s,
+        header_timeout_s=settings.header_timeout_s,
+        body_timeout_s=settings.body_timeout_s,
+        on_reject=lambda reason: metrics.http_rejected.labels(reason).inc(),
+    )
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        http=protocol,
+        ws="none",
+        lifespan="on",
+        timeout_keep_alive=settings.idle_timeout_s,  # type: ignore[arg-type]  (a float works: call_later)
+        timeout_graceful_shutdown=settings.drain_timeout_s,  # type: ignore[arg-type]
+        log_config=None,
+        access_log=False,
+        log_level=log_level,
+    )
+    pool = app.state.pool
+
+    class DrainingServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: object) -> None:
+            pool.draining = True  # /readyz answers 503 from now on, new executions are refused
+            super().handle_exit(sig, frame)
+
+    DrainingServer(config).run()
 
 
 def main(argv: list[str] | None = None) -> int:

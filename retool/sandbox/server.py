@@ -2,11 +2,14 @@
 
 Thin: validation and status codes here, everything about executing code in ``pool``/``worker``.
 A full replica answers 429 with Retry-After at once (the client backs off), a replica without
-workers 503; neither ever leaves a caller hanging.
+workers (or draining, or refusing to run without strong isolation) 503; neither ever leaves a
+caller hanging. Bodies over the configured size are 413 before they are read (``http_limits``); a
+request whose strings cannot be encoded (lone surrogates) is a 400, as is any other invalid field.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import logging
@@ -19,9 +22,10 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from retool.sandbox.api import RunCodeRequest, RunCodeResponse
+from retool.sandbox.http_limits import BodyLimit
 from retool.sandbox.metrics import SandboxMetrics
-from retool.sandbox.outcome import checked_relative_path
-from retool.sandbox.pool import ExecutionPool, Job, PoolOverloaded, PoolUnavailable
+from retool.sandbox.outcome import MIB, checked_relative_path
+from retool.sandbox.pool import ExecutionPool, Job, JobTooLarge, PoolOverloaded, PoolUnavailable
 from retool.sandbox.responses import build_response
 from retool.sandbox.settings import SandboxSettings
 
@@ -33,9 +37,34 @@ LANGUAGES = frozenset({"python", "python3"})
 class InvalidRequestError(ValueError):
     """The request cannot be run as given (answered 400 with a SandboxError body naming the field)."""
 
+    status_code = 400
+
+
+class RequestTooLargeError(InvalidRequestError):
+    """The request is well-formed but bigger than an execution may hold (answered 413)."""
+
+    status_code = 413
+
+
+def _encodable(value: str | None, field: str) -> None:
+    """Strings go to files, pipes and paths as UTF-8: a lone surrogate cannot, so it is refused here."""
+    if value is None:
+        return
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidRequestError(f"{field} is not valid Unicode text (a lone surrogate at position {exc.start})") from None
+
 
 def job_from_request(request: RunCodeRequest, settings: SandboxSettings) -> Job:
     """Validate a request against this replica's limits; InvalidRequestError names what is wrong."""
+    _encodable(request.code, "code")
+    _encodable(request.stdin, "stdin")
+    _encodable(request.language, "language")
+    for path in request.files:
+        _encodable(path, f"files key {path!r}")
+    for path in request.fetch_files:
+        _encodable(path, f"fetch_files entry {path!r}")
     if request.language.lower() not in LANGUAGES:
         raise InvalidRequestError(f"language {request.language!r} is not supported: this sandbox runs only python")
     if request.run_timeout > settings.max_run_timeout_s:
@@ -45,13 +74,16 @@ def job_from_request(request: RunCodeRequest, settings: SandboxSettings) -> Job:
         memory = settings.default_memory_limit_mb
     if memory > settings.max_memory_limit_mb:
         raise InvalidRequestError(f"memory_limit_MB {memory} is over this sandbox's maximum of {settings.max_memory_limit_mb}")
+    files_bytes = 0
     for path, content in request.files.items():
         try:
             checked_relative_path(path)
-            base64.b64decode(content or "", validate=True)
+            files_bytes += len(base64.b64decode(content or "", validate=True))
         except ValueError as exc:
             detail = "is not valid base64" if isinstance(exc, binascii.Error) else str(exc)
             raise InvalidRequestError(f"files[{path!r}]: {detail}") from exc
+    if files_bytes > settings.tmp_size_mb * MIB:
+        raise RequestTooLargeError(f"files total {files_bytes} bytes, over the execution's scratch quota of {settings.tmp_size_mb} MB")
     for path in request.fetch_files:
         try:
             checked_relative_path(path)
@@ -86,6 +118,11 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = metrics
 
+    def error_body(message: str) -> bytes:
+        return RunCodeResponse(status="SandboxError", message=message, executor_pod_name=settings.pod_name).model_dump_json().encode()
+
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, error_body=error_body, on_reject=lambda reason: metrics.http_rejected.labels(reason).inc())
+
     def refuse(status_code: int, message: str, retry_after: int | None = None) -> JSONResponse:
         body = RunCodeResponse(status="SandboxError", message=message, executor_pod_name=settings.pod_name).model_dump()
         headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
@@ -98,10 +135,20 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
-        """Ready when at least one warm worker is alive; details include the isolation obtained."""
+        """Ready when at least one warm worker is alive (and, in strict mode, the isolation is strong).
+
+        The body says why not, and which isolation layers are in force (``isolation``).
+        """
         snapshot = pool.snapshot()
         ready = pool.ready
-        return JSONResponse({"ready": ready, **snapshot}, status_code=200 if ready else 503)
+        reasons = []
+        if pool.draining:
+            reasons.append("draining: the replica is shutting down")
+        if pool.refusing:
+            reasons.append(f"isolation required but not strong: {', '.join(snapshot['isolation'].get('problems', []))}")
+        if not snapshot["live_workers"]:
+            reasons.append("no live worker")
+        return JSONResponse({"ready": ready, "not_ready_because": reasons if not ready else [], **snapshot}, status_code=200 if ready else 503)
 
     @app.get("/metrics")
     async def prometheus() -> Response:
@@ -118,9 +165,18 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
             job = job_from_request(body, settings)
         except InvalidRequestError as exc:
             metrics.requests.labels("Rejected").inc()
-            return refuse(400, str(exc))
+            return refuse(exc.status_code, str(exc))
         try:
             result = await pool.run(job)
+        except asyncio.CancelledError:
+            if not pool.draining:
+                raise
+            # The drain timeout ran out while this execution was still running: say so, clearly.
+            metrics.requests.labels("Rejected").inc()
+            return refuse(503, "the sandbox replica shut down before this execution finished; retry it", settings.retry_after_s)
+        except JobTooLarge as exc:
+            metrics.requests.labels("Rejected").inc()
+            return refuse(413, str(exc))
         except PoolOverloaded as exc:
             metrics.requests.labels("Rejected").inc()
             metrics.rejected.inc()
@@ -138,6 +194,8 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
             metrics.timeouts.inc()
         if result.get("memory_error"):
             metrics.memory_kills.inc()
+        if result.get("limit_exceeded"):
+            metrics.limit_kills.labels(result["limit_exceeded"]).inc()
         if result.get("output_truncated"):
             metrics.truncated.inc()
         run = response.run_result

@@ -1,32 +1,60 @@
 """A worker: one execution at a time, supervised from a warm process forked from the template.
 
-The worker talks to the server over a Unix socket. Where the kernel allows it the worker is pid 1 of
-its own pid namespace, in a network namespace without interfaces and a mount namespace with a private,
-size-limited /tmp: then killing every process of an execution (even ones that started a new session or
-double-forked) is ``kill(-1)``, code cannot signal the worker (pid 1 ignores signals from inside its
-namespace), cannot see the server, and cannot reach any network. Without namespaces the worker falls
-back to its own subreaper tree and process groups, and reports that in its hello.
+The worker talks to the server over a Unix socket and applies the replica's isolation plan (see
+``layers``). With namespaces it is pid 1 of its own pid namespace, in a network namespace without
+interfaces and a mount namespace whose /tmp (also /var/tmp and /dev/shm) is a size-limited tmpfs of
+its own: killing every process of an execution is ``kill(-1)``. Without, it is a child subreaper,
+every execution gets a fresh directory with an unguessable name under the replica's scratch root,
+and Landlock (where the kernel has it) confines the execution to that directory.
+
+Each execution runs in a process the worker forked before the request arrived (see ``child``): it
+applies every request-independent layer while idle and acknowledges on a pipe it then closes. How
+the execution ended comes only from ``wait4`` on that process — nothing the code can write to any
+descriptor changes its status. While it runs, the worker watches the memory of all its processes
+together and the size of its directory, and ends it when either goes over its limit.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import json
 import logging
 import os
+import secrets
 import select
 import shutil
 import signal
 import socket
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from retool.sandbox import child, isolation, protocol, seccomp
-from retool.sandbox.outcome import Limits, checked_relative_path, render_output, signal_note
+from retool.sandbox import accounting, child, isolation, landlock, protocol
+from retool.sandbox.layers import Plan
+from retool.sandbox.outcome import Limits, checked_relative_path, limit_note, render_output, signal_note
 
 logger = logging.getLogger(__name__)
+
+CHILD_SETUP_TIMEOUT_S = 30.0
+"""How long a pre-forked process may take to acknowledge its setup before the worker gives up."""
+WATCH_INTERVAL_S = 0.01
+"""How often a running execution's memory and directory are measured (not before it has run this long)."""
+DRAIN_TIMEOUT_S = 1.0
+PIPE_BYTES = 256 << 10
+"""Capacity of an execution's stdout/stderr pipes: output up to this size never makes it wait for
+the worker, so the worker reads it on its 10 ms ticks and at exit instead of waking on every write
+(a wake-up right before the execution's exit would put the worker ahead of the exit on a busy CPU)."""
+F_SETPIPE_SZ = 1031
+"""After the execution ended and its leftovers were killed: how long to wait for the pipes to close."""
+SYSTEM_READ_PATHS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/proc", "/sys/devices/system/cpu")
+
+
+class HarnessError(RuntimeError):
+    """The worker cannot run executions as its plan says (a pre-forked process failed its setup)."""
 
 
 @dataclass
@@ -37,8 +65,12 @@ class Prepared:
     go_w: int
     out_r: int
     err_r: int
-    status_r: int
+    ack_r: int
     pidfd: int
+    workdir: str
+    baseline_kib: int
+    quiet: bool = False
+    """The pipes are big enough to be read on ticks only."""
 
 
 @dataclass
@@ -63,75 +95,125 @@ class WorkerConfig:
     max_open_files: int
     max_fetch_bytes: int
     tmp_size_mb: int
+    max_scratch_files: int
     tmp_root: str
-    isolation: str
     uid_base: int
+    plan: Plan
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> WorkerConfig:
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+        values = {k: data[k] for k in cls.__dataclass_fields__}
+        values["plan"] = Plan.from_dict(data["plan"])
+        return cls(**values)
 
 
 class Worker:
-    def __init__(self, sock: socket.socket, config: WorkerConfig, report: isolation.IsolationReport, workdir: str) -> None:
+    def __init__(self, sock: socket.socket, config: WorkerConfig) -> None:
         self.sock = sock
         self.config = config
-        self.report = report
-        self.workdir = workdir
-        self.pid_namespace = report.pid_namespace
-        self.drop = "uid" if report.privilege_drop else ("caps" if report.mode == "user-namespaces" else "none")
-        self.uid = report.run_uid
-        self.gid = report.run_uid if report.privilege_drop else os.getgid()
-        # Without a pid namespace the sandbox's own processes are visible (and, at the same uid,
-        # signalable): a seccomp filter in every execution refuses signals aimed at them.
-        self.protect: list[int] = []
-        if not self.pid_namespace:
-            pids = seccomp.sandbox_pids(os.getpid())
-            problem = seccomp.probe(pids)
-            if problem is None:
-                self.protect = sorted(pids)
-            else:
-                self.report = with_problem(report, problem)
+        self.plan = config.plan
+        self.pid_namespace = self.plan.namespaces is not None
+        if self.plan.uid_per_execution:
+            self.drop, self.uid = "uid", config.uid_base + config.slot
+            self.gid = self.uid
+        else:
+            self.drop = "caps" if self.plan.namespaces == "user-namespaces" else "none"
+            self.uid, self.gid = os.getuid(), os.getgid()
+        self.root_fd = -1
+        if not self.pid_namespace:  # executions get fresh directories in the replica's scratch root
+            self.root_fd = os.open(config.tmp_root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        keep_out = [config.tmp_root] if not self.pid_namespace else []
+        candidates = [*SYSTEM_READ_PATHS, sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path]
+        self.read_paths = landlock.read_paths(candidates, keep_out) if self.plan.landlock_abi else ()
+        self.broken = False
 
     # ---- lifecycle -------------------------------------------------------------------------
     def serve(self) -> None:
-        protocol.send(self.sock, {"type": "hello", "slot": self.config.slot, "isolation": self.report.as_dict()})
+        protocol.send(self.sock, {"type": "hello", "slot": self.config.slot})
         prepared = self._prefork()
-        while True:
+        while not self.broken:
             try:
                 job, _ = protocol.recv(self.sock)
-            except protocol.ChannelClosedError:
+            except protocol.ChannelClosedError:  # the server is gone: leave nothing behind
+                self._kill_leftovers(prepared.pid)
                 return
             try:
                 result = self._execute(prepared, job)
+            except HarnessError as exc:
+                logger.error("worker %d cannot run executions: %s", self.config.slot, exc)
+                result = {"type": "result", "sandbox_error": str(exc)}
+                self.broken = True
             except Exception as exc:  # a harness failure is the sandbox's, not the code's
                 logger.exception("execution failed inside the worker")
                 result = {"type": "result", "sandbox_error": f"{type(exc).__name__}: {exc}"}
             self._kill_leftovers(prepared.pid)
             if job.get("fetch_files") and "sandbox_error" not in result:
-                result["files"] = self._fetch(job["fetch_files"])
+                result["files"] = self._fetch(prepared.workdir, job["fetch_files"])
             protocol.send(self.sock, result)
             self._reap(prepared)
-            self._clean_workdir()
-            prepared = self._prefork()
+            self._clean(prepared.workdir)
+            if not self.broken:
+                prepared = self._prefork()
+
+    def _new_workdir(self) -> str:
+        if self.pid_namespace:
+            return "/tmp"  # the worker's private tmpfs, emptied after every execution
+        name = f"x{secrets.token_hex(16)}"
+        os.mkdir(name, 0o700, dir_fd=self.root_fd)
+        if self.drop == "uid":
+            os.chown(name, self.uid, self.gid, dir_fd=self.root_fd)
+        return os.path.join(self.config.tmp_root, name)
 
     def _prefork(self) -> Prepared:
+        workdir = self._new_workdir()
         go_r, go_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        status_r, status_w = os.pipe()
+        ack_r, ack_w = os.pipe()
+        baseline = accounting.resident_kib("self")
+        plan = self.plan
+        setup = {
+            "cwd": workdir,
+            "drop": self.drop,
+            "uid": self.uid,
+            "gid": self.gid,
+            "landlock_abi": plan.landlock_abi,
+            "read_paths": list(self.read_paths),
+            "seccomp": plan.seccomp,
+            "signals_scoped": plan.signals_scoped,
+            "deny_chmod": plan.deny_chmod,
+            # Dumpable lets the worker read its smaps (the memory watch); siblings cannot use it
+            # where Landlock, namespaces or distinct uids keep them apart.
+            "dumpable": plan.landlock_abi >= 1 or plan.namespaces is not None or plan.uid_per_execution,
+        }
         pid = os.fork()
         if pid == 0:
-            child.main(go_r, out_w, err_w, status_w, {"cwd": self.workdir, "drop": self.drop, "uid": self.uid, "gid": self.gid, "protect": self.protect})
-        for fd in (go_r, out_w, err_w, status_w):
+            child.main(go_r, out_w, err_w, ack_w, setup)
+        for fd in (go_r, out_w, err_w, ack_w):
             os.close(fd)
-        for fd in (out_r, err_r, status_r):
+        for fd in (out_r, err_r, ack_r):
             os.set_blocking(fd, False)
-        return Prepared(pid, go_w, out_r, err_r, status_r, os.pidfd_open(pid))
+        quiet = _enlarge_pipe(out_r) and _enlarge_pipe(err_r)
+        return Prepared(pid, go_w, out_r, err_r, ack_r, os.pidfd_open(pid), workdir, baseline, quiet)
 
     # ---- one execution ---------------------------------------------------------------------
+    def _wait_for_setup(self, prepared: Prepared) -> None:
+        """The pre-forked process applied every layer (it says so, then closes the pipe) or it failed."""
+        ready, _, _ = select.select([prepared.ack_r], [], [], CHILD_SETUP_TIMEOUT_S)
+        data = _read_available(prepared.ack_r)[0] if ready else b""
+        os.close(prepared.ack_r)
+        if data != b"k":
+            time.sleep(0.05)
+            detail = _read_available(prepared.err_r)[0].decode(errors="replace").strip()[-2000:]
+            raise HarnessError(f"the execution process failed its isolation setup: {detail or 'no detail'}")
+
     def _execute(self, prepared: Prepared, job: dict[str, Any]) -> dict[str, Any]:
-        self._write_files(job.get("files") or {})
+        self._wait_for_setup(prepared)
+        try:
+            self._write_files(prepared.workdir, job.get("files") or {})
+        except OSError as exc:
+            os.close(prepared.go_w)
+            return {"type": "result", "sandbox_error": f"could not write the request's files: {exc.strerror or exc}"}
         limits = Limits(
             run_timeout_s=float(job["run_timeout"]),
             memory_limit_mb=int(job["memory_limit_mb"]),
@@ -139,113 +221,142 @@ class Worker:
             max_file_size_mb=self.config.max_file_size_mb,
             max_open_files=self.config.max_open_files,
         )
-        go = {
-            "code": job["code"],
-            "stdin": job.get("stdin"),
-            "limits": limits.__dict__,
-            "processes_in_use": 0 if self.drop == "uid" else _processes_of_uid(os.getuid()),
-        }
+        go = {"code": job["code"], "stdin": job.get("stdin"), "limits": limits.__dict__, "processes_in_use": self._processes_in_use()}
         start = time.monotonic()
-        self.last_start = start
         _write_all(prepared.go_w, json.dumps(go).encode())
         os.close(prepared.go_w)
         deadline = start + limits.run_timeout_s
         out, err = Capture(self.config.output_limit_bytes), Capture(self.config.output_limit_bytes)
-        status = bytearray()
-        record: dict[str, Any] | None = None
         open_fds = {prepared.out_r: out, prepared.err_r: err}
+        memory = accounting.MemoryWatch(limit_kib=limits.memory_limit_mb * 1024, baseline_kib=prepared.baseline_kib, inspect=self._inspect)
+        watch_disk = not self.pid_namespace
+        next_watch = start + WATCH_INTERVAL_S
+        disk_every = WATCH_INTERVAL_S
         exited, timed_out = False, False
+        killed_for: tuple[str, int] | None = None  # (limit, amount in bytes)
         poller = select.poll()
-        for fd in (prepared.out_r, prepared.err_r, prepared.status_r, prepared.pidfd):
+        for fd in (prepared.pidfd,) if prepared.quiet else (prepared.out_r, prepared.err_r, prepared.pidfd):
             poller.register(fd, select.POLLIN)
-        while record is None and not exited:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+        while not exited and killed_for is None:
+            now = time.monotonic()
+            if now >= deadline:
                 timed_out = True
                 break
-            for fd, _event in poller.poll(max(1, int(remaining * 1000))):
-                if fd == prepared.pidfd:
-                    exited = True
-                    continue
-                data, eof = _read_available(fd)
-                if fd == prepared.status_r:
-                    status += data
-                    record = _parse_record(status) if status else None
-                    if eof:
-                        poller.unregister(fd)
-                elif fd in open_fds:
+            if now >= next_watch:
+                pids = accounting.descendants("self")
+                over = memory.over(pids, now)
+                if over is not None:
+                    killed_for = ("memory", over * 1024)
+                    break
+                if watch_disk:
+                    measured = time.monotonic()
+                    used, entries = accounting.directory_usage(prepared.workdir, self.config.max_scratch_files)
+                    if used > self.config.tmp_size_mb << 20 or entries > self.config.max_scratch_files:
+                        killed_for = ("disk", used)
+                        break
+                    disk_every = max(WATCH_INTERVAL_S, 10 * (time.monotonic() - measured))
+                next_watch = time.monotonic() + max(WATCH_INTERVAL_S, disk_every if watch_disk else 0)
+            timeout_ms = max(1, int(min(deadline, next_watch) * 1000 - time.monotonic() * 1000))
+            ready = {fd for fd, _event in poller.poll(timeout_ms)}
+            exited = prepared.pidfd in ready
+            for fd in list(open_fds):
+                if prepared.quiet or fd in ready:
+                    data, eof = _read_available(fd)
                     open_fds[fd].add(data)
                     if eof:
-                        poller.unregister(fd)
+                        if not prepared.quiet:
+                            poller.unregister(fd)
                         del open_fds[fd]
         elapsed = time.monotonic() - start
-        if record is None and exited:  # the status may have been written just before the exit
-            status += _read_available(prepared.status_r)[0]
-            record = _parse_record(status)
-        exit_code: int | None
-        term_signal: int | None = None
-        cpu: float | None
-        if record is not None and not timed_out:
-            exit_code, cpu = int(record["exit_code"]), float(record["cpu"])
-        else:
-            if not exited:
-                self._kill_leftovers(prepared.pid)
-            _, wait_status, usage = os.wait4(prepared.pid, 0)
-            prepared.pid = 0  # reaped
-            cpu = usage.ru_utime + usage.ru_stime
-            if os.WIFSIGNALED(wait_status):
-                exit_code, term_signal = None, os.WTERMSIG(wait_status)
-            else:
-                exit_code = os.WEXITSTATUS(wait_status)
-            if timed_out:
-                exit_code, term_signal = None, signal.SIGKILL
-        for fd, capture in open_fds.items():
-            capture.add(_read_available(fd)[0])
-        for fd in (prepared.out_r, prepared.err_r, prepared.status_r):
+        phases = {"ended": elapsed}
+        if not exited:
+            self._kill_leftovers(prepared.pid)
+        # The status comes from the kernel alone: nothing the code wrote anywhere can change it.
+        _, wait_status, usage = os.wait4(prepared.pid, 0)
+        phases["reaped"] = time.monotonic() - start
+        prepared.pid = 0
+        cpu = usage.ru_utime + usage.ru_stime
+        self._kill_leftovers(0)  # the execution is over: whatever it left running goes now
+        phases["leftovers_killed"] = time.monotonic() - start
+        self._drain(open_fds)
+        phases["drained"] = time.monotonic() - start
+        for fd in (prepared.out_r, prepared.err_r):
             os.close(fd)
+        exit_code: int | None = None
+        term_signal: int | None = None
+        if timed_out:
+            term_signal = signal.SIGKILL
+        elif os.WIFSIGNALED(wait_status):
+            term_signal = os.WTERMSIG(wait_status)
+        else:
+            exit_code = os.WEXITSTATUS(wait_status)
         stderr = render_output(bytes(err.kept), err.total, err.limit)
-        note = signal_note(term_signal, timed_out)
+        note = limit_note(*killed_for, limits, self.config.tmp_size_mb) if killed_for else signal_note(term_signal, timed_out)
         if note:
             stderr += ("" if not stderr or stderr.endswith("\n") else "\n") + note + "\n"
+        memory_error = (killed_for is not None and killed_for[0] == "memory") or (exit_code == 1 and b"MemoryError" in bytes(err.kept[-300:]))
         return {
             "type": "result",
             "exit_code": exit_code,
             "signal": term_signal,
             "timed_out": timed_out,
-            "memory_error": bool(record and record.get("memory_error") is True),
+            "memory_error": memory_error,
+            "limit_exceeded": killed_for[0] if killed_for else None,
             "stdout": render_output(bytes(out.kept), out.total, out.limit),
             "stderr": stderr,
             "execution_time": elapsed,
             "cpu_time": cpu,
             "output_truncated": out.total > len(out.kept) or err.total > len(err.kept),
-            "phases": {k: round((v - start) * 1000, 2) for k, v in (record or {}).get("phases", {}).items() if isinstance(v, float)},
+            "phases": {name: round(seconds * 1000, 2) for name, seconds in phases.items()},
         }
 
-    def _write_files(self, files: dict[str, str | None]) -> None:
+    def _inspect(self, read: Callable[[], int]) -> int:
+        """Read the execution's /proc files as its own uid when it has one (no CAP_SYS_PTRACE needed)."""
+        if self.drop == "uid":
+            return isolation.as_fs_identity(self.uid, self.gid, read)
+        return read()
+
+    def _processes_in_use(self) -> int:
+        """RLIMIT_NPROC counts every process of the uid: add the ones that are not this execution's."""
+        if self.drop == "uid":
+            return 0
+        if self.pid_namespace and self.plan.namespaces == "user-namespaces":
+            return len(accounting.descendants("self")) + 1  # the uid's count is global: best effort
+        return _processes_of_uid(os.getuid())
+
+    def _drain(self, open_fds: dict[int, Capture]) -> None:
+        """Read what the pipes still hold; every writer is dead, so EOF comes at once."""
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        while open_fds and time.monotonic() < deadline:
+            ready, _, _ = select.select(list(open_fds), [], [], max(0.0, deadline - time.monotonic()))
+            for fd in ready:
+                data, eof = _read_available(fd)
+                open_fds[fd].add(data)
+                if eof:
+                    del open_fds[fd]
+
+    def _write_files(self, workdir: str, files: dict[str, str | None]) -> None:
         for raw_path, content in files.items():
-            path = os.path.join(self.workdir, checked_relative_path(raw_path))
+            path = os.path.join(workdir, checked_relative_path(raw_path))
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "wb") as f:
                 f.write(base64.b64decode(content or ""))
             if self.drop == "uid":
-                _chown_up_to(path, self.workdir, self.uid, self.gid)
+                _chown_up_to(path, workdir, self.uid, self.gid)
 
-    def _fetch(self, paths: list[str]) -> dict[str, str]:
-        """Files the request asked back; symlinks and anything outside the directory are refused."""
+    def _fetch(self, workdir: str, paths: list[str]) -> dict[str, str]:
+        """Files the request asked back; symlinks, anything outside the directory and bad names are skipped."""
         fetched: dict[str, str] = {}
         budget = self.config.max_fetch_bytes
-        root = os.path.realpath(self.workdir)
+        root = os.path.realpath(workdir)
         for raw_path in paths:
             try:
                 relative = checked_relative_path(raw_path)
-            except ValueError:
-                continue
-            full = os.path.join(root, relative)
-            if os.path.realpath(full) != full:
-                continue
-            try:
+                full = os.path.join(root, relative)
+                if os.path.realpath(full) != full:
+                    continue
                 fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            except OSError:
+            except (OSError, ValueError):  # UnicodeEncodeError is a ValueError
                 continue
             with os.fdopen(fd, "rb") as f:
                 if not os.path.isfile(f"/proc/self/fd/{fd}") or os.fstat(fd).st_size > budget:
@@ -264,13 +375,12 @@ class Worker:
             with contextlib.suppress(ProcessLookupError):  # as pid 1 of the namespace: every other process in it
                 os.kill(-1, signal.SIGKILL)
             return
-        for target in _descendants(os.getpid()):
+        # A child subreaper: whatever the execution started and left is still our descendant.
+        for target in accounting.descendants("self"):
             _signal(target, signal.SIGKILL)
         if pid:
             with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL)
-        if self.drop == "uid":
-            _kill_all_of_uid(self.uid)
 
     def _reap(self, prepared: Prepared) -> None:
         os.close(prepared.pidfd)
@@ -283,16 +393,15 @@ class Worker:
                     os.waitpid(-1, 0)
                 except ChildProcessError:
                     return
-        # Without a pid namespace: orphans come back to us (subreaper). Wait until every process of
-        # the execution is gone, zombies included (they count against RLIMIT_NPROC of the next one).
+        # Orphans come back to us (subreaper). Wait until every process of the execution is gone,
+        # zombies included (they count against RLIMIT_NPROC of the next one).
         deadline = time.monotonic() + 5.0
         next_kill = time.monotonic() + 0.2
         while time.monotonic() < deadline:
             with contextlib.suppress(ChildProcessError):
                 while os.waitpid(-1, os.WNOHANG)[0] > 0:
                     pass
-            remaining = _processes_of_uid(self.uid) if self.drop == "uid" else len(_descendants(os.getpid()))
-            if not remaining:
+            if not accounting.descendants("self"):
                 return
             if time.monotonic() > next_kill:
                 self._kill_leftovers(0)
@@ -300,20 +409,30 @@ class Worker:
             time.sleep(0.002)
         logger.warning("processes of the last execution still alive after 5 s")
 
-    def _clean_workdir(self) -> None:
-        for name in os.listdir(self.workdir):
-            path = os.path.join(self.workdir, name)
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, onerror=_force_remove)
-            else:
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
+    def _clean(self, workdir: str) -> None:
+        if self.pid_namespace:
+            for name in os.listdir(workdir):
+                path = os.path.join(workdir, name)
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, onerror=accounting.force_remove)
+                else:
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
+            return
+        name = os.path.basename(workdir)
+        try:
+            shutil.rmtree(name, dir_fd=self.root_fd)
+        except OSError:
+            _force_chmod_tree(workdir)
+            shutil.rmtree(name, ignore_errors=True, dir_fd=self.root_fd)
 
 
-def with_problem(report: isolation.IsolationReport, problem: str) -> isolation.IsolationReport:
-    data = report.as_dict()
-    data["problems"] = (*report.problems, problem)
-    return isolation.IsolationReport(**data)
+def _enlarge_pipe(fd: int) -> bool:
+    try:
+        fcntl.fcntl(fd, F_SETPIPE_SZ, PIPE_BYTES)
+    except OSError:  # over the per-user pipe budget: keep the default size and wake on output
+        return False
+    return True
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -342,55 +461,9 @@ def _read_available(fd: int) -> tuple[bytes, bool]:
     return b"".join(chunks), eof
 
 
-def _parse_record(data: bytes) -> dict[str, Any] | None:
-    """The child's status record; None when absent or mangled (the code may write to the pipe itself)."""
-    try:
-        record = json.loads(data)
-        int(record["exit_code"])
-        float(record["cpu"])
-    except (ValueError, TypeError, KeyError):
-        return None
-    return record if isinstance(record, dict) else None
-
-
-def _descendants(pid: int) -> list[int]:
-    """Every descendant of ``pid`` (via /proc/<pid>/task/*/children), deepest last."""
-    found: list[int] = []
-    frontier = [pid]
-    while frontier:
-        current = frontier.pop()
-        try:
-            tasks = os.listdir(f"/proc/{current}/task")
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                with open(f"/proc/{current}/task/{task}/children") as f:
-                    kids = [int(x) for x in f.read().split()]
-            except OSError:
-                continue
-            found.extend(kids)
-            frontier.extend(kids)
-    return found
-
-
 def _signal(pid: int, sig: int) -> None:
     with contextlib.suppress(OSError):
         os.kill(pid, sig)
-
-
-def _kill_all_of_uid(uid: int) -> None:
-    """Kill every process of an execution uid (root mode without pid namespace): fork, become it, kill(-1)."""
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            os.kill(-1, signal.SIGKILL)
-        finally:
-            os._exit(0)
-    os.waitpid(pid, 0)
 
 
 def _processes_of_uid(uid: int) -> int:
@@ -411,10 +484,11 @@ def _chown_up_to(path: str, root: str, uid: int, gid: int) -> None:
         path = os.path.dirname(path)
 
 
-def _force_remove(func: Any, path: str, _exc_info: Any) -> None:
-    try:
-        os.chmod(os.path.dirname(path), 0o700)
+def _force_chmod_tree(path: str) -> None:
+    """Code may leave directories without write or search permission: give them back before removal."""
+    for current, dirs, _files in os.walk(path):
+        for name in dirs:
+            with contextlib.suppress(OSError):
+                os.chmod(os.path.join(current, name), 0o700)
+    with contextlib.suppress(OSError):
         os.chmod(path, 0o700)
-        func(path)
-    except OSError:
-        pass

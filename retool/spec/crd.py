@@ -22,7 +22,9 @@ from pydantic.json_schema import GenerateJsonSchema
 from retool.spec.model import API_GROUP, API_VERSION, KIND, PLURAL, RetoolRunSpec
 from retool.spec.status import RetoolRunStatus
 
-_DROP = {"title", "$defs"}
+# propertyNames (label and annotation keys) has no counterpart in a structural schema; those keys
+# are checked by the same pydantic model in the admission webhook and the operator.
+_DROP = {"title", "$defs", "propertyNames"}
 
 
 class _WithFactoryDefaults(GenerateJsonSchema):

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
-from pydantic.alias_generators import to_camel
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
+from retool.spec.base import K8S_NAME_PATTERN, K8sName, SpecModel
+from retool.spec.pods import LabelValue, PodSettingsSpec
 from retool.spec.quantity import Quantity
 
 API_GROUP = "retool.dev"
@@ -32,35 +33,59 @@ SOURCE_PATTERN = (
 )
 S3_URI_PATTERN = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s]*)?$"
 HTTP_URL_PATTERN = r"^https?://[^\s/]+(/[^\s]*)?$"
-K8S_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 IMAGE_PATTERN = r"^[^\s]+$"
 
 Source = Annotated[str, StringConstraints(pattern=SOURCE_PATTERN, max_length=1024)]
-K8sName = Annotated[str, StringConstraints(pattern=K8S_NAME_PATTERN, min_length=1, max_length=253)]
 Image = Annotated[str, StringConstraints(pattern=IMAGE_PATTERN, min_length=1, max_length=512)]
 PositiveInt = Annotated[int, Field(ge=1)]
 
+# Bounds that match what the cluster and the programs downstream accept, so an absurd value is
+# refused at admission instead of failing (or crash-looping) later.
+INT32_MAX = 2**31 - 1
+"""KubeRay's RayJob activeDeadlineSeconds/ttlSecondsAfterFinished and a Job's ttlSecondsAfterFinished are int32."""
+INT64_MAX = 2**63 - 1
+"""A toleration's tolerationSeconds is int64."""
+MAX_STEPS = 1_000_000
+MAX_BATCH = 1 << 20
+MAX_TOKENS = 1 << 20
+MAX_PARALLEL = 1024
+"""No parallel size exceeds the devices of the largest run (64 nodes x 16 devices)."""
+SANDBOX_MAX_WORKERS = 512
+"""The sandbox server's ceiling on concurrent executions per replica (``retool.sandbox.settings`` ``workers``)."""
+SANDBOX_MIN_MEMORY_MB = 16
+"""The sandbox server's floor on an execution's memory limit (``default_memory_limit_mb``)."""
+MAX_SANDBOX_REPLICAS = 1024
+"""Sandbox replicas one run may ask for at most (the operator's ``sandboxMaxReplicas`` may lower it)."""
 
-class SpecModel(BaseModel):
-    """Base of every spec object: camelCase in YAML, unknown fields rejected (typos fail loudly)."""
 
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        validate_by_name=True,
-        validate_by_alias=True,
-        serialize_by_alias=True,
-        extra="forbid",
-        strict=False,
-        validate_default=True,
-    )
+class HubTokenSecretRef(SpecModel):
+    name: K8sName = Field(..., description="Secret in the run's namespace.")
+    key: str = Field("HF_TOKEN", min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$", description="Key of the Hugging Face token in the Secret.")
 
 
 class ModelSpec(SpecModel):
     base: Source = Field(
         "Qwen/Qwen2.5-32B-Instruct",
-        description="Base model to train: a Hugging Face id (org/name), an s3:// URI, or an absolute path on the run's PVC.",
+        description=(
+            "Base model to train: a Hugging Face id (org/name), an s3:// URI, or an absolute path on the run's PVC. "
+            "The prepare stage stages a hub or s3:// model once onto the run's PVC (verified); every later stage reads that copy."
+        ),
     )
-    revision: str | None = Field(None, description="Hub revision (branch, tag or commit) of a Hugging Face id.")
+    revision: str | None = Field(
+        None,
+        min_length=1,
+        max_length=255,
+        pattern=r"^[^\s]+$",
+        description="Hub revision (branch, tag or commit) of a Hugging Face id; staging resolves it to a commit and records it.",
+    )
+    hub_endpoint: str | None = Field(
+        None,
+        pattern=HTTP_URL_PATTERN,
+        description="Hugging Face Hub endpoint to download from (HF_ENDPOINT), e.g. a mirror for clusters that cannot reach huggingface.co; also used for hub data sets.",
+    )
+    token_secret_ref: HubTokenSecretRef | None = Field(
+        None, description="Secret holding a Hugging Face token (gated or private models and data sets); given to the prepare stage as HF_TOKEN."
+    )
     size_billions: float | None = Field(
         None,
         gt=0,
@@ -77,7 +102,7 @@ class Toleration(SpecModel):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         None, description="Taint effect to match; empty matches all effects."
     )
-    toleration_seconds: int | None = Field(None, ge=0, description="How long a NoExecute taint is tolerated.")
+    toleration_seconds: int | None = Field(None, ge=0, le=INT64_MAX, description="How long a NoExecute taint is tolerated.")
 
 
 class ResourceRequirements(SpecModel):
@@ -92,7 +117,12 @@ class HardwareSpec(SpecModel):
     product: str | None = Field(
         None,
         max_length=63,
-        description="Device product to schedule on, e.g. H200 or NVIDIA-H200 (nvidia: nodeSelector nvidia.com/gpu.product). Optional.",
+        pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+        description=(
+            "nvidia: the GPU feature discovery value of the node label nvidia.com/gpu.product to schedule on, "
+            "e.g. NVIDIA-H200 or NVIDIA-H100-80GB-HBM3 (the GPU name with spaces as dashes; H200 alone matches no node). "
+            "Unknown values are accepted with a warning naming the closest known one. Optional."
+        ),
     )
     nodes: PositiveInt = Field(1, le=64, description="Number of trainer nodes (one Ray head plus nodes-1 workers).")
     devices_per_node: PositiveInt = Field(8, le=16, description="Accelerator devices used on each node.")
@@ -117,8 +147,38 @@ class SecretKeyRef(SpecModel):
     secret_access_key_key: str = Field("AWS_SECRET_ACCESS_KEY", description="Key of the secret access key in the Secret.")
 
 
+AccessMode = Literal["ReadWriteOnce", "ReadWriteMany"]
+
+
 class PVCStorage(SpecModel):
-    claim_name: K8sName = Field(..., description="PersistentVolumeClaim holding data, checkpoints and merged models.")
+    """The run's claim: an existing one (``claimName``), or one the operator creates (``<run>-data``)."""
+
+    claim_name: K8sName | None = Field(
+        None,
+        description=(
+            "An existing PersistentVolumeClaim holding data, checkpoints and merged models. Unset: the operator creates <run>-data from size, "
+            "storageClassName and accessModes."
+        ),
+    )
+    size: Quantity | None = Field(
+        None,
+        description=(
+            "Size of the claim the operator creates. Default from the model size: weights, two SFT and two RL checkpoints with optimizer state, the "
+            "merged models, plus headroom (32B: 2000Gi, 7B: 450Gi)."
+        ),
+    )
+    storage_class_name: str | None = Field(
+        None,
+        pattern=K8S_NAME_PATTERN,
+        max_length=253,
+        description="Storage class of the claim the operator creates; default: the operator's (chart value defaults.storageClassName), else the cluster's default class.",
+    )
+    access_modes: list[AccessMode] | None = Field(
+        None,
+        min_length=1,
+        max_length=2,
+        description="Access modes of the claim the operator creates; default ReadWriteMany when hardware.nodes > 1 (every node mounts it), else ReadWriteOnce.",
+    )
     mount_path: str = Field("/data", pattern=r"^/[^\s]*$", description="Where the claim is mounted in every stage's pods.")
     sub_path: str = Field("", pattern=r"^([^/\s][^\s]*)?$", description="Sub-directory of the claim used for this run.")
 
@@ -131,8 +191,16 @@ class S3Storage(SpecModel):
 
 
 class StorageSpec(SpecModel):
-    pvc: PVCStorage | None = Field(
-        None, description="Required. Shared filesystem through which stages pass data, checkpoints and models (ReadWriteMany when nodes > 1)."
+    pvc: PVCStorage = Field(
+        default_factory=PVCStorage,
+        description="Shared filesystem through which stages pass data, checkpoints and models; the operator creates one unless claimName names an existing claim.",
+    )
+    retain: Literal["keep", "delete"] = Field(
+        "keep",
+        description=(
+            "What happens to a claim the operator created when the run is deleted: keep (default; the checkpoints outlive the run) or delete (the claim "
+            "is owned by the run and garbage-collected with it). Existing claims are never deleted."
+        ),
     )
     s3: S3Storage | None = Field(None, description="Optional object store that receives a copy of checkpoints and final models.")
 
@@ -154,41 +222,70 @@ def _default_eval_sets() -> list[EvalDataset]:
     ]
 
 
+MAX_MALFORMED_FRACTION_DEFAULT = 0.05
+
+
 class DataSpec(SpecModel):
     sft: Source = Field("JoeYing/ReTool-SFT", description="Cold-start SFT trajectories (ReTool-SFT format or already multi-turn).")
     rl: Source = Field("BytedTsinghua-SIA/DAPO-Math-17k", description="RL prompts with ground truth (DAPO-Math-17k format); deduplicated.")
     eval: list[EvalDataset] = Field(
         default_factory=_default_eval_sets, min_length=1, max_length=16, description="Evaluation sets (AIME format), used for validation and the eval stage."
     )
+    max_malformed_fraction: float = Field(
+        MAX_MALFORMED_FRACTION_DEFAULT,
+        ge=0,
+        le=1,
+        description="Largest share of malformed rows (bad JSON, text that is not UTF-8, missing fields) a source may have; above it the prepare stage fails and publishes nothing.",
+    )
+    max_rows: PositiveInt | None = Field(
+        None,
+        le=100_000_000,
+        description="Keep at most this many rows of each data set (SFT, RL, every eval set) after deduplication, in source order. For smoke tests; unset keeps every row.",
+    )
 
 
 class SFTSpec(SpecModel):
     enabled: bool = Field(True, description="Run the cold-start SFT and merge stages; disable when the base model is already SFT'd.")
     epochs: PositiveInt = Field(6, le=1000, description="Passes over the SFT data.")
-    batch_size: PositiveInt = Field(32, description="Global batch size (trajectories per optimizer step).")
-    micro_batch_size_per_device: PositiveInt = Field(4, description="Trajectories per device per forward pass.")
-    max_length: PositiveInt = Field(16384, le=1048576, description="Maximum tokens of one trajectory.")
+    batch_size: PositiveInt = Field(32, le=MAX_BATCH, description="Global batch size (trajectories per optimizer step).")
+    micro_batch_size_per_device: PositiveInt = Field(4, le=MAX_BATCH, description="Trajectories per device per forward pass.")
+    max_length: PositiveInt = Field(16384, le=MAX_TOKENS, description="Maximum tokens of one trajectory.")
     learning_rate: float = Field(1e-5, gt=0, lt=1, description="Peak learning rate (cosine schedule).")
     weight_decay: float = Field(0.01, ge=0, lt=1, description="AdamW weight decay.")
-    sequence_parallel: PositiveInt = Field(4, description="Ulysses sequence-parallel size; must divide the devices.")
-    save_freq: int = Field(-1, ge=-1, description="Save a checkpoint every N steps; -1 saves only at the end.")
+    sequence_parallel: PositiveInt = Field(4, le=MAX_PARALLEL, description="Ulysses sequence-parallel size; must divide the devices.")
+    save_freq: int | None = Field(
+        None,
+        ge=-1,
+        le=MAX_STEPS,
+        description=(
+            "Save a checkpoint every N steps (a retry resumes from the latest); unset saves once per epoch (steps per epoch computed from "
+            "the prepared data as verl does); -1 saves only at the end."
+        ),
+    )
+
+    @field_validator("save_freq")
+    @classmethod
+    def _save_freq_not_zero(cls, value: int | None) -> int | None:
+        if value == 0:
+            raise ValueError("0 is not a save frequency: give N >= 1 steps, -1 for only at the end, or leave it unset for once per epoch")
+        return value
 
 
 class RLSpec(SpecModel):
     enabled: bool = Field(True, description="Run the multi-turn RL stage.")
     algorithm: Literal["grpo", "ppo"] = Field("grpo", description="Advantage estimator: grpo (no critic) or ppo (GAE with a critic).")
-    steps: PositiveInt = Field(400, description="Training steps (the paper reaches its AIME score at 400).")
-    batch_size: PositiveInt = Field(512, description="Prompts per training step (verl data.train_batch_size).")
-    mini_batch_size: PositiveInt = Field(64, description="Prompts per policy update (verl ppo_mini_batch_size); must divide batchSize.")
+    steps: PositiveInt = Field(400, le=MAX_STEPS, description="Training steps (the paper reaches its AIME score at 400).")
+    batch_size: PositiveInt = Field(512, le=MAX_BATCH, description="Prompts per training step (verl data.train_batch_size).")
+    mini_batch_size: PositiveInt = Field(64, le=MAX_BATCH, description="Prompts per policy update (verl ppo_mini_batch_size); must divide batchSize.")
     rollout_n: PositiveInt = Field(16, le=1024, description="Responses sampled per prompt.")
     max_turns: PositiveInt = Field(8, le=256, description="Maximum assistant (and tool) turns per rollout.")
-    max_prompt_length: PositiveInt = Field(2048, description="Prompt tokens; longer prompts are filtered out.")
-    max_response_length: PositiveInt = Field(16384, description="Response tokens of the whole multi-turn trajectory.")
+    max_prompt_length: PositiveInt = Field(2048, le=MAX_TOKENS, description="Prompt tokens; longer prompts are filtered out.")
+    max_response_length: PositiveInt = Field(16384, le=MAX_TOKENS, description="Response tokens of the whole multi-turn trajectory.")
     learning_rate: float = Field(1e-6, gt=0, lt=1, description="Actor learning rate.")
     critic_learning_rate: float = Field(1e-5, gt=0, lt=1, description="Critic learning rate (ppo only).")
     clip_ratio_low: float = Field(0.2, gt=0, lt=1, description="Lower PPO clip ratio.")
     clip_ratio_high: float = Field(0.28, gt=0, lt=10, description="Upper PPO clip ratio (DAPO clip-higher).")
-    clip_ratio_c: float = Field(10.0, gt=1, description="Dual-clip constant for negative advantages.")
+    clip_ratio_c: float = Field(10.0, gt=1, le=1000, description="Dual-clip constant for negative advantages.")
     use_kl_loss: bool = Field(False, description="Add a KL loss against the reference policy.")
     kl_loss_coef: float = Field(0.0, ge=0, description="Weight of the KL loss.")
     use_kl_in_reward: bool = Field(False, description="Subtract a KL penalty from the reward.")
@@ -196,21 +293,31 @@ class RLSpec(SpecModel):
     entropy_coeff: float = Field(0.0, ge=0, description="Entropy bonus coefficient.")
     temperature: float = Field(1.0, gt=0, le=10, description="Rollout sampling temperature.")
     top_p: float = Field(1.0, gt=0, le=1, description="Rollout nucleus sampling.")
-    tensor_parallel: PositiveInt = Field(4, description="Rollout engine tensor-parallel size; must divide the devices of one node.")
-    sequence_parallel: PositiveInt = Field(8, description="Ulysses sequence-parallel size of training; must divide the devices.")
+    tensor_parallel: PositiveInt = Field(4, le=MAX_PARALLEL, description="Rollout engine tensor-parallel size; must divide the devices of one node.")
+    sequence_parallel: PositiveInt = Field(8, le=MAX_PARALLEL, description="Ulysses sequence-parallel size of training; must divide the devices.")
     offload: bool = Field(True, description="Offload parameters and optimizer state to CPU between phases.")
     dynamic_batch_size: bool = Field(True, description="Pack micro-batches by token count (verl use_dynamic_bsz).")
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="Fraction of device memory the rollout engine may use.")
     rollout_engine: Literal["vllm", "sglang"] = Field("vllm", description="Rollout engine; the public recipes use vllm.")
-    tool_response_max_chars: PositiveInt = Field(4096, description="Interpreter output kept in the context (head and tail around a marker).")
-    save_freq: PositiveInt = Field(30, description="Save a checkpoint every N steps (retries resume from the latest).")
-    test_freq: PositiveInt = Field(5, description="Validate on the eval sets every N steps.")
+    tool_response_max_chars: PositiveInt = Field(4096, le=1 << 20, description="Interpreter output kept in the context (head and tail around a marker).")
+    save_freq: PositiveInt = Field(30, le=MAX_STEPS, description="Save a checkpoint every N steps (retries resume from the latest).")
+    test_freq: PositiveInt = Field(5, le=MAX_STEPS, description="Validate on the eval sets every N steps.")
     val_before_train: bool = Field(True, description="Validate once before the first step (baseline).")
     log_val_generations: int = Field(20, ge=0, le=1000, description="Validation generations logged per test round.")
     tool_turn_shaping: bool = Field(
         False, description="Shape wrong answers by the number of tool turns (verl recipe option); off keeps the paper's +1/-1 reward."
     )
     rollout_traces: bool = Field(False, description="Record multi-turn rollout traces to MLflow (verl rollout tracing).")
+
+
+class PreflightSpec(SpecModel):
+    enabled: bool = Field(
+        True,
+        description=(
+            "Run the preflight stage after prepare: the run's data, tokenizer, tool, reward and sandbox through verl's own runtime code "
+            "on a CPU pod, so a broken run fails before any accelerator is requested."
+        ),
+    )
 
 
 class EvalSpec(SpecModel):
@@ -226,14 +333,31 @@ def _default_sandbox_resources() -> ResourceRequirements:
 
 
 class SandboxSpec(SpecModel):
-    max_concurrent: PositiveInt = Field(256, le=100000, description="Code executions the run may have in flight across all sandbox replicas.")
-    per_replica_concurrency: PositiveInt = Field(16, le=1024, description="Concurrent executions of one sandbox replica; replicas = ceil(maxConcurrent / this).")
+    max_concurrent: PositiveInt = Field(
+        256, le=100000, description="Code executions the run may have in flight across all sandbox replicas (at most 1024 replicas' worth)."
+    )
+    per_replica_concurrency: PositiveInt = Field(
+        16, le=SANDBOX_MAX_WORKERS, description="Concurrent executions of one sandbox replica (the server runs at most 512); replicas = ceil(maxConcurrent / this)."
+    )
     timeout_seconds: float = Field(30, gt=0, le=3600, description="Wall-clock limit of one execution.")
-    memory_limit_mb: PositiveInt = Field(1024, alias="memoryLimitMB", le=65536, description="Address-space limit of one execution, MiB.")
+    memory_limit_mb: int = Field(1024, alias="memoryLimitMB", ge=SANDBOX_MIN_MEMORY_MB, le=65536, description="Address-space limit of one execution, MiB.")
     image: Image | None = Field(None, description="Sandbox image override; defaults to the operator's sandbox image.")
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Node labels the sandbox pods require (they need CPU nodes, not the trainer nodes).")
+    tolerations: list[Toleration] = Field(default_factory=list, description="Tolerations of the sandbox pods.")
     resources: ResourceRequirements = Field(
         default_factory=_default_sandbox_resources,
         description="Resources of one replica; limits.memory must hold perReplicaConcurrency executions of memoryLimitMB.",
+    )
+    isolation: Literal["auto", "strict"] = Field(
+        "auto",
+        description=(
+            "auto: each replica isolates executions with the strongest layers its node allows (user namespaces, Landlock, seccomp)"
+            " and reports them in /readyz and status.sandbox; strict: a replica whose executions are not kernel-isolated from each"
+            " other and from the server stays not-ready and runs nothing."
+        ),
+    )
+    runtime_class_name: K8sName | None = Field(
+        None, description="RuntimeClass of the sandbox pods (e.g. gvisor, kata) where the cluster has one: the whole replica then runs under it."
     )
 
 
@@ -250,23 +374,76 @@ class TrackingSpec(SpecModel):
     mlflow: MLflowSpec = Field(default_factory=MLflowSpec, description="MLflow tracking of params, metrics, artifacts and models.")
 
 
+class GangSpec(SpecModel):
+    enabled: bool = Field(
+        False,
+        description=(
+            "Gang-schedule every Ray stage: its head and all workers start together or not at all, through KubeRay's batch scheduler (Volcano or "
+            "YuniKorn, chosen in the operator's configuration)."
+        ),
+    )
+    queue: LabelValue | None = Field(None, min_length=1, description=(
+        "Queue of the batch scheduler (Volcano queue, or YuniKorn queue such as root.ml); its default queue when unset."
+    ))
+
+
+class SchedulingSpec(SpecModel):
+    queue_name: LabelValue | None = Field(
+        None,
+        min_length=1,
+        description=(
+            "Kueue LocalQueue of the run's namespace: every stage's Job and RayJob is created suspended with the kueue.x-k8s.io/queue-name label, and "
+            "starts when Kueue admits it."
+        ),
+    )
+    priority_class_name: K8sName | None = Field(
+        None, description="PriorityClass of every stage pod (Kueue also takes the workload's priority from it unless workloadPriorityClassName is set)."
+    )
+    workload_priority_class_name: K8sName | None = Field(
+        None, description="Kueue WorkloadPriorityClass (label kueue.x-k8s.io/priority-class): queue order and preemption without changing the pods' priority. Needs queueName."
+    )
+    gang: GangSpec = Field(default_factory=GangSpec, description="Gang scheduling of the Ray stages. Not combined with queueName (Kueue admits a stage's pods together already).")
+
+
 class FailurePolicy(SpecModel):
     max_retries: int = Field(2, ge=0, le=9, description="Retries of a failed stage before the run fails; an RL retry resumes from its last checkpoint.")
     backoff_seconds: int = Field(60, ge=0, le=86400, description="Wait before the first retry; doubled for each further retry.")
-    stage_deadline_seconds: int | None = Field(None, ge=60, description="Fail a stage attempt that runs longer than this (RayJob activeDeadlineSeconds).")
-    ttl_seconds_after_finished: int = Field(3600, ge=0, description="Keep a finished stage's Ray cluster/Job this long for inspection.")
+    stage_deadline_seconds: int | None = Field(None, ge=60, le=INT32_MAX, description="Fail a stage attempt that runs longer than this (RayJob activeDeadlineSeconds).")
+    cluster_grace_seconds: int = Field(
+        0,
+        ge=0,
+        le=600,
+        description=(
+            "Keep a finished stage's Ray cluster (and its accelerators) this long after its job ends, for a look inside; "
+            "0 releases the devices at once. The RayJob, the job submitter's log and the stage's MLflow run stay either way."
+        ),
+    )
 
 
 class RetoolRunSpec(SpecModel):
+    recipe: Literal["tool-integrated", "text-only"] = Field(
+        "tool-integrated",
+        description=(
+            "tool-integrated: ReTool (code interpreter in SFT data, RL rollouts and eval). text-only: the paper's text-based RL baseline, the same RL "
+            "without the code interpreter (no tool in prompts or data, no sandbox; sft must be disabled)."
+        ),
+    )
     model: ModelSpec = Field(default_factory=ModelSpec, description="The model to train.")
     hardware: HardwareSpec = Field(default_factory=HardwareSpec, description="Trainer nodes and devices.")
-    storage: StorageSpec = Field(..., description="Where data, checkpoints and models live: a PVC, optionally mirrored to S3.")
+    storage: StorageSpec = Field(
+        default_factory=StorageSpec, description="Where data, checkpoints and models live: a claim (created by the operator unless named), optionally mirrored to S3."
+    )
     data: DataSpec = Field(default_factory=DataSpec, description="SFT, RL and evaluation data sources.")
     sft: SFTSpec = Field(default_factory=SFTSpec, description="Cold-start supervised fine-tuning.")
+    preflight: PreflightSpec = Field(default_factory=PreflightSpec, description="Checks before the first accelerator stage.")
     rl: RLSpec = Field(default_factory=RLSpec, description="Multi-turn tool-integrated RL.")
     eval: EvalSpec = Field(default_factory=EvalSpec, description="Final evaluation of the trained model.")
     sandbox: SandboxSpec = Field(default_factory=SandboxSpec, description="The run's code sandbox.")
     tracking: TrackingSpec = Field(default_factory=TrackingSpec, description="Experiment tracking.")
+    scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec, description="How the run joins the cluster's scheduling: a Kueue queue, priorities, gang scheduling.")
+    pods: PodSettingsSpec = Field(
+        default_factory=PodSettingsSpec, description="Per-run pod settings: service account, image pull secrets, environment, labels, annotations, extra volumes."
+    )
     failure_policy: FailurePolicy = Field(default_factory=FailurePolicy, description="Retries and deadlines of stages.")
     suspend: bool = Field(False, description="Suspend the current stage and scale the sandbox to zero; false continues.")
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import re
 
-STAGES: tuple[str, ...] = ("prepare", "sft", "merge", "rl", "eval")
-"""The pipeline, in order. Each stage runs only after the previous one succeeded."""
+STAGES: tuple[str, ...] = ("prepare", "preflight", "sft", "merge", "rl", "eval")
+"""The pipeline, in order. Each stage runs only after the previous one succeeded; preflight is the
+last stage before any accelerator is requested."""
 
 RAY_STAGES = frozenset({"sft", "rl", "eval"})
 """Stages that run as KubeRay RayJobs; the others are batch Jobs."""
@@ -85,3 +86,24 @@ def run_name_problems(name: str) -> list[str]:
             f"names such as '{name}{worst_suffix}' stay within {limit} characters"
         )
     return problems
+
+
+# What the operator itself puts on stage pods: a run's spec.pods may not set these (a clash would
+# either be dropped silently or break the pod), so the rules refuse them naming the field.
+SPEC_VOLUME = "run-spec"
+DATA_VOLUME = "data"
+SHM_VOLUME = "dshm"
+RESERVED_VOLUME_NAMES = frozenset({SPEC_VOLUME, DATA_VOLUME, SHM_VOLUME})
+SPEC_DIRECTORY = "/etc/retool"
+SHM_PATH = "/dev/shm"
+RESERVED_LABEL_PREFIXES: tuple[tuple[str, str], ...] = (
+    ("app.kubernetes.io/", "the operator sets the app.kubernetes.io labels"),
+    ("retool.dev/", "the operator's own labels"),
+    ("kueue.x-k8s.io/", "set through spec.scheduling"),
+    ("ray.io/", "set through spec.scheduling or by KubeRay"),
+    ("volcano.sh/", "set through spec.scheduling"),
+    ("yunikorn.apache.org/", "set through spec.scheduling"),
+    ("batch.kubernetes.io/", "set by the Job controller"),
+)
+RESERVED_LABELS = frozenset({"job-name", "controller-uid"})
+"""Labels the Job controller puts on the pods it creates."""

@@ -7,6 +7,7 @@ sandbox replica's memory limit against its concurrent executions) before anythin
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any
@@ -58,13 +59,27 @@ def parse_quantity(value: str | int | float) -> Decimal:
     return Decimal(number) * _DECIMAL[suffix]
 
 
+MAX_QUANTITY = Decimal(2**63 - 1)
+"""Kubernetes: "no quantity may represent a number greater than 2^63-1" (in base units; CPU is counted in millicores)."""
+MAX_QUANTITY_CHARS = 64
+
+
 def _check_quantity(value: Any) -> str | int:
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise ValueError(f"expected a Kubernetes quantity (a string such as '16Gi' or a number), got {type(value).__name__}")
-    if parse_quantity(value) < 0:
-        raise ValueError(f"{value!r} is negative; resource quantities must be >= 0")
+    # The CRD types a quantity int-or-string, as core Kubernetes does: the API server refuses a
+    # fractional number such as 1.5 (write "1.5" or "1500m"), so this does too.
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{value!r} is not a Kubernetes quantity")
     if isinstance(value, float):
-        return str(value)
+        raise ValueError(f"{value!r} is a fractional number; write a quantity as a string ('{value:g}') or an integer")
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise ValueError(f"expected a Kubernetes quantity (a string such as '16Gi' or an integer), got {type(value).__name__}")
+    if len(str(value)) > MAX_QUANTITY_CHARS:
+        raise ValueError(f"a quantity of {len(str(value))} characters is not a Kubernetes quantity")
+    amount = parse_quantity(value)
+    if amount < 0:
+        raise ValueError(f"{value!r} is negative; resource quantities must be >= 0")
+    if amount.adjusted() > 18 or amount * 1000 > MAX_QUANTITY:
+        raise ValueError(f"{value!r} is larger than Kubernetes can represent (2^63-1 millis); no node offers that much")
     return value
 
 

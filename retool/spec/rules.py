@@ -11,22 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from retool.spec.model import RetoolRun, RetoolRunSpec
+from retool.spec.model import MAX_SANDBOX_REPLICAS, ResourceRequirements, RetoolRun, RetoolRunSpec
 from retool.spec.names import run_name_problems
+from retool.spec.pod_rules import pod_problems
+from retool.spec.problem import Problem
 from retool.spec.quantity import parse_quantity
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with a spec: the dotted field path and what to do about it."""
-
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
 
 
 def sandbox_replicas(spec: RetoolRunSpec) -> int:
@@ -107,14 +97,92 @@ def _stages(spec: RetoolRunSpec) -> list[Problem]:
 
 
 def _storage(spec: RetoolRunSpec) -> list[Problem]:
-    if spec.storage.pvc is None:
-        return [Problem("spec.storage.pvc", "a PVC is required: stages hand data, checkpoints and merged models to each other through it (storage.s3 is an optional mirror)")]
-    return []
+    pvc, problems = spec.storage.pvc, []
+    if pvc.claim_name is not None:
+        for field, value in (("size", pvc.size), ("storageClassName", pvc.storage_class_name), ("accessModes", pvc.access_modes)):
+            if value is not None:
+                problems.append(
+                    Problem(
+                        f"spec.storage.pvc.{field}",
+                        f"describes the claim the operator creates, but claimName names an existing claim ({pvc.claim_name}); remove one of them",
+                    )
+                )
+        if spec.storage.retain == "delete":
+            problems.append(Problem("spec.storage.retain", f"delete applies to a claim the operator creates; the existing claim {pvc.claim_name} is never deleted by the operator"))
+    if pvc.size is not None and parse_quantity(pvc.size) <= 0:
+        problems.append(Problem("spec.storage.pvc.size", f"{pvc.size} must be larger than zero"))
+    if spec.hardware.nodes > 1 and pvc.access_modes is not None and "ReadWriteMany" not in pvc.access_modes:
+        problems.append(
+            Problem(
+                "spec.storage.pvc.accessModes",
+                f"hardware.nodes is {spec.hardware.nodes}: pods on every node mount the claim at once (Ray workers read what the head writes), which needs ReadWriteMany",
+            )
+        )
+    return problems
+
+
+def _scheduling(spec: RetoolRunSpec) -> list[Problem]:
+    scheduling, problems = spec.scheduling, []
+    if scheduling.queue_name and scheduling.gang.enabled:
+        problems.append(
+            Problem(
+                "spec.scheduling.gang.enabled",
+                "cannot be combined with queueName: Kueue admits a stage's whole workload at once (quota for the head and every worker), "
+                "and a batch scheduler beside it would queue the run twice; use queueName (Kueue) or gang (Volcano/YuniKorn), not both",
+            )
+        )
+    if scheduling.workload_priority_class_name and not scheduling.queue_name:
+        problems.append(Problem("spec.scheduling.workloadPriorityClassName", "is a Kueue priority and needs scheduling.queueName"))
+    if scheduling.gang.queue and not scheduling.gang.enabled:
+        problems.append(Problem("spec.scheduling.gang.queue", "has no effect unless scheduling.gang.enabled is true"))
+    return problems
+
+
+def _recipe(spec: RetoolRunSpec) -> list[Problem]:
+    if spec.recipe != "text-only":
+        return []
+    problems = []
+    if spec.sft.enabled:
+        problems.append(
+            Problem(
+                "spec.sft.enabled",
+                "recipe text-only trains without the code interpreter, but the cold-start SFT teaches code-interpreter calls; "
+                "set sft.enabled: false (the paper's text-based RL baseline starts from the instruct model)",
+            )
+        )
+    if spec.rl.tool_turn_shaping:
+        problems.append(Problem("spec.rl.toolTurnShaping", "shapes the reward by tool turns, which a text-only run has none of"))
+    return problems
+
+
+def _requests_within_limits(resources: ResourceRequirements, path: str) -> list[Problem]:
+    """A request above the limit of the same resource (Kubernetes refuses such a pod)."""
+    return [
+        Problem(f"{path}.requests.{key}", "request is larger than the limit")
+        for key in sorted(set(resources.requests) & set(resources.limits))
+        if parse_quantity(resources.requests[key]) > parse_quantity(resources.limits[key])
+    ]
+
+
+def sandbox_replica_problem(spec: RetoolRunSpec, cap: int = MAX_SANDBOX_REPLICAS, setting: str = "") -> Problem | None:
+    """The run asks for more sandbox replicas than ``cap`` (the contract's, or the operator's ``setting``)."""
+    replicas = sandbox_replicas(spec)
+    if replicas <= cap:
+        return None
+    where = f" (operator setting {setting})" if setting else ""
+    return Problem(
+        "spec.sandbox.maxConcurrent",
+        f"{spec.sandbox.max_concurrent} executions at {spec.sandbox.per_replica_concurrency} per replica need {replicas} sandbox replicas; "
+        f"at most {cap} are allowed{where}: lower maxConcurrent or raise perReplicaConcurrency",
+    )
 
 
 def _sandbox(spec: RetoolRunSpec) -> list[Problem]:
     sandbox = spec.sandbox
     problems = []
+    too_many = sandbox_replica_problem(spec)
+    if too_many is not None:
+        problems.append(too_many)
     if sandbox.per_replica_concurrency > sandbox.max_concurrent:
         problems.append(
             Problem("spec.sandbox.perReplicaConcurrency", f"{sandbox.per_replica_concurrency} is larger than sandbox.maxConcurrent ({sandbox.max_concurrent})")
@@ -129,18 +197,12 @@ def _sandbox(spec: RetoolRunSpec) -> list[Problem]:
                 "legitimate executions would get the replica OOM-killed",
             )
         )
-    for key in sorted(set(sandbox.resources.requests) & set(sandbox.resources.limits)):
-        if parse_quantity(sandbox.resources.requests[key]) > parse_quantity(sandbox.resources.limits[key]):
-            problems.append(Problem(f"spec.sandbox.resources.requests.{key}", "request is larger than the limit"))
+    problems.extend(_requests_within_limits(sandbox.resources, "spec.sandbox.resources"))
     return problems
 
 
 def _hardware(spec: RetoolRunSpec) -> list[Problem]:
-    problems = []
-    resources = spec.hardware.resources
-    for key in sorted(set(resources.requests) & set(resources.limits)):
-        if parse_quantity(resources.requests[key]) > parse_quantity(resources.limits[key]):
-            problems.append(Problem(f"spec.hardware.resources.requests.{key}", "request is larger than the limit"))
+    problems = _requests_within_limits(spec.hardware.resources, "spec.hardware.resources")
     names = [d.name for d in spec.data.eval]
     for i, name in enumerate(names):
         if name in names[:i]:
@@ -155,6 +217,9 @@ SPEC_RULES: tuple[Callable[[RetoolRunSpec], list[Problem]], ...] = (
     _clip_ratios,
     _stages,
     _storage,
+    _scheduling,
+    _recipe,
+    pod_problems,
     _sandbox,
     _hardware,
 )

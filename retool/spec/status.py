@@ -12,11 +12,12 @@ from pydantic import Field
 
 from retool.spec.model import SpecModel
 
-Phase = Literal["Pending", "Preparing", "SFT", "Merging", "RL", "Evaluating", "Succeeded", "Failed", "Suspended"]
-StageState = Literal["Pending", "Running", "Retrying", "Succeeded", "Failed", "Skipped", "Suspended"]
+Phase = Literal["Pending", "Preparing", "Preflight", "SFT", "Merging", "RL", "Evaluating", "Succeeded", "Failed", "Suspended"]
+StageState = Literal["Pending", "Queued", "Running", "Retrying", "Succeeded", "Failed", "Skipped", "Suspended"]
 
 PHASE_OF_STAGE: dict[str, str] = {
     "prepare": "Preparing",
+    "preflight": "Preflight",
     "sft": "SFT",
     "merge": "Merging",
     "rl": "RL",
@@ -25,8 +26,10 @@ PHASE_OF_STAGE: dict[str, str] = {
 
 
 class StageStatus(SpecModel):
-    name: Literal["prepare", "sft", "merge", "rl", "eval"] = Field(..., description="Stage name.")
-    state: StageState = Field("Pending", description="Pending, Running, Retrying, Succeeded, Failed, Skipped or Suspended.")
+    name: Literal["prepare", "preflight", "sft", "merge", "rl", "eval"] = Field(..., description="Stage name.")
+    state: StageState = Field(
+        "Pending", description="Pending, Queued (waiting for admission by the run's Kueue queue), Running, Retrying, Succeeded, Failed, Skipped or Suspended."
+    )
     job: str | None = Field(None, description="Name of the Job or RayJob of the current attempt.")
     attempt: int = Field(0, ge=0, description="Current attempt, from 1; 0 before the stage starts.")
     start_time: str | None = Field(None, description="When the first attempt started (RFC 3339).")
@@ -34,10 +37,14 @@ class StageStatus(SpecModel):
     message: str | None = Field(None, description="Why the stage is in its state.")
     checkpoint: str | None = Field(None, description="Latest checkpoint or output path of the stage.")
     next_attempt_time: str | None = Field(None, description="While Retrying: when the next attempt starts (RFC 3339), after the failure policy's backoff.")
+    preemptions: int | None = Field(None, ge=0, description="Times the queue preempted the stage (re-suspended it); preemptions are waits, never failed attempts.")
+    preempted_attempts: int | None = Field(
+        None, ge=0, description="Attempts that a preemption ended (a batch Job cannot resume) and a new attempt replaced; they use no retry."
+    )
 
 
 class Condition(SpecModel):
-    type: str = Field(..., description="Condition type, e.g. Ready, Succeeded, Failed, Suspended, SandboxReady.")
+    type: str = Field(..., description="Condition type, e.g. Ready, Reconciling, Stalled, Succeeded, Failed, Suspended, SpecValid, SandboxReady.")
     status: Literal["True", "False", "Unknown"] = Field(..., description="True, False or Unknown.")
     reason: str = Field(..., description="One-word CamelCase reason.")
     message: str = Field("", description="Human-readable details.")
@@ -57,16 +64,39 @@ class MLflowStatus(SpecModel):
     run_id: str | None = Field(None, description="Parent MLflow run id; stages log child runs under it.")
 
 
+class StorageStatus(SpecModel):
+    claim_name: str = Field(..., description="The PersistentVolumeClaim every stage mounts.")
+    managed: bool = Field(False, description="Created by the operator (<run>-data); false for an existing claim named in the spec.")
+    retain: Literal["keep", "delete"] | None = Field(None, description="For a created claim: kept when the run is deleted, or deleted with it.")
+    size: str | None = Field(None, description="Requested size (status.capacity once bound).")
+    storage_class_name: str | None = Field(None, description="Storage class of the claim.")
+    access_modes: list[str] = Field(default_factory=list, description="Access modes of the claim (status.accessModes once bound).")
+    phase: str | None = Field(None, description="Pending, Bound or Lost; empty when the claim does not exist yet.")
+
+
 class RetoolRunStatus(SpecModel):
     phase: Phase = Field("Pending", description="Where the pipeline is.")
     stage: str | None = Field(None, description="Current (or last) stage.")
     progress: str | None = Field(None, description="Human-readable progress, e.g. 'rl 120/400'.")
     score: float | None = Field(None, description="Headline eval score: mean@n of the first eval set.")
     message: str | None = Field(None, description="Latest notable event.")
-    stages: list[StageStatus] = Field(default_factory=list, description="One entry per stage of the pipeline.")
-    conditions: list[Condition] = Field(default_factory=list, description="Standard metav1.Condition list.")
+    stages: list[StageStatus] = Field(
+        default_factory=list,
+        description="One entry per stage of the pipeline.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description=(
+            "Standard metav1.Condition list, one per type (a list-map keyed by type, as server-side apply and kstatus expect): "
+            "Ready (True once every stage succeeded), Reconciling (True while the pipeline works), Stalled (True when it cannot go on: "
+            "a failed stage, an invalid spec, a child the API server refuses), Succeeded, Failed, Suspended, SpecValid, SandboxReady."
+        ),
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
     sandbox: SandboxStatus | None = Field(None, description="The run's code sandbox.")
     mlflow: MLflowStatus | None = Field(None, description="Where the run is tracked.")
+    storage: StorageStatus | None = Field(None, description="The run's claim.")
     results: dict[str, dict[str, float]] = Field(
         default_factory=dict, description="Eval results per data source and metric, e.g. aime_2024: {mean@30: 0.67}."
     )

@@ -7,6 +7,7 @@ admission webhook, and the operator's create handler on clusters without the web
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,25 @@ from pydantic import BaseModel, ValidationError
 from retool.spec.model import RetoolRun
 from retool.spec.names import run_name_problems
 from retool.spec.rules import Problem, check_rules
+
+
+class KubeYAMLLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that reads numbers as kubectl does.
+
+    PyYAML follows YAML 1.1 and reads ``1e-5`` and ``1.0e5`` (no sign or no dot) as strings;
+    kubectl's YAML parser reads them as numbers. A learning rate written ``1e-5`` is valid for the
+    API server, so it must be a number here too (the strict spec types refuse a string).
+    """
+
+
+KubeYAMLLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)$"), list("-+0123456789.")
+)
+
+
+def load_documents(text: str) -> list[Any]:
+    """The non-empty YAML documents of ``text``, numbers read as kubectl reads them."""
+    return [d for d in yaml.load_all(text, Loader=KubeYAMLLoader) if d is not None]
 
 
 class SpecError(ValueError):
@@ -60,8 +80,19 @@ def _unwrap(annotation: Any) -> Any:
     return annotation if isinstance(annotation, type) else None
 
 
+_JSON_TYPES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", list: "a list", dict: "a mapping", type(None): "null"}
+
+
+def _where(loc: Iterable[str | int]) -> tuple[str | int, ...]:
+    """The field's location; a mapping key that failed (``labels.<key>.[key]``) names the key itself."""
+    loc = tuple(loc)
+    return loc[:-1] if loc and loc[-1] == "[key]" else loc
+
+
 def _message(error: dict[str, Any]) -> str:
     loc = tuple(error["loc"])
+    if loc and loc[-1] == "[key]":
+        return f"{loc[-2]!r} is not a valid key here ({_pattern_hint((*loc[:-1], '[key]'))})"
     if error["type"] == "extra_forbidden":
         owner = _model_at(loc[:-1])
         if owner is not None:
@@ -77,11 +108,29 @@ def _message(error: dict[str, Any]) -> str:
         message = message[len("Value error, ") :]
     if error["type"].startswith("string_pattern"):
         message = f"{error.get('input')!r} is not valid here ({_pattern_hint(loc)})"
+    elif error["type"].endswith("_type") and "input" in error:
+        # Strict types: say what was given, so "2" (a string) for an integer is obvious.
+        given = _JSON_TYPES.get(type(error["input"]), type(error["input"]).__name__)
+        message = f"{message}, got {given} {error['input']!r}" if not isinstance(error["input"], dict | list) else f"{message}, got {given}"
     return message
 
 
+_NAME_HINTS = {
+    "eval": "expected lower-case letters, digits and '_'",
+    "env": "expected an environment variable name: letters, digits, '_', '-' and '.'",
+    "volumes": "expected a DNS label: lower-case letters, digits and '-'",
+}
+
+
 def _pattern_hint(loc: tuple[str | int, ...]) -> str:
-    field = str(loc[-1]) if loc else ""
+    names = [str(part) for part in loc if not isinstance(part, int)]
+    field = names[-1] if names else ""
+    if field == "[key]":
+        return "expected a label key such as example.com/team" if "labels" in names or "annotations" in names else "expected a valid key"
+    if field == "name":
+        return _NAME_HINTS.get(names[-2] if len(names) > 1 else "", "expected a Kubernetes object name")
+    if len(names) > 1 and names[-2] == "labels":
+        return "expected a label value: at most 63 letters, digits, '-', '_' and '.'"
     hints = {
         "base": "expected a Hugging Face id org/name, an s3://bucket/key URI or an absolute path",
         "sft": "expected a Hugging Face id org/name, an s3://bucket/key URI or an absolute path",
@@ -91,7 +140,13 @@ def _pattern_hint(loc: tuple[str | int, ...]) -> str:
         "endpoint": "expected an http(s):// URL",
         "trackingUri": "expected an http(s):// URL",
         "claimName": "expected a Kubernetes object name",
-        "name": "expected lower-case letters, digits and '_' or '-'",
+        "storageClassName": "expected a Kubernetes object name",
+        "queueName": "expected a label value: letters, digits, '-', '_' and '.'",
+        "queue": "expected a label value: letters, digits, '-', '_' and '.'",
+        "imagePullSecrets": "expected a Kubernetes object name",
+        "serviceAccountName": "expected a Kubernetes object name",
+        "path": "expected a path",
+        "subPath": "expected a relative path",
         "mountPath": "expected an absolute path",
         "deviceResourceName": "expected an extended resource name such as huawei.com/Ascend910",
     }
@@ -105,12 +160,21 @@ def validate_document(document: Any) -> list[Problem]:
     try:
         run = RetoolRun.model_validate(document)
     except ValidationError as err:
-        problems = [Problem(_path(e["loc"]) or "(document)", _message(e)) for e in err.errors()]
+        problems = [Problem(_path(_where(e["loc"])) or "(document)", _message(e)) for e in err.errors()]
         name = (document.get("metadata") or {}).get("name") if isinstance(document.get("metadata"), dict) else None
         if isinstance(name, str) and not any(p.path.startswith("metadata.name") for p in problems):
             problems += [Problem("metadata.name", message) for message in run_name_problems(name)]
         return problems
     return check_rules(run)
+
+
+def document_warnings(document: Any) -> list[Problem]:
+    """What is accepted but probably wrong (e.g. a GPU product no node is labelled with); empty for an invalid document."""
+    from retool.spec.products import product_warnings  # products imports rules, which this module imports
+
+    if validate_document(document):
+        return []
+    return product_warnings(RetoolRun.model_validate(document).spec)
 
 
 def parse_run(document: Any) -> RetoolRun:
@@ -134,7 +198,7 @@ class FileProblem:
 def validate_text(text: str, source: str = "<stdin>") -> tuple[int, list[FileProblem]]:
     """Validate a multi-document YAML stream: (documents checked, problems)."""
     try:
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+        documents = load_documents(text)
     except yaml.YAMLError as err:
         return 0, [FileProblem(source, 0, Problem("(yaml)", str(err).replace("\n", " ")))]
     if not documents:

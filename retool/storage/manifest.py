@@ -1,9 +1,14 @@
-"""The sha256 manifest written beside a copied directory.
+"""The sha256 manifest written beside a copied directory, and the marker of a copy in progress.
 
 S3's ETag is not a content hash for multipart uploads, so integrity is checked with our own
-sha256 per file. The manifest is written LAST: its presence means the copy is complete, and a
-download verifies every file against it. Each object also carries its sha256 as metadata, so
-an interrupted upload resumes by skipping objects that already hold the right bytes.
+sha256 per file. The manifest is written LAST and removed FIRST when a copy is replaced: its
+presence means the copy is complete, and a download verifies every file against it. Each object
+also carries its sha256 as metadata, so an interrupted upload resumes by skipping objects that
+already hold the right bytes.
+
+A local destination also carries :data:`COPY_MARKER` from the first byte written until the
+manifest is in place: a PVC directory verl wrote has neither file, so the marker is what tells
+"a download killed half-way" apart from "a checkpoint directory verl saved" (both lack a manifest).
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 MANIFEST_NAME = ".retool-manifest.json"
+COPY_MARKER = ".retool-copy-incomplete"
+"""Present in a local directory while a copy into it is unfinished (or was killed)."""
 MANIFEST_VERSION = 1
 SHA256_METADATA_KEY = "sha256"
 """User metadata key on each object (x-amz-meta-sha256)."""
@@ -50,7 +57,7 @@ def walk_files(root: str) -> Iterator[str]:
     for directory, dirnames, filenames in os.walk(root):
         dirnames.sort()
         for name in filenames:
-            if name == MANIFEST_NAME or is_partial_name(name):
+            if name in (MANIFEST_NAME, COPY_MARKER) or is_partial_name(name):
                 continue
             full = os.path.join(directory, name)
             if os.path.isfile(full):
@@ -87,6 +94,25 @@ def load_manifest(data: bytes, where: str) -> dict[str, FileEntry]:
         if rel.startswith("/") or ".." in rel.split("/"):
             raise ValueError(f"{where}: manifest entry {rel!r} escapes the directory")
     return files
+
+
+def entries_under(files: dict[str, FileEntry], prefix: str) -> dict[str, FileEntry]:
+    """The entries below directory ``prefix`` (relative POSIX path, no slashes at the ends), re-rooted there."""
+    if not prefix:
+        return dict(files)
+    head = prefix.strip("/") + "/"
+    return {rel[len(head) :]: entry for rel, entry in files.items() if rel.startswith(head)}
+
+
+def local_manifest(root: str) -> dict[str, FileEntry] | None:
+    """The manifest of local directory ``root``: None when it has none; ValueError when it is unreadable."""
+    path = os.path.join(root, MANIFEST_NAME)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    return load_manifest(data, path)
 
 
 def local_matches(path: str, entry: FileEntry) -> bool:

@@ -12,13 +12,13 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tests.chart.helm import HELM, offline_chart
+from tests.chart.helm import HELM, chart_copy
 
 
 @pytest.fixture(scope="session")
 def chart(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert HELM.is_file(), f"{HELM} is missing: run `make helm` (make test does it first)"
-    return offline_chart(tmp_path_factory.mktemp("chart"))
+    return chart_copy(tmp_path_factory.mktemp("chart"))
 
 
 @pytest.fixture(scope="session")

@@ -1,10 +1,8 @@
 """Run the real helm binary against the chart and parse what it renders.
 
-Helm 4 refuses to render a chart whose Chart.yaml declares a dependency that is missing from
-charts/, even when the dependency's condition is false, and fetching the KubeRay chart needs
-a network this test suite does not have. So the tests render an offline copy of the chart whose
-Chart.yaml differs only by that one dependency entry (test_chart_metadata.py checks the entry
-itself); everything else, values.yaml and the schema included, is the checked-in file.
+KubeRay is a prerequisite the chart checks for (``.Capabilities.APIVersions.Has "ray.io/v1/RayJob"``);
+``helm template`` has no cluster, so ``render`` passes ``--api-versions ray.io/v1/RayJob`` as a
+cluster with KubeRay would report it (``KUBERAY``), unless told otherwise.
 """
 
 from __future__ import annotations
@@ -30,17 +28,14 @@ class HelmError(RuntimeError):
     """helm exited non-zero; the message is its stderr."""
 
 
-def offline_chart(dest: Path) -> Path:
-    """Copy the chart to ``dest/retool`` without the (undownloadable) KubeRay dependency entry."""
+KUBERAY = ("--api-versions", "ray.io/v1/RayJob")
+"""What a cluster with KubeRay installed adds to the capabilities ``helm install`` sees."""
+
+
+def chart_copy(dest: Path) -> Path:
+    """The chart as a fresh checkout has it: a copy without anything a developer built next to it."""
     target = dest / "retool"
-    # Leave out what `helm dependency build` may have fetched into this checkout: Helm would
-    # render an undeclared chart found in charts/ unconditionally.
     shutil.copytree(CHART, target, ignore=lambda d, names: {"charts", "Chart.lock"} & set(names) if Path(d) == CHART else set())
-    meta = yaml.safe_load((target / "Chart.yaml").read_text())
-    meta["dependencies"] = [d for d in meta.get("dependencies", []) if d["name"] != "kuberay-operator"]
-    if not meta["dependencies"]:
-        del meta["dependencies"]
-    (target / "Chart.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
     return target
 
 
@@ -66,9 +61,9 @@ class Profile:
         return out + list(self.flags)
 
 
-def render(chart: Path, *args: str, namespace: str = NAMESPACE, release: str = RELEASE) -> list[dict[str, Any]]:
-    """``helm template`` (tests included) -> the list of rendered objects."""
-    out = helm("template", release, chart, "--namespace", namespace, *args).stdout
+def render(chart: Path, *args: str, namespace: str = NAMESPACE, release: str = RELEASE, kuberay: bool = True) -> list[dict[str, Any]]:
+    """``helm template`` (tests included) -> the list of rendered objects, on a cluster with KubeRay unless ``kuberay=False``."""
+    out = helm("template", release, chart, "--namespace", namespace, *(KUBERAY if kuberay else ()), *args).stdout
     return [doc for doc in yaml.safe_load_all(out) if doc]
 
 

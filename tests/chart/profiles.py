@@ -1,4 +1,4 @@
-"""The documented install profiles (README "Configure"), rendered once per test session."""
+"""The documented install profiles (docs/install.md "Configure"), rendered once per test session."""
 
 from __future__ import annotations
 

@@ -4,37 +4,54 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.chart.helm import CHART, HelmError, helm
+from tests.chart.helm import CHART, HelmError, helm, render
 from tests.chart.profiles import PROFILES, render_profile
+from tests.chart.values_doc import value_keys
 from tests.conftest import REPO
 
 META = yaml.safe_load((CHART / "Chart.yaml").read_text())
 PYPROJECT = (REPO / "pyproject.toml").read_text()
 
 
-def test_kuberay_operator_is_an_optional_pinned_dependency_off_by_default() -> None:
-    (dep,) = [d for d in META["dependencies"] if d["name"] == "kuberay-operator"]
-    assert re.fullmatch(r"1\.\d+\.\d+", dep["version"]), "pin an exact 1.x version"
-    assert dep["repository"] == "https://ray-project.github.io/kuberay-helm/"
-    assert dep["condition"] == "kuberay-operator.enabled"
-    assert yaml.safe_load((CHART / "values.yaml").read_text())["kuberay-operator"] == {"enabled": False}
+def test_kuberay_is_a_prerequisite_the_chart_checks_not_a_dependency() -> None:
+    assert "dependencies" not in META, "a declared dependency must be downloaded before Helm renders the chart at all"
+    assert yaml.safe_load((CHART / "values.yaml").read_text())["kuberay"] == {"checkInstalled": True}
+    assert "charts/" in (CHART / ".helmignore").read_text()  # a leftover of an old `helm dependency build` is never rendered
 
 
-def test_helm_reads_the_dependency_entry() -> None:
-    rows = [line.split() for line in helm("dependency", "list", CHART).stdout.splitlines()[1:] if line.strip()]
-    assert [r[:3] for r in rows] == [["kuberay-operator", "1.7.0", "https://ray-project.github.io/kuberay-helm/"]]
+def test_install_without_kuberay_fails_naming_the_fix(chart: Path) -> None:
+    with pytest.raises(HelmError) as err:
+        render(chart, kuberay=False)
+    message = str(err.value)
+    assert "KubeRay is not installed: this cluster serves no ray.io/v1 RayJob API" in message
+    assert "helm install kuberay-operator kuberay/kuberay-operator --version 1.7.0" in message
+    assert "--set kuberay.checkInstalled=false" in message
 
 
-def test_helm_needs_the_dependency_built_even_when_disabled(tmp_path: Path) -> None:
-    """Why the README says `helm dependency build` first: Helm 4 checks declared dependencies unconditionally."""
-    checkout = shutil.copytree(CHART, tmp_path / "retool", ignore=lambda d, names: {"charts"} & set(names) if Path(d) == CHART else set())
-    with pytest.raises(HelmError, match="missing in charts/ directory: kuberay-operator"):
-        helm("template", "retool", checkout)
+def test_the_check_can_be_skipped_where_there_is_no_cluster(chart: Path) -> None:
+    with_api = render(chart)
+    skipped = render(chart, "--set", "kuberay.checkInstalled=false", kuberay=False)
+    assert [d["kind"] for d in skipped] == [d["kind"] for d in with_api]
+
+
+def test_a_fresh_checkout_renders_with_no_extra_step(tmp_path: Path) -> None:
+    """Exactly the files git tracks, nothing fetched: what `git clone` gives (no `helm dependency build`)."""
+    tracked = subprocess.run(["git", "ls-files", "charts/retool"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    assert "charts/retool/Chart.yaml" in tracked
+    for name in tracked:
+        target = tmp_path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / name, target)
+    docs = render(tmp_path / "charts" / "retool")
+    assert {"Deployment", "ConfigMap", "ClusterRole"} <= {d["kind"] for d in docs}
+    proc = helm("lint", "--strict", tmp_path / "charts" / "retool", check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_versions_match_the_python_package() -> None:
@@ -60,33 +77,7 @@ def test_every_value_is_documented() -> None:
 
 def undocumented_values(text: str) -> list[str]:
     lines = text.splitlines()
-    missing: list[str] = []
-    value_indent: int | None = None  # inside a documented value's nested default
-    for i, line in enumerate(lines):
-        m = re.match(r"^(\s*)([A-Za-z][\w-]*):(\s|$)", line)
-        if not m:
-            continue
-        indent = len(m.group(1))
-        if value_indent is not None and indent > value_indent:
-            continue
-        value_indent = None
-        j = i - 1
-        while j >= 0 and lines[j].strip().startswith("#") and not lines[j].strip().startswith("# --"):
-            j -= 1
-        documented = j >= 0 and lines[j].strip().startswith("# --") and all(lines[k].strip().startswith("#") for k in range(j, i))
-        if documented:
-            value_indent = indent
-        elif not _has_children(lines, i, indent):
-            missing.append(f"line {i + 1}: {line.strip()}")
-    return missing
-
-
-def _has_children(lines: list[str], i: int, indent: int) -> bool:
-    for nxt in lines[i + 1 :]:
-        if not nxt.strip() or nxt.strip().startswith("#"):
-            continue
-        return len(nxt) - len(nxt.lstrip()) > indent
-    return False
+    return [f"line {key.line + 1}: {lines[key.line].strip()}" for key in value_keys(text) if not key.documented and not key.has_children]
 
 
 def test_the_documentation_check_finds_an_undocumented_value() -> None:
@@ -108,7 +99,14 @@ def test_lint_strict(chart: Path, ca_bundle: str, profile: str) -> None:
 @pytest.mark.parametrize(
     ("flags", "expected"),
     [
-        pytest.param([], ["kubectl apply -n <namespace> -f my-run.yaml", "port-forward svc/retool-mlflow 5000:5000", "Admission webhook: off"], id="default install"),
+        pytest.param(
+            [],
+            ["kubectl apply -n <namespace> -f my-run.yaml", "port-forward svc/retool-mlflow 5000:5000", "Admission webhook: off", "KubeRay: not checked"],
+            id="default install",
+        ),
+        pytest.param(
+            ["--set", "defaults.batchScheduler=volcano"], ["KubeRay must run with\n--batch-scheduler=volcano", "batchScheduler.name=volcano"], id="gang scheduling with volcano"
+        ),
         pytest.param(["--set", "webhook.certificates.source=certManager"], ["Admission webhook: on, certificate from cert-manager"], id="with cert-manager"),
         pytest.param(
             ["--set", "mlflow.enabled=false", "--set", "mlflow.externalTrackingUri=https://mlflow.example.com"],
@@ -124,7 +122,8 @@ def test_lint_strict(chart: Path, ca_bundle: str, profile: str) -> None:
     ],
 )
 def test_notes_tell_how_to_submit_a_run_and_open_mlflow(chart: Path, flags: list[str], expected: list[str]) -> None:
-    out = helm("install", "retool", chart, "--namespace", "retool-system", "--dry-run=client", *flags).stdout
+    # `helm install --dry-run=client` sees no cluster, hence no KubeRay: the check is skipped.
+    out = helm("install", "retool", chart, "--namespace", "retool-system", "--dry-run=client", "--set", "kuberay.checkInstalled=false", *flags).stdout
     notes = out[out.index("NOTES:") :]
     for text in expected:
         assert text in notes

@@ -3,11 +3,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,61 +10,19 @@ import httpx
 import pytest
 
 from tests.chart.helm import container, one
-from tests.conftest import free_port
+from tests.deployed_mlflow import deployed_mlflow
 
 pytestmark = pytest.mark.slow
 SERVICE_HOST = "retool-mlflow.retool-system.svc:5000"
 
 
-def local_command(mlflow: dict, data: Path, port: int) -> tuple[list[str], dict[str, str]]:
-    """The container's command with the volume mount and listen address mapped onto this machine."""
-    assert mlflow["command"] == ["mlflow", "server"]
-    args = []
-    for arg in mlflow["args"]:
-        if arg.startswith("--host="):
-            arg = "--host=127.0.0.1"
-        elif arg.startswith("--port="):
-            arg = f"--port={port}"
-        elif arg.startswith("--workers="):
-            arg = "--workers=1"
-        args.append(arg.replace("/mlflow/", f"{data}/"))
-    env = {e["name"]: e["value"].replace("////mlflow/", f"///{data}/") for e in mlflow["env"] if "value" in e}
-    env["HOME"] = str(data)
-    return [sys.executable, "-m", "mlflow", "server", *args], env
-
-
 @pytest.fixture(scope="module")
 def server(rendered, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     data = tmp_path_factory.mktemp("mlflow-pvc")
-    port = free_port()
-    cmd, env = local_command(container(one(rendered("default"), "Deployment", "-mlflow"), "mlflow"), data, port)
-    log = (data / "server.log").open("w")
-    # Own process group: mlflow forks uvicorn workers, and teardown stops the whole group it started.
-    proc = subprocess.Popen(cmd, env={**os.environ, **env}, cwd=data, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    started = time.monotonic()
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, (data / "server.log").read_text()[-3000:]
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.5)
-        else:
-            pytest.fail("mlflow server did not answer /health within 180 s:\n" + (data / "server.log").read_text()[-3000:])
-        print(f"mlflow server ready in {time.monotonic() - started:.1f} s")
-        yield url, data
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=15)
-        log.close()
+    mlflow = container(one(rendered("default"), "Deployment", "-mlflow"), "mlflow")
+    assert mlflow["command"] == ["mlflow", "server"], "the chart passes the server's options as args"
+    with deployed_mlflow(mlflow, data) as running:
+        yield running.base_url, data
 
 
 @pytest.mark.parametrize(

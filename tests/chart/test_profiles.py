@@ -27,11 +27,15 @@ def test_default_operator_configuration_follows_the_contract(rendered) -> None:
         "RETOOL_OPERATOR_NVIDIA_RESOURCE_NAME": "nvidia.com/gpu",
         "RETOOL_OPERATOR_ASCEND_RESOURCE_NAME": "huawei.com/Ascend910",
         "RETOOL_OPERATOR_ASCEND_NODE_SELECTOR": "accelerator=huawei-Ascend910",
+        "RETOOL_OPERATOR_METRICS_SCRAPER_NAMESPACES": "",
+        "RETOOL_OPERATOR_DEFAULT_STORAGE_CLASS": "",
+        "RETOOL_OPERATOR_BATCH_SCHEDULER": "",
         "RETOOL_OPERATOR_NAMESPACES": "",
         "RETOOL_OPERATOR_WEBHOOK_ENABLED": "false",
         "RETOOL_OPERATOR_WEBHOOK_PORT": "9443",
         "RETOOL_OPERATOR_WEBHOOK_CERT_DIR": "/etc/retool/webhook",
         "RETOOL_OPERATOR_LIVENESS_PORT": "8080",
+        "RETOOL_OPERATOR_SANDBOX_MAX_REPLICAS": "256",
     }
 
 
@@ -206,3 +210,32 @@ def test_helm_test_pods_probe_the_operator_and_mlflow(rendered, profile: str) ->
         assert f"{MLFLOW_URL}/health" in script and f"{MLFLOW_URL}/api/2.0/mlflow/experiments/search" in script
     else:
         assert f"{REL}-test-mlflow" not in tests
+
+
+def test_sandbox_metrics_reach_prometheus(chart, tmp_path) -> None:
+    """The scraper's namespace reaches the operator (the sandbox NetworkPolicy admits it) and the
+    PodMonitor selects the sandbox pods the operator labels, on the port they serve /metrics on."""
+    import yaml
+    from retool_operator import builders
+    from retool_operator.config import OperatorConfig
+
+    from tests.chart.helm import render
+    from tests.operator.helpers import run_of
+
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"defaults": {"sandboxMetricsScraperNamespace": {"kubernetes.io/metadata.name": "monitoring"}}, "sandboxPodMonitor": {"enabled": True}}))
+    docs = render(chart, "-f", str(values))
+    data = operator_config(docs)
+    assert data["RETOOL_OPERATOR_METRICS_SCRAPER_NAMESPACES"] == "kubernetes.io/metadata.name=monitoring"
+    config = OperatorConfig(_env_file=None, metrics_scraper_namespaces=data["RETOOL_OPERATOR_METRICS_SCRAPER_NAMESPACES"])
+    objects = builders.build_sandbox(run_of(), config=config, replicas=1)
+    (policy,) = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}} in [f for rule in policy["spec"]["ingress"] for f in rule["from"]]
+    (monitor,) = objects_of(docs, "PodMonitor")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    ports = {p["name"]: p["containerPort"] for p in deployment["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert endpoint["path"] == "/metrics" and endpoint["port"] in ports
+    assert monitor["spec"]["namespaceSelector"] == {"any": True}

@@ -1,4 +1,5 @@
-"""The chart grants exactly what the operator uses: its rules against retool_operator.permissions.RULES."""
+"""The chart grants exactly what the operator uses: its rules against retool_operator.permissions.RULES
+(which tests/operator/test_integration.py compares, both ways, with the requests the operator makes)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,7 @@ from tests.chart.helm import objects_of
 
 Triple = tuple[str, str, str]
 # Resources without a namespace: a Role cannot grant them.
-CLUSTER_SCOPED = {"customresourcedefinitions", "namespaces"}
-# kopf observes namespaces only when it watches all of them (it is given explicit names otherwise).
-CLUSTER_WIDE_ONLY = {("", "namespaces")}
+CLUSTER_SCOPED = {"customresourcedefinitions"}
 
 
 def triples(rules: Iterable[dict]) -> set[Triple]:
@@ -29,6 +28,11 @@ def test_the_operator_rules_are_not_empty_and_have_no_wildcards() -> None:
     assert not [t for t in OPERATOR if "*" in t]
 
 
+def test_owner_references_with_block_owner_deletion_are_allowed() -> None:
+    """OwnerReferencesPermissionEnforcement (OpenShift) refuses blockOwnerDeletion without update on the owner's finalizers."""
+    assert ("retool.dev", "retoolruns/finalizers", "update") in NAMESPACED
+
+
 def test_cluster_wide_mode_grants_exactly_the_operator_rules(rendered) -> None:
     (role,) = objects_of(rendered("default"), "ClusterRole")
     assert triples(role["rules"]) == OPERATOR
@@ -42,8 +46,7 @@ def test_namespaced_mode_grants_the_namespaced_rules_in_each_namespace(rendered,
 
 def test_namespaced_mode_grants_only_the_cluster_scoped_reads_kopf_needs(rendered) -> None:
     (role,) = objects_of(rendered("namespaced"), "ClusterRole")
-    expected = {t for t in OPERATOR - NAMESPACED if (t[0], t[1]) not in CLUSTER_WIDE_ONLY}
-    assert triples(role["rules"]) == expected
+    assert triples(role["rules"]) == OPERATOR - NAMESPACED
     assert not [t for t in triples(role["rules"]) if t[2] not in ("get", "list", "watch")]
 
 

@@ -1,4 +1,4 @@
-"""The README's install, upgrade and uninstall commands work as written against the rendered chart."""
+"""docs/install.md: the install, upgrade and uninstall commands work as written against the rendered chart."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.chart.helm import CHART, render
-from tests.conftest import REPO
+from tests.chart.helm import CHART, helm, render
+from tests.chart.values_doc import value_keys
+from tests.conftest import KUBERAY_SCHEMAS, REPO
 
-README = (REPO / "README.md").read_text()
+README = (REPO / "docs" / "install.md").read_text()
 
 
 def section(title: str) -> str:
@@ -33,11 +34,19 @@ def commands(text: str) -> list[list[str]]:
     return out
 
 
-def as_template(cmd: list[str], chart: Path) -> list[str]:
+def is_retool_install(cmd: list[str]) -> bool:
+    """`helm install|upgrade retool <this chart or its package> ...` (not KubeRay's own chart)."""
+    return cmd[:2] in (["helm", "install"], ["helm", "upgrade"]) and (cmd[3] == "charts/retool" or cmd[3].startswith("dist/retool-"))
+
+
+def as_template(cmd: list[str], chart: Path, package: Path) -> list[str]:
     """`helm install|upgrade NAME CHART args` -> the `helm template` arguments rendering the same objects."""
-    assert cmd[:2] in (["helm", "install"], ["helm", "upgrade"]), cmd
+    assert is_retool_install(cmd), cmd
     release, chart_path, *args = cmd[2:]
-    assert (REPO / chart_path).resolve() == CHART
+    if chart_path.startswith("dist/"):
+        assert chart_path == f"dist/{package.name}", "the docs name the package `make chart` writes"
+    else:
+        assert (REPO / chart_path).resolve() == CHART
     out = []
     for i, arg in enumerate(args):
         if arg in ("--create-namespace", "--wait"):
@@ -48,21 +57,44 @@ def as_template(cmd: list[str], chart: Path) -> list[str]:
     return [release, *out]
 
 
+@pytest.fixture(scope="module")
+def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.chart.helm import helm
+
+    dist = tmp_path_factory.mktemp("dist")
+    helm("package", CHART, "--destination", dist)
+    (tgz,) = dist.glob("*.tgz")
+    return tgz
+
+
 @pytest.mark.parametrize("title", ["Install", "Upgrade"])
-def test_helm_commands_render(chart: Path, title: str) -> None:
-    helm_cmds = [c for c in commands(section(title)) if c[:2] in (["helm", "install"], ["helm", "upgrade"])]
+def test_helm_commands_render(chart: Path, package: Path, title: str) -> None:
+    """Every install/upgrade of the retool chart (source tree or package) renders on a cluster with KubeRay."""
+    helm_cmds = [c for c in commands(section(title)) if is_retool_install(c)]
     assert helm_cmds
     for cmd in helm_cmds:
-        release, *args = as_template(cmd, chart)
-        docs = render(chart, *args, release=release, namespace=args[args.index("--namespace") + 1])
+        release, *args = as_template(cmd, chart, package)
+        source = package if cmd[3].startswith("dist/") else chart
+        docs = render(source, *args, release=release, namespace=args[args.index("--namespace") + 1])
         assert any(d["kind"] == "Deployment" for d in docs)
 
 
-def test_dependencies_are_built_before_installing() -> None:
+def test_kuberay_is_installed_with_its_own_chart_before_retool() -> None:
     cmds = [" ".join(c) for c in commands(section("Install"))]
-    (dep,) = yaml.safe_load((CHART / "Chart.yaml").read_text())["dependencies"]
-    add = cmds.index(f"helm repo add kuberay {dep['repository']}")
-    assert add < cmds.index("helm dependency build charts/retool") < next(i for i, c in enumerate(cmds) if c.startswith("helm install"))
+    add = cmds.index("helm repo add kuberay https://ray-project.github.io/kuberay-helm/")
+    kuberay = next(i for i, c in enumerate(cmds) if c.startswith("helm install kuberay-operator kuberay/kuberay-operator --version 1.7.0"))
+    retool = next(i for i, c in enumerate(cmds) if c.startswith("helm install retool charts/retool"))
+    assert add < kuberay < retool
+    assert KUBERAY_SCHEMAS.name == "kuberay-v1.7.0", "the documented KubeRay is the one the RayJobs are validated against"
+    assert not [c for c in cmds if "dependency" in c]
+
+
+def test_commands_without_a_cluster_render(chart: Path) -> None:
+    for cmd in commands(section("Install")):
+        if cmd[:2] == ["helm", "template"]:
+            assert cmd[3] == "charts/retool"
+            out = helm("template", *cmd[2:3], chart, *cmd[4:]).stdout
+            assert "kind: Deployment" in out
 
 
 def test_upgrade_applies_the_crds_first() -> None:
@@ -86,29 +118,7 @@ def test_object_names_in_the_commands_exist(rendered) -> None:
 
 def documented_keys(text: str) -> list[str]:
     """Dotted paths of the values documented with `# --` in values.yaml."""
-    lines = text.splitlines()
-    stack: list[tuple[int, str]] = []
-    value_indent: int | None = None
-    keys = []
-    for i, line in enumerate(lines):
-        m = re.match(r"^(\s*)([A-Za-z][\w-]*):(\s|$)", line)
-        if not m:
-            continue
-        indent = len(m.group(1))
-        if value_indent is not None and indent > value_indent:
-            continue
-        value_indent = None
-        while stack and stack[-1][0] >= indent:
-            stack.pop()
-        j = i - 1
-        while j >= 0 and lines[j].strip().startswith("#") and not lines[j].strip().startswith("# --"):
-            j -= 1
-        if j >= 0 and lines[j].strip().startswith("# --") and all(lines[k].strip().startswith("#") for k in range(j, i)):
-            keys.append(".".join([k for _, k in stack] + [m.group(2)]))
-            value_indent = indent
-        else:
-            stack.append((indent, m.group(2)))
-    return keys
+    return [key.path for key in value_keys(text) if key.documented]
 
 
 def test_values_reference_lists_every_value() -> None:

@@ -87,9 +87,8 @@ def test_global_pull_secrets_reach_every_pod(chart: Path, tmp_path: Path) -> Non
     assert all(p["imagePullSecrets"] == [{"name": "regcred"}] for p in pods)
 
 
-# Maps whose keys are the user's (labels, resource names, Kubernetes objects passed through) and
-# the subchart's values, which its own schema checks.
-FREE_FORM = {"$defs.stringMap", "$defs.resourceList", "$defs.affinity", "properties.kuberay-operator", "$defs.tolerations.items", "properties.operator.properties.extraEnv.items"}
+# Maps whose keys are the user's (labels, resource names, Kubernetes objects passed through).
+FREE_FORM = {"$defs.stringMap", "$defs.resourceList", "$defs.affinity", "$defs.tolerations.items", "properties.operator.properties.extraEnv.items"}
 
 
 def object_schemas(node: object, path: str = "") -> list[tuple[str, dict]]:

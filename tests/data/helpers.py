@@ -1,4 +1,4 @@
-"""Builders shared by the data tests: DAPO/ReTool/AIME-shaped rows and a tiny local chat tokenizer."""
+"""Builders shared by the data tests: DAPO/ReTool/AIME-shaped rows, RetoolRuns prepared on a local directory, a tiny local chat tokenizer."""
 
 from __future__ import annotations
 
@@ -90,3 +90,13 @@ def write_jsonl(path: Path, rows: list[Any]) -> Path:
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
     return pq.read_table(path).to_pylist()
+
+
+def run_document(
+    mount_path: Path, data_sources: dict[str, Any], *, name: str = "demo", namespace: str | None = "team-a", claim: str | None = "data", **spec: Any
+) -> dict[str, Any]:
+    """A RetoolRun whose PVC layout lies under the local ``mount_path``, reading ``data_sources`` (spec.data);
+    ``spec`` adds or replaces other spec fields."""
+    pvc = {"mountPath": str(mount_path), **({"claimName": claim} if claim else {})}
+    metadata = {"name": name, **({"namespace": namespace} if namespace else {})}
+    return {"apiVersion": "retool.dev/v1alpha1", "kind": "RetoolRun", "metadata": metadata, "spec": {"storage": {"pvc": pvc}, "data": data_sources, **spec}}

@@ -13,7 +13,7 @@ import yaml
 from retool.runtime.paths import run_paths
 from retool.spec.validate import parse_run
 from tests.conftest import REPO, repo_env
-from tests.data.helpers import dapo_row, read_rows, retool_row, write_jsonl, write_parquet
+from tests.data.helpers import dapo_row, read_rows, retool_row, run_document, write_jsonl, write_parquet
 
 
 def retool(*args: str) -> subprocess.CompletedProcess:
@@ -22,7 +22,7 @@ def retool(*args: str) -> subprocess.CompletedProcess:
 
 def test_prepare_rl_prints_the_summary(tmp_path) -> None:
     source = write_parquet(tmp_path / "dapo.parquet", [dapo_row("P1", "1"), dapo_row("P1", "1"), dapo_row("P2", None)])
-    result = retool("rl", "--source", str(source), "--out", str(tmp_path / "rl.parquet"), "--json")
+    result = retool("rl", "--source", str(source), "--out", str(tmp_path / "rl.parquet"), "--json", "--max-malformed-fraction", "0.5")
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)[0]
     assert (summary["rows_read"], summary["rows_written"], summary["duplicates"], summary["malformed"]) == (3, 1, 1, 1)
@@ -53,19 +53,8 @@ def test_prepare_all_writes_every_output_at_the_run_paths(tmp_path) -> None:
     write_parquet(sources / "dapo" / "part-0.parquet", [dapo_row(f"P{i % 3}", str(i % 3)) for i in range(9)])
     write_parquet(sources / "aime24.parquet", [{"ID": "a", "Problem": "Find x.", "Answer": 1}])
     write_jsonl(sources / "aime25.jsonl", [{"problem": "Find y.", "answer": "2"}])
-    document = {
-        "apiVersion": "retool.dev/v1alpha1",
-        "kind": "RetoolRun",
-        "metadata": {"name": "demo", "namespace": "team-a"},
-        "spec": {
-            "storage": {"pvc": {"claimName": "retool-data", "mountPath": str(tmp_path / "pvc")}},
-            "data": {
-                "sft": str(sources / "sft.jsonl"),
-                "rl": str(sources / "dapo"),
-                "eval": [{"name": "aime_2024", "source": str(sources / "aime24.parquet")}, {"name": "aime_2025", "source": str(sources / "aime25.jsonl")}],
-            },
-        },
-    }
+    eval_sets = [{"name": "aime_2024", "source": str(sources / "aime24.parquet")}, {"name": "aime_2025", "source": str(sources / "aime25.jsonl")}]
+    document = run_document(tmp_path / "pvc", {"sft": str(sources / "sft.jsonl"), "rl": str(sources / "dapo"), "eval": eval_sets}, claim="retool-data")
     spec = tmp_path / "run.yaml"
     spec.write_text(yaml.safe_dump(document))
     result = retool("all", "--spec", str(spec))
@@ -84,16 +73,8 @@ def test_prepare_all_writes_every_output_at_the_run_paths(tmp_path) -> None:
 def test_prepare_all_skips_sft_when_disabled(tmp_path) -> None:
     write_parquet(tmp_path / "dapo.parquet", [dapo_row("P", "1")])
     write_parquet(tmp_path / "aime.parquet", [{"Problem": "Find x.", "Answer": 1}])
-    document = {
-        "apiVersion": "retool.dev/v1alpha1",
-        "kind": "RetoolRun",
-        "metadata": {"name": "nosft"},
-        "spec": {
-            "storage": {"pvc": {"claimName": "c", "mountPath": str(tmp_path / "pvc")}},
-            "sft": {"enabled": False},
-            "data": {"sft": "/does/not/exist.jsonl", "rl": str(tmp_path / "dapo.parquet"), "eval": [{"name": "aime_2024", "source": str(tmp_path / "aime.parquet")}]},
-        },
-    }
+    data = {"sft": "/does/not/exist.jsonl", "rl": str(tmp_path / "dapo.parquet"), "eval": [{"name": "aime_2024", "source": str(tmp_path / "aime.parquet")}]}
+    document = run_document(tmp_path / "pvc", data, name="nosft", namespace=None, claim="c", sft={"enabled": False})
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(document))
     result = retool("all", "--spec", str(tmp_path / "run.yaml"))
     assert result.returncode == 0, result.stderr

@@ -1,4 +1,4 @@
-"""retool.recipe.dataset.RetoolRLDataset as verl loads it: by file path, on our RL parquet, with a local tokenizer."""
+"""retool.recipe.verl_plugins.dataset.RetoolRLDataset as verl loads it: by file path, on our RL parquet, with a local tokenizer."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from retool.data.schema import AGENT_NAME, code_interpreter_tool
 from tests.conftest import REPO
 from tests.data.helpers import CHAT_TEMPLATE, build_tokenizer, dapo_row, write_parquet
 
-DATASET_FILE = REPO / "retool" / "recipe" / "dataset.py"
+DATASET_FILE = REPO / "retool" / "recipe" / "verl_plugins" / "dataset.py"
 SHORT = "What is 2 + 3?"
 FILLER = " Consider the integer part of the sum and write the value."
 
@@ -61,16 +61,16 @@ def make(case, tokenizer, **overrides):
     return load_class()(data_files=[str(path)], tokenizer=tokenizer, config=OmegaConf.create(config))
 
 
-@pytest.mark.parametrize("path", [str(DATASET_FILE), f"file://{DATASET_FILE}", "pkg://retool.recipe.dataset"], ids=["file path", "file uri", "package"])
+@pytest.mark.parametrize("path", [str(DATASET_FILE), f"file://{DATASET_FILE}", "pkg://retool.recipe.verl_plugins.dataset"], ids=["file path", "file uri", "package"])
 def test_verl_loads_the_importable_class(path: str) -> None:
-    from retool.recipe.dataset import RetoolRLDataset
+    from retool.recipe.verl_plugins.dataset import RetoolRLDataset
 
     assert load_class(path) is RetoolRLDataset
 
 
 @pytest.mark.parametrize("workers", [1, 2], ids=["in process", "two datasets workers"])
 def test_prompts_are_measured_with_the_tool_schema_and_filtered(case, tokenizer, caplog, workers: int) -> None:
-    caplog.set_level(logging.INFO, logger="retool.recipe.dataset")
+    caplog.set_level(logging.INFO, logger="retool.recipe.verl_plugins.dataset")
     dataset = make(case, tokenizer, filter_overlong_prompts_workers=workers)
     report = dataset.filter_report
     assert (report.total, report.kept, report.too_long, report.unrenderable) == (4, 2, 2, 0)

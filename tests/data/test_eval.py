@@ -47,7 +47,7 @@ def test_parse_eval_row_names_the_problem(row: dict, reason: str) -> None:
 def test_prepare_eval(tmp_path, name: str, rows: list[dict], writer) -> None:
     rows = [*rows, {"problem": "no answer"}, rows[0]]
     source = writer(tmp_path / ("in.parquet" if writer is write_parquet else "in.jsonl"), rows)
-    summary = prepare_eval(str(source), str(tmp_path / f"{name}.parquet"), name=name)
+    summary = prepare_eval(str(source), str(tmp_path / f"{name}.parquet"), name=name, max_malformed_fraction=1.0)  # counting, not the limit
     assert (summary.rows_read, summary.rows_written, summary.duplicates, summary.malformed) == (5, 3, 1, 1)
     out = read_rows(tmp_path / f"{name}.parquet")
     assert [r["reward_model"]["ground_truth"] for r in out] == ["0", "1", "2"]

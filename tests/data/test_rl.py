@@ -100,7 +100,7 @@ def test_malformed_rows_are_counted_with_examples_including_their_repeats(tmp_pa
     no_user["prompt"][0]["role"] = "system"
     rows.append(no_user)
     source = write_parquet(tmp_path / "dapo.parquet", rows)
-    summary = prepare_rl(str(source), str(tmp_path / "rl.parquet"))
+    summary = prepare_rl(str(source), str(tmp_path / "rl.parquet"), max_malformed_fraction=1.0)  # counting, not the limit
     assert (summary.rows_read, summary.rows_written, summary.duplicates, summary.malformed) == (13, 5, 5, 3)
     assert summary.malformed_by_reason == {"missing reward_model.ground_truth": 2, "prompt has no user message": 1}
     assert [e.where.rsplit("#", 1)[1] for e in summary.malformed_examples] == ["3", "6", "12"]

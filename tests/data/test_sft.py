@@ -114,7 +114,7 @@ def test_malformed_conversations_are_named(messages: list, reason: str) -> None:
 def test_prepare_sft_from_jsonl_reports_malformed_rows(tmp_path) -> None:
     rows = [retool_row(), "{broken", retool_row("no tags and no answer"), retool_row("Plain.\n<answer>\\boxed{1}</answer>")]
     out = tmp_path / "sft.parquet"
-    summary = prepare_sft(str(write_jsonl(tmp_path / "sft.jsonl", rows)), str(out))
+    summary = prepare_sft(str(write_jsonl(tmp_path / "sft.jsonl", rows)), str(out), max_malformed_fraction=1.0)  # counting, not the limit
     assert (summary.rows_read, summary.rows_written, summary.malformed) == (4, 2, 2)
     assert [e.where.rsplit("#", 1)[1] for e in summary.malformed_examples] == ["2", "3"]  # jsonl line numbers
     assert summary.counters == {"converted_from_tags": 2, "already_multi_turn": 0, "tool_calls": 2, "prompts_rewritten": 0}

@@ -46,7 +46,7 @@ def test_directory_of_parquet_and_jsonl(tmp_path) -> None:
     write_parquet(tmp_path / "sets" / "a.parquet", [dapo_row("P1", "1"), dapo_row("P2", "2")])
     write_jsonl(tmp_path / "sets" / "nested" / "b.jsonl", [dapo_row("P3", "3"), "{oops"])
     (tmp_path / "sets" / "README.md").write_text("not data")
-    summary = prepare_rl(str(tmp_path / "sets"), str(tmp_path / "rl.parquet"))
+    summary = prepare_rl(str(tmp_path / "sets"), str(tmp_path / "rl.parquet"), max_malformed_fraction=1.0)  # counting, not the limit
     assert (summary.rows_read, summary.rows_written, summary.malformed) == (4, 3, 1)
     assert summary.malformed_examples[0].where == f"{tmp_path / 'sets' / 'nested' / 'b.jsonl'}#2"
     assert [r["reward_model"]["ground_truth"] for r in read_rows(tmp_path / "rl.parquet")] == ["1", "2", "3"]
@@ -149,7 +149,7 @@ def test_s3_object_with_explicit_endpoint(s3, tmp_path) -> None:
 def test_s3_prefix_with_endpoint_from_environment(s3, tmp_path, monkeypatch) -> None:
     bucket, endpoint = s3
     monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
-    summary = prepare_rl(f"s3://{bucket}/sets", str(tmp_path / "rl.parquet"))
+    summary = prepare_rl(f"s3://{bucket}/sets", str(tmp_path / "rl.parquet"), max_malformed_fraction=0.1)
     assert (summary.rows_read, summary.rows_written, summary.malformed) == (14, 5, 1)
     assert summary.malformed_examples[0].where == f"s3://{bucket}/sets/more.jsonl#2"
 

@@ -103,7 +103,7 @@ def test_demo_runs_for_real_keeps_mlflow_on_request_and_stops_it(tmp_path):
     manifests = (out / "render" / "manifests.yaml").read_text()
     assert "kind: RayJob" in manifests and "kind: Deployment" in manifests
     assert "main_ppo" in (out / "render" / "commands" / "rl.sh").read_text()
-    assert sorted(p.name for p in (out / "render" / "commands").iterdir()) == ["eval.sh", "merge.sh", "prepare.sh", "rl.sh", "sft.sh"]
+    assert sorted(p.name for p in (out / "render" / "commands").iterdir()) == ["eval.sh", "merge.sh", "preflight.sh", "prepare.sh", "rl.sh", "sft.sh"]
 
     # The MLflow run, read back from the server that was kept.
     from mlflow.tracking import MlflowClient

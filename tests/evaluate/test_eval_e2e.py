@@ -174,7 +174,7 @@ async def test_a_failing_endpoint_is_recorded_per_sample_not_fatal(endpoint, san
     from retool.evaluate.problems import problem_from_row
     from retool.evaluate.runner import evaluate
     from retool.evaluate.tools import sandbox_tool, training_tool_schema
-    from retool.recipe.reward import compute_score
+    from retool.recipe.reward.score import compute_score
 
     _, url = endpoint
     problems = [problem_from_row(PROBLEMS[0], 0), problem_from_row({"problem": "[unscripted] 1 + 1?", "answer": "2"}, 1)]

@@ -65,3 +65,101 @@ def test_argocd_cm_patch_carries_the_tested_script() -> None:
     patch = yaml.safe_load((ARGOCD / "argocd-cm-patch.yaml").read_text())
     assert (patch["kind"], patch["metadata"]["name"], patch["metadata"]["namespace"]) == ("ConfigMap", "argocd-cm", "argocd")
     assert patch["data"] == {"resource.customizations.health.retool.dev_RetoolRun": SCRIPT}
+
+
+# ---------------------------------------------------------------- the operator's own statuses
+
+
+def kstatus(obj: dict[str, Any]) -> str:
+    """What kstatus (sigs.k8s.io/cli-utils/pkg/kstatus, used by Flux's health checks and kpt)
+    computes for a custom resource: generation not observed or Reconciling=True -> InProgress,
+    Stalled=True -> Failed, anything else -> Current (its generic rules, in order)."""
+    if obj["metadata"].get("deletionTimestamp"):
+        return "Terminating"
+    status = obj.get("status") or {}
+    generation, observed = obj["metadata"].get("generation"), status.get("observedGeneration")
+    if generation is not None and observed is not None and generation != observed:
+        return "InProgress"
+    for cond in status.get("conditions") or []:
+        if cond["type"] == "Reconciling" and cond["status"] == "True":
+            return "InProgress"
+        if cond["type"] == "Stalled" and cond["status"] == "True":
+            return "Failed"
+    return "Current"
+
+
+def operator_statuses() -> dict[str, tuple[dict[str, Any], bool]]:
+    """Statuses the operator's decision function writes for a run in each situation (and whether spec.suspend is set)."""
+    import datetime as dt
+
+    from retool_operator.reconcile import Observed, decide
+    from retool_operator.status import dump, invalid_spec_status, with_refusals
+
+    from retool.spec.status import RetoolRunStatus, StageStatus
+    from tests.operator.helpers import T0, rayjob_status, run_of
+
+    def stages(**states: tuple[str, int]) -> list[StageStatus]:
+        out = []
+        for n in ("prepare", "sft", "merge", "rl", "eval"):
+            state, attempt = states.get(n, ("Pending", 0))
+            out.append(StageStatus(name=n, state=state, attempt=attempt, job=f"demo-{n}-1"))
+        return out
+
+    def status_of(run: Any, current: list[StageStatus], children: dict[str, Any]) -> RetoolRunStatus:
+        return decide(run, RetoolRunStatus(stages=current), Observed(children=children), T0).status
+
+    run = run_of()
+    done = {n: ("Succeeded", 1) for n in ("prepare", "sft", "merge", "rl")}
+    failed_job = {"status": {"conditions": [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}]}}
+    retry = status_of(run, stages(prepare=("Succeeded", 1), sft=("Running", 1)), {"demo-sft-1": rayjob_status("Complete", "FAILED")})
+    refused = with_refusals(
+        retry, ["create RayJob demo-sft-2 refused: exceeded quota: gpu-quota"], previous=retry.conditions, now=T0 + dt.timedelta(seconds=1), generation=None
+    )
+    running = {**done, "rl": ("Running", 1)}
+    out: dict[str, tuple[dict[str, Any], bool]] = {
+        "new": (dump(status_of(run, [], {})), False),
+        "rl running": (dump(status_of(run, stages(**running), {"demo-rl-1": rayjob_status("Running", "RUNNING")})), False),
+        "retrying": (dump(retry), False),
+        "failed": (dump(status_of(run_of(failurePolicy={"maxRetries": 0}), stages(prepare=("Running", 1)), {"demo-prepare-1": failed_job})), False),
+        "succeeded": (dump(status_of(run, stages(**done, eval=("Running", 1)), {"demo-eval-1": rayjob_status("Complete", "SUCCEEDED")})), False),
+        "suspended": (dump(status_of(run_of(suspend=True), stages(prepare=("Succeeded", 1), sft=("Running", 1)), {"demo-sft-1": rayjob_status("Running")})), True),
+        "refused": (dump(refused), False),
+        "invalid spec": (dump(invalid_spec_status(RetoolRunStatus(), ["spec.rl.steps: bad"], now=T0, generation=None)), False),
+    }
+    return out
+
+
+AGREEMENT = {
+    # situation: (Argo CD health, kstatus)
+    "new": ("Progressing", "InProgress"),
+    "rl running": ("Progressing", "InProgress"),
+    "retrying": ("Progressing", "InProgress"),
+    "failed": ("Degraded", "Failed"),
+    "succeeded": ("Healthy", "Current"),
+    "suspended": ("Suspended", "Current"),
+    "refused": ("Degraded", "Failed"),
+    "invalid spec": ("Degraded", "Failed"),
+}
+
+
+@pytest.mark.parametrize("situation", sorted(AGREEMENT))
+def test_argo_cd_and_kstatus_agree_on_the_operators_statuses(situation: str) -> None:
+    status, suspend = operator_statuses()[situation]
+    obj = run(status, suspend=suspend) if suspend else run(status)
+    argo, flux = AGREEMENT[situation]
+    assert health(obj)["status"] == argo
+    assert kstatus(obj) == flux
+    conditions = {c["type"]: c["status"] for c in status["conditions"]}
+    assert conditions["Ready"] == ("True" if situation == "succeeded" else "False")  # Ready means finished successfully
+
+
+def test_degraded_shows_the_api_servers_refusal() -> None:
+    status, _ = operator_statuses()["refused"]
+    assert "exceeded quota: gpu-quota" in health(run(status))["message"]
+
+
+def test_an_unobserved_spec_edit_is_in_progress_for_kstatus() -> None:
+    status, _ = operator_statuses()["succeeded"]
+    obj = run({**status, "observedGeneration": 1})
+    obj["metadata"]["generation"] = 2
+    assert kstatus(obj) == "InProgress"

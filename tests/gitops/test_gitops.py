@@ -97,7 +97,11 @@ def test_pull_request_check_passes_the_sample_runs(tmp_path: Path) -> None:
     ("change", "message"),
     [
         pytest.param(lambda run: run["spec"].update(rl={"batchSize": 100, "miniBatchSize": 64}), "rl.batchSize", id="batch size not divisible by mini-batch"),
-        pytest.param(lambda run: run["spec"].pop("storage"), "storage", id="run without its PVC"),
+        pytest.param(
+            lambda run: run["spec"].update(hardware={"nodes": 2}, storage={"pvc": {"accessModes": ["ReadWriteOnce"]}}),
+            "storage.pvc.accessModes",
+            id="two nodes on a ReadWriteOnce claim",
+        ),
         pytest.param(lambda run: run["spec"]["hardware"].update(accelerator="tpu"), "hardware.accelerator", id="unknown accelerator"),
     ],
 )

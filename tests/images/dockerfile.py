@@ -1,16 +1,19 @@
 """A small Dockerfile reader and the image rules every ReTool Dockerfile must follow.
 
 There is no Docker engine where the tests run, so the rules are checked on the text: pinned
-bases, pinned pip installs, a non-root user (or a written reason), OCI labels, no remote ADD,
-and a health check (or a written probe). Comments starting with ``# root-required:`` and
+bases, pinned pip installs (a ``-r`` file counts when it is a file of the build context, copied
+into the image, whose every requirement is ``name==version``: a lock), a non-root user (or a
+written reason), OCI labels, no remote ADD, and a health check (or a written probe). Comments starting with ``# root-required:`` and
 ``# probe:`` are how a Dockerfile justifies an exception; the rules read them.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -148,19 +151,34 @@ def pip_installs(run_args: str) -> list[list[str]]:
     return out
 
 
-def unpinned_requirements(args: list[str], pinned_extras: set[str]) -> list[str]:
+LockReader = Callable[[str], "list[str] | None"]
+"""Path in the image -> the unpinned lines of the context files copied there (None: not a copied file)."""
+
+
+def unpinned_requirements(args: list[str], pinned_extras: set[str], locks: LockReader | None = None) -> list[str]:
     """Requirements of one ``pip install`` that are neither ``name==version`` nor this project with a pinned extra."""
     bad = []
     skip = False
+    requirement_file = False
     for word in args:
+        if requirement_file:
+            requirement_file = False
+            unpinned = locks(word) if locks is not None else None
+            if unpinned is None:
+                bad.append(f"-r {word} (requirements not visible to the rule check)")
+            bad.extend(f"-r {word}: {line}" for line in unpinned or [])
+            continue
         if skip:
             skip = False
+            continue
+        if word in ("-r", "--requirement"):
+            requirement_file = True
             continue
         if word in PIP_OPTIONS_WITH_VALUE:
             skip = True
             continue
         if word.startswith("-"):
-            if word in ("-r", "--requirement", "-e", "--editable") or word.startswith(("--requirement=", "-r")):
+            if word in ("-e", "--editable") or word.startswith(("--requirement=", "-r")):
                 bad.append(f"{word} (requirements not visible to the rule check)")
             continue
         local = LOCAL_PROJECT.match(word)
@@ -173,8 +191,41 @@ def unpinned_requirements(args: list[str], pinned_extras: set[str]) -> list[str]
     return bad
 
 
-def violations(df: Dockerfile, pinned_extras: set[str]) -> list[str]:
-    """Every broken rule, as 'rule: detail' lines; empty when the Dockerfile follows them all."""
+def copied_locks(stage: Stage, context: Path | None) -> LockReader:
+    """Reads requirement files that a COPY of this stage put at a path (``$(...)`` in the path matches any text)."""
+
+    def read(image_path: str) -> list[str] | None:
+        if context is None:
+            return None
+        pattern = re.sub(r"\$\([^)]*\)|\$\{[^}]*\}|\$\w+", "*", image_path)
+        sources = []
+        for ins in stage.all("COPY"):
+            words = [w for w in ins.args.split() if not w.startswith("--")]
+            *srcs, dest = words
+            for src in srcs:
+                target = dest.rstrip("/") + "/" + Path(src).name if dest.endswith("/") or len(srcs) > 1 else dest
+                if fnmatch.fnmatch(target, pattern):
+                    sources.append(context / src)
+        if not sources:
+            return None
+        unpinned = []
+        for source in sources:
+            if not source.is_file():
+                return None
+            for line in source.read_text().splitlines():
+                line = line.split("#", 1)[0].strip()
+                if line and not PINNED_REQUIREMENT.match(line):
+                    unpinned.append(f"{source.name}: {line}")
+        return unpinned
+
+    return read
+
+
+def violations(df: Dockerfile, pinned_extras: set[str], context: Path | None = None) -> list[str]:
+    """Every broken rule, as 'rule: detail' lines; empty when the Dockerfile follows them all.
+
+    ``context`` is the build context (the repository root), where ``-r`` files are read.
+    """
     out: list[str] = []
     names = {s.name for s in df.stages if s.name}
     for stage in df.stages:
@@ -191,7 +242,7 @@ def violations(df: Dockerfile, pinned_extras: set[str]) -> list[str]:
     for stage in df.stages:
         for ins in stage.all("RUN"):
             for args in pip_installs(ins.args):
-                for req in unpinned_requirements(args, pinned_extras):
+                for req in unpinned_requirements(args, pinned_extras, copied_locks(stage, context)):
                     out.append(f"pinned pip install: line {ins.line}: {req}")
         for ins in stage.all("ADD"):
             if re.search(r"(^|\s)(https?://|git@|ftp://)", ins.args):

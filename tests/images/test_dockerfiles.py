@@ -5,13 +5,14 @@ from __future__ import annotations
 import fnmatch
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import tomllib
 import yaml
 
-from tests.conftest import REPO
+from tests.conftest import REPO, repo_env
 from tests.images.dockerfile import image_tag, parse, parse_text, violations
 
 DOCKERFILES = sorted((REPO / "images").glob("*/Dockerfile"))
@@ -53,7 +54,7 @@ def test_required_images_exist() -> None:
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=image_id)
 def test_dockerfile_follows_the_image_rules(dockerfile: Path) -> None:
-    assert violations(parse(dockerfile), PINNED_EXTRAS) == []
+    assert violations(parse(dockerfile), PINNED_EXTRAS, REPO) == []
 
 
 @pytest.mark.parametrize("dockerfile", [p for p in DOCKERFILES if image_id(p) in NON_ROOT], ids=image_id)
@@ -102,8 +103,47 @@ def test_trainer_cuda_base_is_a_vllm_release_verl_0_6_1_supports() -> None:
     base = df.stages[0].base
     assert base.startswith("vllm/vllm-openai:")
     assert (0, 8, 0) <= vllm_version(image_tag(base)) <= (0, 11, 0), "verl 0.6.1 supports vLLM <= 0.11.0"
-    runs = " ".join(i.args for i in df.final.all("RUN"))
-    assert '".[train]"' in runs and "-c /opt/retool/base-constraints.txt" in runs
+
+
+
+@pytest.mark.parametrize("image", ["trainer-cuda", "trainer-ascend"])
+def test_trainer_image_installs_its_lock_then_checks_the_result(image: str) -> None:
+    """The base is checked against the lock's base pins first; the lock is installed exactly; then pip
+    check and the import of every stage module, as build steps (a broken set fails the build)."""
+    df = parse(REPO / "images" / image / "Dockerfile")
+    runs = [i.args for i in df.final.all("RUN")]
+    check_base = next(i for i, r in enumerate(runs) if "lock.py check-base /opt/retool/base.in" in r)
+    install = next(i for i, r in enumerate(runs) if "--no-deps -r" in r)
+    assert check_base < install
+    steps = [step.strip() for step in runs[install].split("&&")]
+    assert steps[0].replace('"', "").startswith("python3 -m pip install --no-cache-dir --no-deps -r /opt/retool/requirements")
+    assert steps[1] == 'python3 -m pip install --no-cache-dir --no-deps ".[train]"'
+    assert steps[2] == f"python3 /opt/retool/lock.py pip-check {image}"
+    assert steps[3] == "python3 -m retool.runtime.cpu_only -m retool.runtime.import_check"
+    copied = " ".join(i.args for i in df.final.all("COPY"))
+    for lock_file in (REPO / "images" / image).glob("requirements*.lock"):
+        assert f"images/{image}/{lock_file.name}" in copied
+
+
+def test_stage_modules_import_on_cpu_as_the_image_build_checks() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "retool.runtime.cpu_only", "-m", "retool.runtime.import_check"], env=repo_env(), capture_output=True, text=True, timeout=300, check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "stage modules import" in result.stderr
+
+
+def test_ascend_image_preloads_jemalloc_and_builds_a2_and_a3() -> None:
+    df = parse(REPO / "images" / "trainer-ascend" / "Dockerfile")
+    assert df.args["BASE_VARIANT"] == ""
+    text = (REPO / "images" / "trainer-ascend" / "Dockerfile").read_text()
+    assert "FROM quay.io/ascend/vllm-ascend:v0.11.0rc1${BASE_VARIANT}" in text
+    env = " ".join(i.args for i in df.final.all("ENV"))
+    assert "LD_PRELOAD=/usr/local/lib/libjemalloc.so.2" in env
+    assert "libjemalloc2=" in " ".join(i.args for i in df.final.all("RUN"))
+    dry = subprocess.run(["make", "-n", "image-trainer-ascend-a3", "PUSH=1"], cwd=REPO, capture_output=True, text=True, check=True, timeout=60).stdout
+    assert "--build-arg BASE_VARIANT=-a3" in dry and "trainer-ascend:0.1.0-a3" in dry
+    assert "--platform linux/arm64,linux/amd64" in dry
 
 
 # vllm-ascend's release matrix (docs/source/community/versioning_policy.md), tags whose stack is
@@ -121,6 +161,18 @@ def test_trainer_ascend_base_matches_the_ascend_recipe_stack() -> None:
     assert stack["cann"].startswith("8.") and stack["torch_npu"] == "2.7.1"
     assert '".[train]"' in " ".join(i.args for i in df.final.all("RUN"))
     assert "root-required" not in (REPO / "images" / "trainer-cuda" / "Dockerfile").read_text()
+
+
+def test_a_requirements_file_counts_as_pinned_only_when_it_is_a_copied_lock(tmp_path: Path) -> None:
+    (tmp_path / "good.lock").write_text("# header\nverl==0.6.1\nhydra-core==1.3.8\n")
+    (tmp_path / "loose.lock").write_text("verl==0.6.1\nhydra-core>=1.3\n")
+    text = GOOD.replace("RUN python", "COPY good.lock loose.lock /opt/\nRUN python")
+    pinned = text.replace('requests==2.32.5', "-r /opt/good.lock")
+    assert violations(parse_text(pinned), PINNED_EXTRAS, tmp_path) == []
+    loose = text.replace('requests==2.32.5', "-r /opt/loose.lock")
+    assert violations(parse_text(loose), PINNED_EXTRAS, tmp_path) == ["pinned pip install: line 5: -r /opt/loose.lock: loose.lock: hydra-core>=1.3"]
+    not_copied = text.replace('requests==2.32.5', "-r /opt/other.lock")
+    assert "requirements not visible" in violations(parse_text(not_copied), PINNED_EXTRAS, tmp_path)[0]
 
 
 GOOD = """\
@@ -143,7 +195,7 @@ HEALTHCHECK CMD ["true"]
         pytest.param(GOOD.replace("requests==2.32.5", "requests>=2"), "pinned pip install: line 4: requests>=2", id="range instead of pin"),
         pytest.param(GOOD.replace('".[operator]"', "."), "pinned pip install: line 4: . (this project needs an extra", id="project without a pinned extra"),
         pytest.param(GOOD.replace('".[operator]"', '".[nosuchextra]"'), "this project needs an extra", id="project with an unknown extra"),
-        pytest.param(GOOD.replace('".[operator]"', "-r requirements.txt"), "-r (requirements not visible", id="requirements file"),
+        pytest.param(GOOD.replace('".[operator]"', "-r requirements.txt"), "-r requirements.txt (requirements not visible", id="requirements file"),
         pytest.param(GOOD + "RUN pip install --upgrade pip\n", "pinned pip install: line 7: pip", id="unpinned pip upgrade"),
         pytest.param(GOOD.replace("USER 10001\n", ""), "non-root user", id="no USER"),
         pytest.param(GOOD.replace("USER 10001", "USER root"), "non-root user", id="root without a reason"),

@@ -241,10 +241,10 @@ def test_bad_rows_are_named(rows: list[dict], message: str) -> None:
 def test_rows_of_a_verl_validation_dump_group_by_prompt() -> None:
     # trainer.validation_data_dir/<step>.jsonl: input, output, gts, score, step + the reward's extra info.
     rows = [
-        {"input": "user: 1+1?", "output": "\\boxed{2}", "gts": "2", "score": 1.0, "step": 0, "acc": True, "pred": "2", "data_source": "aime_2024"},
-        {"input": "user: 1+1?", "output": "\\boxed{3}", "gts": "2", "score": -1.0, "step": 0, "acc": False, "pred": "3", "data_source": "aime_2024"},
-        {"input": "user: 2+2?", "output": "\\boxed{4}", "gts": "4", "score": 1.0, "step": 0, "acc": True, "pred": "4", "data_source": "aime_2024"},
-        {"input": "user: 2+2?", "output": "\\boxed{4}", "gts": "4", "score": 1.0, "step": 0, "acc": True, "pred": "4", "data_source": "aime_2024"},
+        {"input": "user: 1+1?", "output": "\\boxed{2}", "gts": "2", "score": 1.0, "step": 0, "acc": 1.0, "pred": "2", "source": "aime_2024"},
+        {"input": "user: 1+1?", "output": "\\boxed{3}", "gts": "2", "score": -1.0, "step": 0, "acc": 0.0, "pred": "3", "source": "aime_2024"},
+        {"input": "user: 2+2?", "output": "\\boxed{4}", "gts": "4", "score": 1.0, "step": 0, "acc": 1.0, "pred": "4", "source": "aime_2024"},
+        {"input": "user: 2+2?", "output": "\\boxed{4}", "gts": "4", "score": 1.0, "step": 0, "acc": 1.0, "pred": "4", "source": "aime_2024"},
     ]
     metrics = validation_metrics(*samples_from_rows(rows))
     assert metrics["val-core/aime_2024/acc/mean@2"] == pytest.approx(0.75)

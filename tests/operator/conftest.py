@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.conftest import free_port
+from retool.embedded.servers import mlflow_server as local_mlflow
 
 needs_tracking = pytest.mark.skipif(
     importlib.util.find_spec("retool.tracking") is None or shutil.which("mlflow", path=str(Path(sys.executable).parent)) is None,
@@ -23,27 +20,6 @@ needs_tracking = pytest.mark.skipif(
 
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    root = tmp_path_factory.mktemp("mlflow")
-    port = free_port()
-    mlflow = str(Path(sys.executable).parent / "mlflow")
-    proc = subprocess.Popen(
-        [mlflow, "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-         "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}", "--artifacts-destination", str(root / "artifacts")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        else:
-            pytest.fail("mlflow server did not start within 60 s")
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    """The URL of an MLflow server with a sqlite backend and artifacts proxied into a temporary directory."""
+    with local_mlflow(tmp_path_factory.mktemp("mlflow"), start_timeout_s=60) as server:
+        yield server.base_url

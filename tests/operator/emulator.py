@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
+import aiohttp.web
 import kmock
 import kopf
 import yaml
@@ -29,7 +31,10 @@ RESOURCES: dict[str, tuple[str, bool, set[str]]] = {
     "apps/v1/deployments": ("Deployment", True, {"status", "scale"}),
     "v1/services": ("Service", True, set()),
     "v1/configmaps": ("ConfigMap", True, set()),
+    "v1/secrets": ("Secret", True, set()),
     "v1/persistentvolumeclaims": ("PersistentVolumeClaim", True, set()),
+    "v1/pods": ("Pod", True, {"status"}),
+    "autoscaling/v2/horizontalpodautoscalers": ("HorizontalPodAutoscaler", True, {"status"}),
     "v1/events": ("Event", True, set()),
     "v1/namespaces": ("Namespace", False, set()),
     "networking.k8s.io/v1/networkpolicies": ("NetworkPolicy", True, set()),
@@ -37,6 +42,7 @@ RESOURCES: dict[str, tuple[str, bool, set[str]]] = {
     "batch/v1/jobs": ("Job", True, {"status"}),
     "ray.io/v1/rayjobs": ("RayJob", True, {"status"}),
     "apiextensions.k8s.io/v1/customresourcedefinitions": ("CustomResourceDefinition", False, {"status"}),
+    "kueue.x-k8s.io/v1beta1/workloads": ("Workload", True, {"status"}),
 }
 VERBS = {"get", "list", "watch", "create", "patch", "update", "delete"}
 TEST_AGENT = "retool-tests"
@@ -47,25 +53,82 @@ RAYJOBS = KINDS[("ray.io/v1", "RayJob")]
 DEPLOYMENTS = KINDS[("apps/v1", "Deployment")]
 
 
+Refusal = Callable[[Any], "tuple[int, str] | None"]
+
+
+def selector_matches(selector: str, labels: dict[str, str]) -> bool:
+    """A Kubernetes equality-based label selector (``a=b,c!=d,e,!f``) against ``labels``."""
+    for term in (t.strip() for t in selector.split(",") if t.strip()):
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            if labels.get(key) == value:
+                return False
+        elif "=" in term:
+            key, value = term.split("=", 1)
+            if labels.get(key.rstrip("=")) != value:
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
 class ScalableEmulator(kmock.KubernetesEmulator):
-    """KubernetesEmulator that stays fast with thousands of requests.
+    """KubernetesEmulator that stays fast with thousands of requests, and a little more like an API server.
 
     kmock routes each request by scanning every earlier request through each payload's filters
     (quadratic: 100 concurrent create/patch/get rounds take > 20 s). Here the scanned list holds
     only the requests in flight; every request is still kept, in ``history``, for assertions.
+
+    Two things a real API server does that kmock does not: ``labelSelector`` filters lists and
+    watches (server-side), and a request can be refused (``refusals``: a function of the request
+    returning (HTTP status, message) or None) as quota, admission webhooks and policies do; a
+    refused request changes nothing and is answered with a metav1.Status carrying the message.
     """
+
+    refusals: list[Refusal]
 
     async def _handle(self, request: Any) -> Any:
         if not hasattr(self, "history"):
             self.history: list[Any] = []
             self.in_flight: list[Any] = []
+        if not hasattr(self, "refusals"):
+            self.refusals = []
+        if request.resource is not None and request.action is not None and request.action.value == "CREATE" and isinstance(request.data, dict):
+            # The API server gives every object a uid (Kueue finds a job's Workload by it).
+            meta = request.data.setdefault("metadata", {})
+            meta.setdefault("uid", str(uuid.uuid4()))
         self.history.append(request)
+        for refusal in list(self.refusals):
+            answer = refusal(request) if request.resource is not None else None
+            if answer is not None:
+                code, message = answer
+                body = {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure", "message": message, "reason": "Forbidden", "code": code}
+                return aiohttp.web.json_response(body, status=code)
         self.in_flight.append(request)
         self._requests[:] = self.in_flight
         try:
             return await super()._handle(request)
         finally:
             self.in_flight.remove(request)
+
+    async def _serve_list(self, request: Any) -> Any:
+        payload = await super()._serve_list(request)
+        selector = request.params.get("labelSelector")
+        if selector:
+            payload["items"] = [o for o in payload["items"] if selector_matches(selector, (o.get("metadata") or {}).get("labels") or {})]
+        return payload
+
+    async def _serve_watch(self, request: Any) -> Any:
+        selector = request.params.get("labelSelector")
+        async for event in super()._serve_watch(request):
+            if selector and isinstance(event, dict):
+                obj = event.get("object") or {}
+                if not selector_matches(selector, (obj.get("metadata") or {}).get("labels") or {}):
+                    continue
+            yield event
 
     @property
     def requests(self) -> list[Any]:

@@ -13,6 +13,13 @@ from retool.spec.validate import parse_run
 
 T0 = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
 CONFIG = OperatorConfig(_env_file=None, mlflow_tracking_uri="", sandbox_image="retool/sandbox:test")
+VOLCANO = OperatorConfig(_env_file=None, mlflow_tracking_uri="", sandbox_image="retool/sandbox:test", batch_scheduler="volcano")
+
+
+def config_for(doc: dict[str, Any]) -> OperatorConfig:
+    """The operator configuration a document needs: a batch scheduler for gang-scheduled runs."""
+    gang = ((doc.get("spec") or {}).get("scheduling") or {}).get("gang") or {}
+    return VOLCANO if gang.get("enabled") else CONFIG
 
 
 def document(name: str = "demo", namespace: str = "ml", uid: str | None = "uid-1", **spec: Any) -> dict[str, Any]:
@@ -21,6 +28,9 @@ def document(name: str = "demo", namespace: str = "ml", uid: str | None = "uid-1
         "storage": {"pvc": {"claimName": "retool-data"}},
         "sandbox": {"maxConcurrent": 32, "perReplicaConcurrency": 16},
         "failurePolicy": {"maxRetries": 2, "backoffSeconds": 10},
+        # The stage-machine tables walk the training stages; tests/operator/test_preflight_stage.py
+        # runs the preflight stage (on by default in the spec) through the same machine.
+        "preflight": {"enabled": False},
     }
     for key, value in spec.items():
         base[key] = {**base.get(key, {}), **value} if isinstance(value, dict) else value

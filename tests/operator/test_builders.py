@@ -5,30 +5,50 @@ from __future__ import annotations
 import pytest
 from retool_operator import builders
 from retool_operator.config import OperatorConfig, parse_selector
-from retool_operator.profiles import hardware_profile, ray_custom_resources
+from retool_operator.profiles import hardware_profile
 
 from retool.spec.names import SANDBOX_PORT
 from tests.operator.helpers import CONFIG, run_of
 
 
 @pytest.mark.parametrize(
-    ("max_concurrent", "per_replica", "suspend", "finished", "expected"),
+    ("max_concurrent", "per_replica", "suspend", "stage", "finished", "expected"),
     [
-        (256, 16, False, False, 16),
-        (250, 16, False, False, 16),
-        (17, 16, False, False, 2),
-        (16, 16, False, False, 1),
-        (256, 16, True, False, 0),
-        (256, 16, False, True, 0),
+        (256, 16, False, "rl", False, 16),
+        (250, 16, False, "rl", False, 16),
+        (17, 16, False, "eval", False, 2),
+        (16, 16, False, "rl", False, 1),
+        (256, 16, True, "rl", False, 0),
+        (256, 16, False, None, True, 0),
+        (256, 16, False, "prepare", False, 0),
+        (256, 16, False, "sft", False, 0),
+        (256, 16, False, "merge", False, 0),
     ],
-    ids=["256-over-16-is-16", "rounds-up", "one-over-needs-a-second-replica", "exactly-one", "suspended-scales-to-zero", "finished-scales-to-zero"],
+    ids=[
+        "256-over-16-is-16",
+        "rounds-up",
+        "one-over-needs-a-second-replica-during-eval",
+        "exactly-one",
+        "suspended-scales-to-zero",
+        "finished-scales-to-zero",
+        "none-while-preparing",
+        "none-during-sft",
+        "none-during-merge",
+    ],
 )
-def test_sandbox_replicas(max_concurrent: int, per_replica: int, suspend: bool, finished: bool, expected: int) -> None:
+def test_sandbox_replicas(max_concurrent: int, per_replica: int, suspend: bool, stage: str | None, finished: bool, expected: int) -> None:
+    """The sandbox is sized for maxConcurrent only while a stage that calls it (rl, eval) is current."""
     memory = f"{per_replica}Gi"
     run = run_of(
         sandbox={"maxConcurrent": max_concurrent, "perReplicaConcurrency": per_replica, "resources": {"limits": {"memory": memory}}}, suspend=suspend
     )
-    assert builders.desired_sandbox_replicas(run, finished=finished) == expected
+    assert builders.desired_sandbox_replicas(run, stage=stage, finished=finished) == expected
+
+
+def test_sandbox_replicas_left_to_an_hpa() -> None:
+    """replicas=None (an HPA owns the field): absent from the Deployment, so create and patch never touch it."""
+    dep = builders.build_sandbox_deployment(run_of(), config=CONFIG, replicas=None)
+    assert "replicas" not in dep["spec"]
 
 
 def test_sandbox_deployment_is_locked_down() -> None:
@@ -67,7 +87,7 @@ def test_network_policy_denies_egress_and_admits_only_this_runs_stage_pods() -> 
     run = run_of(name="alpha")
     policy = builders.build_sandbox_network_policy(run)
     assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
-    assert policy["spec"]["egress"] == []
+    assert "egress" not in policy["spec"]  # Egress in policyTypes with no rule denies all (and [] would be dropped by the API server)
     assert policy["spec"]["ingress"] == [
         {"from": [{"podSelector": {"matchLabels": {"retool.dev/run": "alpha", "retool.dev/component": "stage"}}}], "ports": [{"protocol": "TCP", "port": 8080}]}
     ]
@@ -78,34 +98,28 @@ def test_network_policy_denies_egress_and_admits_only_this_runs_stage_pods() -> 
 
 
 @pytest.mark.parametrize(
-    ("hardware", "device", "selector", "ray_params", "image"),
+    ("hardware", "device", "selector", "ray_resources", "image"),
     [
-        ({}, "nvidia.com/gpu", {}, {"num-gpus": "8"}, CONFIG.trainer_image_nvidia),
-        ({"product": "NVIDIA-H200"}, "nvidia.com/gpu", {"nvidia.com/gpu.product": "NVIDIA-H200"}, {"num-gpus": "8"}, CONFIG.trainer_image_nvidia),
-        (
-            {"accelerator": "ascend", "devicesPerNode": 8},
-            "huawei.com/Ascend910",
-            {"accelerator": "huawei-Ascend910"},
-            {"resources": '"{\\"NPU\\": 8}"'},
-            CONFIG.trainer_image_ascend,
-        ),
+        ({}, "nvidia.com/gpu", {}, {"GPU": "8"}, CONFIG.trainer_image_nvidia),
+        ({"product": "NVIDIA-H200"}, "nvidia.com/gpu", {"nvidia.com/gpu.product": "NVIDIA-H200"}, {"GPU": "8"}, CONFIG.trainer_image_nvidia),
+        ({"accelerator": "ascend", "devicesPerNode": 8}, "huawei.com/Ascend910", {"accelerator": "huawei-Ascend910"}, {"NPU": "8"}, CONFIG.trainer_image_ascend),
         (
             {"accelerator": "ascend", "devicesPerNode": 16, "deviceResourceName": "huawei.com/Ascend910B", "nodeSelector": {"pool": "npu"}},
             "huawei.com/Ascend910B",
             {"accelerator": "huawei-Ascend910", "pool": "npu"},
-            {"resources": '"{\\"NPU\\": 16}"'},
+            {"NPU": "16"},
             CONFIG.trainer_image_ascend,
         ),
-        ({"image": "example/trainer:dev", "nodeSelector": {"zone": "a"}}, "nvidia.com/gpu", {"zone": "a"}, {"num-gpus": "8"}, "example/trainer:dev"),
+        ({"image": "example/trainer:dev", "nodeSelector": {"zone": "a"}}, "nvidia.com/gpu", {"zone": "a"}, {"GPU": "8"}, "example/trainer:dev"),
     ],
     ids=["nvidia-default", "nvidia-product-selects-gpu-product", "ascend-declares-npu-ray-resource", "ascend-custom-resource-and-selector", "image-override"],
 )
-def test_hardware_profiles(hardware: dict, device: str, selector: dict, ray_params: dict, image: str) -> None:
+def test_hardware_profiles(hardware: dict, device: str, selector: dict, ray_resources: dict, image: str) -> None:
     run = run_of(hardware=hardware)
     profile = hardware_profile(run.spec.hardware, CONFIG)
     assert profile.device_resource == device
     assert profile.node_selector == selector
-    assert profile.ray_start_params == ray_params
+    assert profile.ray_resources == ray_resources
     assert profile.image == image
     resources = profile.device_resources()
     assert resources["limits"][device] == resources["requests"][device] == str(run.spec.hardware.devices_per_node)
@@ -124,19 +138,15 @@ def test_config_reads_environment_and_parses_selectors(monkeypatch: pytest.Monke
         parse_selector("accelerator")
 
 
-def test_ray_resources_are_quoted_for_ray_start() -> None:
-    assert ray_custom_resources({"NPU": 16}) == '"{\\"NPU\\": 16}"'
-
-
 @pytest.mark.parametrize(
     ("nodes", "worker_replicas"), [(1, None), (2, 1), (4, 3)], ids=["one-node-is-head-only", "two-nodes-one-worker", "four-nodes-three-workers"]
 )
 def test_rayjob_cluster_shape(nodes: int, worker_replicas: int | None) -> None:
-    run = run_of(hardware={"nodes": nodes}, failurePolicy={"stageDeadlineSeconds": 7200, "ttlSecondsAfterFinished": 600})
+    run = run_of(hardware={"nodes": nodes}, failurePolicy={"stageDeadlineSeconds": 7200, "clusterGraceSeconds": 600})
     job = builders.build_stage_rayjob(run, "sft", 2, config=CONFIG, tracking=builders.Tracking(uri="http://mlflow:5000", parent_run_id="p1"))
     spec = job["spec"]
     assert job["metadata"]["name"] == "demo-sft-2"
-    assert spec["entrypoint"] == "python -m retool.stage sft --spec /etc/retool/run.yaml"
+    assert spec["entrypoint"] == "python3 -m retool.stage sft --spec /etc/retool/run.yaml"
     assert spec["shutdownAfterJobFinishes"] is True
     assert spec["ttlSecondsAfterFinished"] == 600
     assert spec["activeDeadlineSeconds"] == 7200
@@ -164,10 +174,10 @@ def test_stage_job_mounts_spec_pvc_and_shm_and_reads_s3_secret() -> None:
     job = builders.build_stage_job(run, "prepare", 1, config=CONFIG, tracking=builders.Tracking())
     pod = job["spec"]["template"]["spec"]
     container = pod["containers"][0]
-    assert container["command"] == ["python", "-m", "retool.stage", "prepare", "--spec", "/etc/retool/run.yaml"]
+    assert container["command"] == ["python3", "-m", "retool.stage", "prepare", "--spec", "/etc/retool/run.yaml"]
     assert container["volumeMounts"] == [
         {"name": "run-spec", "mountPath": "/etc/retool", "readOnly": True},
-        {"name": "data", "mountPath": "/mnt/data", "subPath": "team-a"},
+        {"name": "data", "mountPath": "/mnt/data"},
         {"name": "dshm", "mountPath": "/dev/shm"},
     ]
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}} in pod["volumes"]

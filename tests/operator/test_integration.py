@@ -16,6 +16,7 @@ from typing import Any
 import kmock
 import pytest
 from retool_operator.config import OperatorConfig
+from retool_operator.kube import KINDS
 from retool_operator.permissions import allows
 
 from tests.operator.conftest import needs_tracking
@@ -24,6 +25,7 @@ from tests.operator.emulator import (
     JOBS,
     RAYJOBS,
     RUNS,
+    TEST_AGENT,
     ObserverClient,
     ScalableEmulator,
     credentials_for,
@@ -37,6 +39,10 @@ from tests.operator.helpers import document, job_status, rayjob_status
 
 pytestmark = pytest.mark.slow
 NS = "ml"
+USED: set[tuple[str, str, str]] = set()
+"""Every (group, resource, verb) the operator requested in the integration tests (the RBAC check in test_zz_rbac)."""
+USED_BY: set[str] = set()
+"""The test modules that contributed to ``USED``."""
 CONFIG = OperatorConfig(_env_file=None, resync_seconds=3600, mlflow_parent_runs=False)
 
 
@@ -79,17 +85,43 @@ class Cluster:
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Cluster]:
+async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> AsyncIterator[Cluster]:
     async with ScalableEmulator() as k8s, kmock.Server(k8s) as server:
         declare(k8s)
         monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kubeconfig", str(server.url))))
         api = ObserverClient(credentials_for(str(server.url)))
+        await api.create(claim_object("retool-data", ["ReadWriteOnce"]))  # the claim helpers.document() names
         try:
             yield Cluster(k8s, api, CONFIG)
         finally:
             await api.close()
-        uncovered = sorted({r for r in operator_requests(k8s) if not allows(*r)})
+        used = operator_requests(k8s)
+        USED.update(used)
+        USED_BY.add(request.module.__name__.rsplit(".", 1)[-1])
+        uncovered = sorted({r for r in used if not allows(*r)})
         assert uncovered == [], f"operator requests not covered by permissions.RULES: {uncovered}"
+        children = [r for r in k8s.requests if r.resource is not None and r.resource.plural in ("jobs", "rayjobs") and r.action is not None and r.action.value in ("LIST", "WATCH")]
+        children = [r for r in children if r.headers.get("User-Agent", "") != TEST_AGENT]
+        assert children and all(r.params.get("labelSelector") == "retool.dev/run,retool.dev/component=stage" for r in children), [
+            (r.resource.plural, dict(r.params)) for r in children
+        ]
+
+
+def claim_object(name: str, modes: list[str], *, bound: bool = False) -> dict[str, Any]:
+    """A PersistentVolumeClaim as an administrator (or a provisioner, with ``bound``) leaves it."""
+    obj: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"accessModes": modes, "resources": {"requests": {"storage": "100Gi"}}},
+    }
+    if bound:
+        obj["status"] = {"phase": "Bound", "accessModes": modes, "capacity": {"storage": "100Gi"}}
+    return obj
+
+
+def stage_of(status: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(s for s in status["stages"] if s["name"] == name)
 
 
 def spec_doc(name: str, **spec: Any) -> dict[str, Any]:
@@ -107,11 +139,11 @@ async def test_run_creates_sandbox_and_walks_every_stage_to_success(cluster: Clu
             "apiVersion": "retool.dev/v1alpha1", "kind": "RetoolRun", "name": "happy", "uid": "uid-happy", "controller": True, "blockOwnerDeletion": True,
         }
         sandbox = await cluster.child(DEPLOYMENTS, "happy-sandbox")
-        assert sandbox["spec"]["replicas"] == 2
+        assert sandbox["spec"]["replicas"] == 0  # nothing calls the sandbox before rl
         for plural in ("services", "networkpolicies", "poddisruptionbudgets", "configmaps"):
             assert plural in {r for _, r, v in operator_requests(cluster.k8s) if v == "create"}
         status = await cluster.phase_is("happy", "Preparing")
-        assert status["sandbox"] == {"replicas": 2, "readyReplicas": 0, "url": "http://happy-sandbox.ml.svc:8080"}
+        assert status["sandbox"] == {"replicas": 0, "readyReplicas": 0, "url": "http://happy-sandbox.ml.svc:8080"}
         assert status["mlflow"]["url"] == "http://retool-mlflow.ml.svc:5000"
         mlflow = await cluster.child(DEPLOYMENTS, "retool-mlflow")
         assert "ownerReferences" not in mlflow["metadata"]  # deleting a run never deletes tracking history
@@ -123,10 +155,13 @@ async def test_run_creates_sandbox_and_walks_every_stage_to_success(cluster: Clu
         env = {e["name"]: e.get("value") for e in rl["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["env"]}
         assert env["RETOOL_SANDBOX_URL"] == "http://happy-sandbox.ml.svc:8080"
         assert (await cluster.status("happy"))["phase"] == "RL"
+        await eventually(lambda: _replicas(cluster, "happy-sandbox", 2), what="sandbox up for rl")
         await cluster.finish(RAYJOBS, "happy-rl-1", rayjob_status("Complete", "SUCCEEDED"))
         await cluster.finish(RAYJOBS, "happy-eval-1", rayjob_status("Complete", "SUCCEEDED"))
         status = await cluster.phase_is("happy", "Succeeded")
-        assert [s["state"] for s in status["stages"]] == ["Succeeded"] * 5
+        assert [(s["name"], s["state"]) for s in status["stages"]] == [
+            ("prepare", "Succeeded"), ("preflight", "Skipped"), ("sft", "Succeeded"), ("merge", "Succeeded"), ("rl", "Succeeded"), ("eval", "Succeeded")
+        ]
         assert {c["type"]: c["status"] for c in status["conditions"]}["Succeeded"] == "True"
         replicas = await eventually(lambda: _replicas(cluster, "happy-sandbox", 0), what="sandbox scaled to zero")
         assert replicas == "zero"
@@ -161,7 +196,7 @@ async def test_complete_but_failed_retries_then_fails_the_run(cluster: Cluster) 
         assert env["RETOOL_ATTEMPT"] == "2"
         await cluster.finish(RAYJOBS, "flaky-sft-2", rayjob_status("Failed", message="deadline exceeded"))
         status = await cluster.phase_is("flaky", "Failed")
-        sft = status["stages"][1]
+        sft = stage_of(status, "sft")
         assert (sft["state"], sft["attempt"], sft["job"]) == ("Failed", 2, "flaky-sft-2")
         failed = {c["type"]: c for c in status["conditions"]}["Failed"]
         assert failed["status"] == "True" and failed["reason"] == "StageFailed" and "deadline exceeded" in failed["message"]
@@ -173,21 +208,24 @@ async def test_rescale_suspend_and_resume(cluster: Cluster) -> None:
     async with running_operator(cluster.config):
         await cluster.api.create(spec_doc("elastic"))
         await cluster.finish(JOBS, "elastic-prepare-1", job_status("Complete"))
-        await cluster.child(RAYJOBS, "elastic-sft-1")
+        await cluster.finish(RAYJOBS, "elastic-sft-1", rayjob_status("Complete", "SUCCEEDED"))
+        await cluster.finish(JOBS, "elastic-merge-1", job_status("Complete"))
+        await cluster.child(RAYJOBS, "elastic-rl-1")
+        await eventually(lambda: _replicas(cluster, "elastic-sandbox", 2), what="sandbox up for rl")
         await cluster.api.patch(RUNS, NS, "elastic", {"spec": {"sandbox": {"maxConcurrent": 64}}})
         await eventually(lambda: _replicas(cluster, "elastic-sandbox", 4), what="sandbox rescaled to 4")
 
         await cluster.api.patch(RUNS, NS, "elastic", {"spec": {"suspend": True}})
         status = await cluster.phase_is("elastic", "Suspended")
-        assert (await cluster.api.get(RAYJOBS, NS, "elastic-sft-1"))["spec"]["suspend"] is True
+        assert (await cluster.api.get(RAYJOBS, NS, "elastic-rl-1"))["spec"]["suspend"] is True
         await eventually(lambda: _replicas(cluster, "elastic-sandbox", 0), what="sandbox scaled to zero")
-        assert status["stages"][1]["state"] == "Suspended"
+        assert stage_of(status, "rl")["state"] == "Suspended"
 
         await cluster.api.patch(RUNS, NS, "elastic", {"spec": {"suspend": False}})
-        await cluster.phase_is("elastic", "SFT")
-        assert (await cluster.api.get(RAYJOBS, NS, "elastic-sft-1"))["spec"]["suspend"] is False
+        await cluster.phase_is("elastic", "RL")
+        assert (await cluster.api.get(RAYJOBS, NS, "elastic-rl-1"))["spec"]["suspend"] is False
         await eventually(lambda: _replicas(cluster, "elastic-sandbox", 4), what="sandbox back to 4")
-        assert await cluster.names(RAYJOBS) == ["elastic-sft-1"]
+        assert await cluster.names(RAYJOBS) == ["elastic-rl-1", "elastic-sft-1"]
 
 
 async def test_operator_restart_resumes_without_duplicates(cluster: Cluster) -> None:
@@ -229,6 +267,17 @@ async def test_invalid_spec_fails_with_a_field_named_message_and_creates_nothing
     assert [r for r in operator_requests(cluster.k8s) if r[2] == "create" and r[1] in ("jobs", "rayjobs")] == [("batch", "jobs", "create")]
 
 
+async def test_without_the_webhook_a_run_over_the_sandbox_replica_limit_fails_and_creates_nothing(cluster: Cluster) -> None:
+    """The operator's replica cap (chart limits.sandboxReplicas) holds on clusters that run without the webhook."""
+    capped = CONFIG.model_copy(update={"sandbox_max_replicas": 4})
+    doc = spec_doc("wide", sandbox={"maxConcurrent": 80, "perReplicaConcurrency": 16, "resources": {"limits": {"memory": "16Gi"}}})
+    async with running_operator(capped):
+        await cluster.api.create(doc)
+        status = await cluster.phase_is("wide", "Failed")
+        assert "sandboxMaxReplicas" in status["message"] and "5" in status["message"], status["message"]
+    assert [r for r in operator_requests(cluster.k8s) if r[2] == "create" and r[1] in ("jobs", "rayjobs", "deployments")] == []
+
+
 async def test_delete_leaves_children_to_owner_references_and_keeps_tracking(cluster: Cluster) -> None:
     async with running_operator(cluster.config):
         await cluster.api.create(spec_doc("gone"))
@@ -267,3 +316,151 @@ async def test_parent_mlflow_run_reaches_status_and_stage_env(cluster: Cluster, 
         env = {e["name"]: e.get("value") for e in sft["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["env"]}
         assert env["RETOOL_MLFLOW_PARENT_RUN_ID"] == mlflow["runId"]
         assert (await cluster.status("tracked"))["mlflow"] == mlflow
+
+
+# ---------------------------------------------------------------- lifecycle on a real cluster's terms
+
+PODS = KINDS[("v1", "Pod")]
+HPAS = KINDS[("autoscaling/v2", "HorizontalPodAutoscaler")]
+FAST = OperatorConfig(_env_file=None, resync_seconds=0.3, mlflow_parent_runs=False, mlflow_retry_seconds=0.5)
+
+
+async def _pod_of(cluster: Cluster, name: str, template: dict[str, Any], phase: str) -> None:
+    """What KubeRay / the Job controller would create from ``template``: a pod with its labels."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS, "labels": dict(template["metadata"]["labels"])}, "spec": template["spec"]}
+    await cluster.api.create(pod)
+    await cluster.api.patch(PODS, NS, name, {"status": {"phase": phase}}, subresource="status")
+
+
+def _request_index(cluster: Cluster, plural: str, action: str, name: str) -> int:
+    for i, r in enumerate(cluster.k8s.requests):
+        if r.resource is None or r.resource.plural != plural or r.action is None or r.action.value != action:
+            continue
+        if (r.name or (r.data or {}).get("metadata", {}).get("name")) == name:
+            return i
+    raise AssertionError(f"no {action} of {plural}/{name}")
+
+
+async def test_a_retry_starts_only_after_the_failed_attempts_pods_are_gone(cluster: Cluster) -> None:
+    """Attempt 2 would write attempt 1's checkpoint directory and want its GPUs: it is created
+    only once attempt 1's Ray pods have terminated (a finished submitter pod does not hold it)."""
+    async with running_operator(cluster.config):
+        await cluster.api.create(spec_doc("orderly", failurePolicy={"maxRetries": 1, "backoffSeconds": 1}))
+        await cluster.finish(JOBS, "orderly-prepare-1", job_status("Complete"))
+        sft1 = await cluster.child(RAYJOBS, "orderly-sft-1")
+        await _pod_of(cluster, "orderly-sft-1-head-abc", sft1["spec"]["rayClusterSpec"]["headGroupSpec"]["template"], "Running")
+        await _pod_of(cluster, "orderly-sft-1-submitter-xyz", sft1["spec"]["submitterPodTemplate"], "Succeeded")
+        await cluster.finish(RAYJOBS, "orderly-sft-1", rayjob_status("Complete", "FAILED", message="NCCL timeout"))
+
+        async def waiting() -> dict[str, Any] | None:
+            status = await cluster.status("orderly")
+            sft = stage_of(status, "sft")
+            return status if sft["state"] == "Retrying" and "orderly-sft-1-head-abc" in (sft.get("message") or "") else None
+
+        status = await eventually(waiting, timeout=10, what="attempt 2 waiting for attempt 1's pods")
+        assert "orderly-sft-1-submitter-xyz" not in stage_of(status, "sft")["message"]
+        assert {c["type"]: c["reason"] for c in status["conditions"]}["Reconciling"] == "WaitingForPods"
+        assert await cluster.api.get(RAYJOBS, NS, "orderly-sft-2") is None  # the 1 s backoff is long over
+        await cluster.api._request("DELETE", PODS.path(NS, "orderly-sft-1-head-abc"))
+        await cluster.child(RAYJOBS, "orderly-sft-2", timeout=15)
+    assert _request_index(cluster, "pods", "DELETE", "orderly-sft-1-head-abc") < _request_index(cluster, "rayjobs", "CREATE", "orderly-sft-2")
+
+
+async def test_a_rayjob_kuberay_refuses_ends_the_attempt_with_kuberays_reason(cluster: Cluster) -> None:
+    async with running_operator(cluster.config):
+        await cluster.api.create(spec_doc("refused", failurePolicy={"maxRetries": 0}))
+        await cluster.finish(JOBS, "refused-prepare-1", job_status("Complete"))
+        message = "The RayJob spec is invalid: a RayJob with shutdownAfterJobFinishes set to false is not allowed to be suspended"
+        await cluster.finish(RAYJOBS, "refused-sft-1", {"status": {"jobDeploymentStatus": "ValidationFailed", "reason": "ValidationFailed", "message": message}})
+        status = await cluster.phase_is("refused", "Failed")
+        assert "ValidationFailed" in stage_of(status, "sft")["message"] and "shutdownAfterJobFinishes" in stage_of(status, "sft")["message"]
+        assert {c["type"]: c["status"] for c in status["conditions"]}["Stalled"] == "True"
+
+
+async def test_a_stage_child_deleted_from_outside_ends_its_attempt(cluster: Cluster) -> None:
+    async with running_operator(cluster.config):
+        await cluster.api.create(spec_doc("vanished", failurePolicy={"maxRetries": 0}))
+        await cluster.child(JOBS, "vanished-prepare-1")
+        await cluster.phase_is("vanished", "Preparing")
+        await cluster.api._request("DELETE", JOBS.path(NS, "vanished-prepare-1"))
+        status = await cluster.phase_is("vanished", "Failed")
+        assert "deleted outside the operator" in status["stages"][0]["message"]
+    assert cluster.creates("jobs") == 1  # not silently re-created
+
+
+async def test_a_refused_create_is_a_warning_event_and_a_condition_with_the_api_servers_message(cluster: Cluster) -> None:
+    quota = (
+        'rayjobs.ray.io "quota-sft-1" is forbidden: exceeded quota: gpu-quota, '
+        "requested: requests.nvidia.com/gpu=8, used: requests.nvidia.com/gpu=8, limited: requests.nvidia.com/gpu=8"
+    )
+    cluster.k8s.refusals = [lambda r: (403, quota) if r.resource.plural == "rayjobs" and r.action is not None and r.action.value == "CREATE" else None]
+    async with running_operator(FAST):
+        await cluster.api.create(spec_doc("quota"))
+        await cluster.finish(JOBS, "quota-prepare-1", job_status("Complete"))
+
+        async def stalled() -> dict[str, Any] | None:
+            status = await cluster.status("quota")
+            conds = {c["type"]: c for c in status.get("conditions", [])}
+            return status if conds.get("Stalled", {}).get("status") == "True" else None
+
+        status = await eventually(stalled, what="Stalled condition")
+        conds = {c["type"]: c for c in status["conditions"]}
+        assert conds["Stalled"]["reason"] == "ChildRefused" and "exceeded quota: gpu-quota" in conds["Stalled"]["message"]
+        assert conds["Ready"]["status"] == "False" and "exceeded quota" in conds["Ready"]["message"]
+        sft = stage_of(status, "sft")
+        assert (sft["state"], sft["attempt"], sft.get("job")) == ("Pending", 0, None)  # the status names no child that does not exist
+        await eventually(lambda: _warned(cluster, {"ChildRefused"}), what="Warning event ChildRefused")
+        cluster.k8s.refusals = []  # the quota is raised: the next pass creates the RayJob
+        await cluster.child(RAYJOBS, "quota-sft-1")
+        status = await cluster.phase_is("quota", "SFT")
+        assert {c["type"]: c["status"] for c in status["conditions"]}["Stalled"] == "False"
+
+
+async def test_children_edited_behind_the_operators_back_are_repaired_and_an_hpa_keeps_the_replicas(cluster: Cluster) -> None:
+    hpa = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "tidy-sandbox", "namespace": NS}}
+    hpa["spec"] = {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "tidy-sandbox"}, "minReplicas": 3, "maxReplicas": 9}
+    await cluster.api.create(hpa)  # before the run: no pass ever sees the sandbox without it
+    async with running_operator(FAST):
+        await cluster.api.create(spec_doc("tidy"))
+        await cluster.child(JOBS, "tidy-prepare-1")
+        await cluster.phase_is("tidy", "Preparing")
+        assert "replicas" not in (await cluster.api.get(DEPLOYMENTS, NS, "tidy-sandbox"))["spec"]  # left to the HPA from the start
+        # Suspending a batch stage patches its Job.
+        await cluster.api.patch(RUNS, NS, "tidy", {"spec": {"suspend": True}})
+        await cluster.phase_is("tidy", "Suspended")
+        assert (await cluster.api.get(JOBS, NS, "tidy-prepare-1"))["spec"]["suspend"] is True
+        kinds = [("v1", "Service"), ("networking.k8s.io/v1", "NetworkPolicy"), ("policy/v1", "PodDisruptionBudget"), ("v1", "ConfigMap"), ("v1", "PersistentVolumeClaim")]
+        services, policies, pdbs, configmaps, claims = (KINDS[k] for k in kinds)
+        await cluster.api.patch(services, NS, "tidy-sandbox", {"spec": {"selector": {"retool.dev/run": "someone-else"}}})
+        await cluster.api.patch(policies, NS, "tidy-sandbox", {"spec": {"policyTypes": ["Ingress"]}})
+        await cluster.api.patch(pdbs, NS, "tidy-sandbox", {"spec": {"maxUnavailable": 5}})
+        await cluster.api.patch(configmaps, NS, "tidy-spec", {"data": {"run.yaml": "edited"}})
+        await cluster.api.patch(claims, NS, "retool-mlflow", {"metadata": {"labels": {"app.kubernetes.io/component": "edited"}}})
+        await cluster.api.patch(DEPLOYMENTS, NS, "tidy-sandbox", {"spec": {"replicas": 3}})  # what the HPA does
+        await eventually(lambda: _sleep_true(0.4), what="the client's verification interval")
+        await cluster.api.patch(RUNS, NS, "tidy", {"spec": {"suspend": False}})
+        await cluster.phase_is("tidy", "Preparing")
+
+        async def repaired() -> bool:
+            svc = await cluster.api.get(services, NS, "tidy-sandbox")
+            pol = await cluster.api.get(policies, NS, "tidy-sandbox")
+            pdb = await cluster.api.get(pdbs, NS, "tidy-sandbox")
+            cm = await cluster.api.get(configmaps, NS, "tidy-spec")
+            pvc = await cluster.api.get(claims, NS, "retool-mlflow")
+            return (
+                svc["spec"]["selector"]["retool.dev/run"] == "tidy"
+                and pol["spec"]["policyTypes"] == ["Ingress", "Egress"]
+                and pdb["spec"]["maxUnavailable"] == 1
+                and cm["data"]["run.yaml"] != "edited"
+                and pvc["metadata"]["labels"]["app.kubernetes.io/component"] == "mlflow"
+            )
+
+        await eventually(repaired, what="children repaired")
+        assert (await cluster.api.get(DEPLOYMENTS, NS, "tidy-sandbox"))["spec"]["replicas"] == 3  # the HPA's, not the operator's 0
+
+
+async def _sleep_true(seconds: float) -> bool:
+    import asyncio
+
+    await asyncio.sleep(seconds)
+    return True

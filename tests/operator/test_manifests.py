@@ -17,7 +17,7 @@ from retool_operator.builders import build_mlflow
 from retool_operator.render import desired_objects
 
 from tests.conftest import EXAMPLES, KUBERAY_SCHEMAS, REPO
-from tests.operator.helpers import CONFIG, document
+from tests.operator.helpers import CONFIG, config_for, document
 
 CHECK_TOOL = REPO.parent / "shared" / "tools" / "check_manifests.py"
 K8S_VERSION = "1.33.0"
@@ -80,7 +80,7 @@ def test_variants_are_valid(spec: dict, ray_schemas: dict, tmp_path: Path) -> No
 def test_examples_are_valid(example: Path, ray_schemas: dict, tmp_path: Path) -> None:
     doc = yaml.safe_load(example.read_text())
     doc["metadata"]["uid"] = "0b6f8d5e-1111-2222-3333-444455556666"
-    assert problems_of(desired_objects(doc, config=CONFIG), ray_schemas, tmp_path) == []
+    assert problems_of(desired_objects(doc, config=config_for(doc)), ray_schemas, tmp_path) == []
 
 
 def test_managed_mlflow_is_valid(ray_schemas: dict, tmp_path: Path) -> None:
@@ -124,4 +124,91 @@ def test_status_the_operator_writes_fits_the_crd(tmp_path: Path) -> None:
     for status in statuses:
         assert [e.message for e in jsonschema.Draft7Validator(schema).iter_errors(status)] == []
         assert tool.pruned(status, schema) == []
-    assert statuses[0]["stages"][1]["nextAttemptTime"]
+    assert next(s for s in statuses[0]["stages"] if s["name"] == "sft")["nextAttemptTime"]
+
+
+def _example(name: str) -> dict[str, Any]:
+    doc = yaml.safe_load((REPO / "examples" / f"retoolrun-{name}.yaml").read_text())
+    doc["metadata"]["uid"] = "0b6f8d5e-1111-2222-3333-444455556666"
+    return doc
+
+
+def test_kueue_example_hands_every_stage_to_its_queue_suspended(ray_schemas: dict, tmp_path: Path) -> None:
+    objects = desired_objects(_example("qwen32b-kueue"), config=CONFIG)
+    children = [o for o in objects if o["kind"] in ("Job", "RayJob")]
+    assert {o["metadata"]["name"].rsplit("-", 2)[-2] for o in children} == {"prepare", "preflight", "sft", "merge", "rl", "eval"}
+    for child in children:
+        assert child["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "ml-team-gpus"
+        assert child["spec"]["suspend"] is True  # Kueue unsuspends on admission
+    for rayjob in (o for o in children if o["kind"] == "RayJob"):
+        assert rayjob["spec"]["shutdownAfterJobFinishes"] is True  # Kueue and KubeRay require it for suspension
+    claim = next(o for o in objects if o["kind"] == "PersistentVolumeClaim")
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"] and claim["spec"]["storageClassName"] == "cephfs"
+    assert "ownerReferences" not in claim["metadata"]  # retain: keep (the default)
+    assert problems_of(objects, ray_schemas, tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "expected"),
+    [
+        ("volcano", {"volcano.sh/queue-name": "research", "ray.io/priority-class-name": "ml-research"}),
+        ("yunikorn", {"ray.io/gang-scheduling-enabled": "true", "yunikorn.apache.org/queue": "research"}),
+    ],
+)
+def test_gang_example_labels_every_rayjob_for_the_configured_batch_scheduler(scheduler: str, expected: dict[str, str], ray_schemas: dict, tmp_path: Path) -> None:
+    config = CONFIG.model_copy(update={"batch_scheduler": scheduler})
+    objects = desired_objects(_example("qwen32b-volcano"), config=config)
+    for obj in objects:
+        labels = obj["metadata"].get("labels") or {}
+        if obj["kind"] == "RayJob":
+            assert expected.items() <= labels.items(), obj["metadata"]["name"]
+            if scheduler == "yunikorn":
+                assert labels["yunikorn.apache.org/app-id"] == obj["metadata"]["name"]  # unique per attempt
+            assert "suspend" not in obj["spec"]
+        else:
+            assert not set(expected) & set(labels), obj["metadata"]["name"]  # single-pod Jobs: nothing to gang
+    assert problems_of(objects, ray_schemas, tmp_path) == []
+
+
+def test_gang_scheduling_without_a_batch_scheduler_is_refused_not_ignored() -> None:
+    from retool.spec.validate import SpecError
+
+    with pytest.raises(SpecError, match="knows no batch scheduler"):
+        desired_objects(_example("qwen32b-volcano"), config=CONFIG)
+    with pytest.raises(SpecError, match="queue every stage twice"):
+        desired_objects(_example("qwen32b-kueue"), config=CONFIG.model_copy(update={"batch_scheduler": "volcano"}))
+
+
+def test_example_that_names_only_a_model_renders_its_claim(ray_schemas: dict, tmp_path: Path) -> None:
+    objects = desired_objects(_example("minimal"), config=CONFIG)
+    claim = next(o for o in objects if o["kind"] == "PersistentVolumeClaim")
+    assert claim["metadata"]["name"] == "minimal-data"
+    assert claim["spec"] == {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "2000Gi"}}}
+    assert "ownerReferences" not in claim["metadata"]
+    mounts = {v["persistentVolumeClaim"]["claimName"] for o in objects for v in _volumes(o) if "persistentVolumeClaim" in v}
+    assert mounts == {"minimal-data"}
+    assert problems_of(objects, ray_schemas, tmp_path) == []
+
+
+def _volumes(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    from tests.operator.test_pods import pod_templates
+
+    return [v for _, tpl in pod_templates(obj) for v in tpl["spec"].get("volumes", [])]
+
+
+def test_text_only_example_renders_no_sandbox_and_no_tool(ray_schemas: dict, tmp_path: Path) -> None:
+    objects = desired_objects(_example("qwen32b-h200-text-only"), config=CONFIG)
+    assert {o["kind"] for o in objects} == {"ConfigMap", "Job", "RayJob"}  # no Deployment, Service, NetworkPolicy, PDB
+    assert not any("sandbox" in o["metadata"]["name"] for o in objects)
+    for obj in objects:
+        text = yaml.safe_dump(obj)
+        assert "RETOOL_SANDBOX_URL" not in text and "code_interpreter" not in text, obj["metadata"]["name"]
+    assert problems_of(objects, ray_schemas, tmp_path) == []
+
+
+def test_a_deleted_claim_goes_with_the_run_only_with_retain_delete() -> None:
+    objects = desired_objects(_example("smoke-qwen0.5b"), config=CONFIG)
+    claim = next(o for o in objects if o["kind"] == "PersistentVolumeClaim")
+    assert claim["metadata"]["ownerReferences"][0]["kind"] == "RetoolRun"
+    assert claim["metadata"]["annotations"]["retool.dev/retain"] == "delete"
+    assert claim["spec"]["resources"]["requests"]["storage"] == "51Gi"

@@ -25,6 +25,8 @@ from tests.operator.helpers import T0, job_status, rayjob_status, run_of
         ("sft", rayjob_status("Complete"), "failed"),
         ("sft", rayjob_status("Failed", message="deadline exceeded"), "failed"),
         ("sft", rayjob_status("Suspended"), "suspended"),
+        ("sft", rayjob_status("ValidationFailed", message="resource fields should not be set in both"), "failed"),
+        ("sft", rayjob_status("Retrying"), "running"),
         ("prepare", job_status(None), "running"),
         ("prepare", job_status("Complete"), "succeeded"),
         ("prepare", job_status("Failed", "BackoffLimitExceeded"), "failed"),
@@ -40,6 +42,8 @@ from tests.operator.helpers import T0, job_status, rayjob_status, run_of
         "rayjob-complete-without-job-status-is-not-success",
         "rayjob-failed",
         "rayjob-suspended",
+        "rayjob-validation-failed-is-a-failure-not-running-forever",
+        "rayjob-retrying-is-running",
         "job-active",
         "job-complete",
         "job-failed",
@@ -150,14 +154,44 @@ CASES = [
         None,
     ),
     (
-        "missing-child-of-a-running-stage-is-recreated",
+        "child-deleted-outside-the-operator-ends-the-attempt",
         {},
         stages(prepare=("Succeeded", 1), sft=("Running", 1)),
         {},
         "SFT",
-        [CreateChild("sft", 1)],
+        [],
+        [],
+        10.0,
+    ),
+    (
+        "due-retry-waits-while-the-failed-attempts-pods-live",
+        {},
+        stages(prepare=("Succeeded", 1), sft=("Retrying", 1, EARLIER)),
+        {"__pods__": {SFT1: ["demo-sft-1-head-x"]}},
+        "SFT",
+        [],
+        [],
+        5.0,
+    ),
+    (
+        "due-retry-ignores-terminated-pods-of-other-runs-stages-only-its-own-run-listed",
+        {},
+        stages(prepare=("Succeeded", 1), sft=("Retrying", 1, EARLIER)),
+        {"__pods__": {SFT1: []}},
+        "SFT",
+        [CreateChild("sft", 2)],
         [],
         None,
+    ),
+    (
+        "next-stage-waits-for-the-previous-stages-pods",
+        {},
+        stages(prepare=("Succeeded", 1), sft=("Running", 1)),
+        {SFT1: rayjob_status("Complete", "SUCCEEDED"), "__pods__": {SFT1: ["demo-sft-1-head-x", "demo-sft-1-worker-y"]}},
+        "Merging",
+        [],
+        [],
+        5.0,
     ),
     (
         "suspend-suspends-the-running-rayjob",
@@ -216,7 +250,8 @@ CASES = [
 @pytest.mark.parametrize(("spec", "current", "children", "phase", "creates", "suspends", "requeue"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_decide(spec: dict, current: list[StageStatus], children: dict, phase: str, creates: list, suspends: list, requeue: float | None) -> None:
     run = run_of(**spec)
-    decision = decide(run, RetoolRunStatus(stages=current), Observed(children=children), T0)
+    pods = children.pop("__pods__", {}) if "__pods__" in children else {}
+    decision = decide(run, RetoolRunStatus(stages=current), Observed(children=children, active_pods=pods), T0)
     assert decision.status.phase == phase
     assert decision.create == creates
     assert decision.suspend == suspends
@@ -248,7 +283,7 @@ def test_retry_records_when_the_next_attempt_starts() -> None:
     run = run_of()
     current = RetoolRunStatus(stages=stages(prepare=("Succeeded", 1), sft=("Running", 1)))
     decision = decide(run, current, Observed(children={SFT1: rayjob_status("Complete", "FAILED")}), T0)
-    sft = decision.status.stages[1]
+    sft = next(s for s in decision.status.stages if s.name == "sft")
     assert sft.state == "Retrying"
     assert sft.next_attempt_time == rfc3339(T0 + dt.timedelta(seconds=10))
     assert "2 retries left" in (sft.message or "")
@@ -256,20 +291,22 @@ def test_retry_records_when_the_next_attempt_starts() -> None:
 
 def test_status_fields_and_conditions_keep_transition_times() -> None:
     run = run_of()
-    first = decide(run, RetoolRunStatus(), Observed(sandbox_ready_replicas=2), T0)
+    first = decide(run, RetoolRunStatus(), Observed(sandbox_ready_replicas=0), T0)
     status = first.status
-    assert status.sandbox is not None and (status.sandbox.replicas, status.sandbox.ready_replicas) == (2, 2)
+    assert status.sandbox is not None and (status.sandbox.replicas, status.sandbox.ready_replicas) == (0, 0)  # no sandbox while preparing
     assert status.sandbox.url == "http://demo-sandbox.ml.svc:8080"
     assert status.progress == "prepare 1/5"
     assert {c.type: c.status for c in status.conditions} == {
         "SpecValid": "True",
+        "Ready": "False",
+        "Reconciling": "True",
+        "Stalled": "False",
         "Failed": "False",
         "Succeeded": "False",
         "Suspended": "False",
-        "Ready": "True",
-        "SandboxReady": "True",
+        "SandboxReady": "False",
     }
-    later = decide(run, status, Observed(children={"demo-prepare-1": job_status(None)}, sandbox_ready_replicas=2), T0 + dt.timedelta(hours=1))
+    later = decide(run, status, Observed(children={"demo-prepare-1": job_status(None)}), T0 + dt.timedelta(hours=1))
     assert [c.last_transition_time for c in later.status.conditions] == [c.last_transition_time for c in status.conditions]
 
 
@@ -315,8 +352,25 @@ def test_status_patch_nulls_removed_top_level_keys() -> None:
 )
 def test_pipeline_matches_the_stage_renderers(spec: dict) -> None:
     """The operator runs exactly the stages the stage entrypoint knows how to render."""
-    render = pytest.importorskip("retool.recipe.render")
+    render = pytest.importorskip("retool.recipe.render.stages")
     from retool_operator.reconcile import enabled_stages
 
     run = run_of(**spec)
     assert tuple(s for s, on in enabled_stages(run).items() if on) == render.enabled_stages(run)
+
+
+def test_a_persisting_refusal_writes_no_new_status() -> None:
+    """decide() says Reconciling/not Stalled on every pass and the refusal flips them back: the
+    transition times must come from the stored conditions, or every pass would write status."""
+    import datetime as dt
+
+    from retool_operator.status import with_refusals
+
+    run = run_of()
+    refusal = ["create RayJob demo-sft-1 refused: exceeded quota"]
+    first = decide(run, RetoolRunStatus(stages=stages(prepare=("Succeeded", 1))), Observed(), T0).status
+    stored = with_refusals(first, refusal, previous=first.conditions, now=T0, generation=None)
+    later = T0 + dt.timedelta(minutes=5)
+    again = with_refusals(decide(run, stored, Observed(), later).status, refusal, previous=stored.conditions, now=later, generation=None)
+    assert again.conditions == stored.conditions
+    assert {c.type: c.status for c in again.conditions}["Stalled"] == "True"

@@ -15,7 +15,7 @@ from retool_operator.webhook import review
 
 from retool.spec.validate import SpecError
 from tests.conftest import EXAMPLES, repo_env
-from tests.operator.helpers import CONFIG, document
+from tests.operator.helpers import CONFIG, config_for, document
 
 
 def started(doc: dict, *names: str) -> dict:
@@ -42,6 +42,22 @@ REVIEWS = [
     ("changing-a-finished-stages-settings-is-refused", "UPDATE", edit(BASE, "sft", "epochs", 3), started(BASE, "prepare", "sft", "merge"), ["spec.sft: cannot change"]),
     ("changing-rl-before-rl-started-is-allowed", "UPDATE", edit(BASE, "rl", "steps", 100), started(BASE, "prepare", "sft"), []),
     ("changing-running-rl-is-refused", "UPDATE", edit(BASE, "rl", "steps", 100), started(BASE, "prepare", "sft", "merge", "rl"), ["spec.rl: cannot change after stage rl started"]),
+    ("changing-hardware-before-a-gpu-stage-is-allowed", "UPDATE", edit(BASE, "hardware", "nodes", 2), started(BASE, "prepare"), []),
+    (
+        "changing-hardware-once-a-gpu-stage-started-is-refused",
+        "UPDATE",
+        edit(BASE, "hardware", "nodes", 2),
+        started(BASE, "prepare", "sft"),
+        ["spec.hardware: cannot change after stage sft started"],
+    ),
+    (
+        "switching-to-text-only-after-prepare-is-refused",
+        "UPDATE",
+        {**BASE, "spec": {**BASE["spec"], "recipe": "text-only", "sft": {"enabled": False}}},
+        started(BASE, "prepare"),
+        ["spec.recipe: cannot change after stage prepare started"],
+    ),
+    ("queueing-a-run-before-a-stage-started-is-allowed", "UPDATE", edit(BASE, "scheduling", "queueName", "team-a"), BASE, []),
     ("delete-is-not-reviewed", "DELETE", None, BASE, []),
 ]
 
@@ -58,9 +74,18 @@ def test_kopf_validating_handler_refuses_with_field_named_message() -> None:
     """The registered handler (id validate-retoolrun), called as kopf calls it for an AdmissionReview."""
     bad = edit(BASE, "sandbox", "perReplicaConcurrency", 64)
     with pytest.raises(kopf.AdmissionError, match=r"spec\.sandbox\.perReplicaConcurrency: 64 is larger than sandbox\.maxConcurrent") as err:
-        handlers.validate_retoolrun(body=kopf.Body(bad), old=None, operation="CREATE")
+        handlers.validate_retoolrun(body=kopf.Body(bad), old=None, operation="CREATE", warnings=[], memo=kopf.Memo())
     assert err.value.code == 422
-    assert handlers.validate_retoolrun(body=kopf.Body(BASE), old=None, operation="CREATE") is None
+
+
+def test_kopf_validating_handler_admits_an_unknown_gpu_product_with_a_warning_naming_the_label_value() -> None:
+    warnings: list[str] = []
+    handlers.validate_retoolrun(body=kopf.Body(edit(BASE, "hardware", "product", "H200")), old=None, operation="CREATE", warnings=warnings, memo=kopf.Memo())
+    assert len(warnings) == 1 and "spec.hardware.product" in warnings[0] and "did you mean 'NVIDIA-H200'" in warnings[0]
+    warnings.clear()
+    handlers.validate_retoolrun(body=kopf.Body(edit(BASE, "hardware", "product", "NVIDIA-H200")), old=None, operation="CREATE", warnings=warnings, memo=kopf.Memo())
+    assert warnings == []
+    assert handlers.validate_retoolrun(body=kopf.Body(BASE), old=None, operation="CREATE", warnings=[], memo=kopf.Memo()) is None
 
 
 @pytest.mark.parametrize(("enabled", "expected"), [("true", ["validate-retoolrun"]), ("false", [])], ids=["webhook-enabled-registers-it", "webhook-disabled-does-not"])
@@ -90,5 +115,31 @@ def test_render_rejects_invalid_runs_and_unknown_stages() -> None:
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_render_every_example(example) -> None:
+    """The spec ConfigMap, the claim the operator creates, the sandbox set (4, unless text-only) and a child per enabled stage."""
+    from retool_operator.reconcile import enabled_stages
+
+    from retool.spec.validate import parse_run
+
     doc = yaml.safe_load(example.read_text())
-    assert len(desired_objects(doc, config=CONFIG)) >= 8
+    run = parse_run(doc)
+    expected = 1 + (run.spec.storage.pvc.claim_name is None) + (4 if run.spec.recipe == "tool-integrated" else 0) + sum(enabled_stages(run).values())
+    assert len(desired_objects(doc, config=config_for(doc))) == expected
+
+
+def test_the_webhook_refuses_what_this_operator_cannot_schedule() -> None:
+    gang = document(scheduling={"gang": {"enabled": True}})
+    problems = review("CREATE", gang, None, CONFIG)
+    assert len(problems) == 1 and problems[0].startswith("spec.scheduling.gang.enabled: this operator knows no batch scheduler")
+    assert review("CREATE", gang, None, CONFIG.model_copy(update={"batch_scheduler": "yunikorn"})) == []
+    queued = document(scheduling={"queueName": "team-a"})
+    assert review("CREATE", queued, None, CONFIG) == []
+    assert "queue every stage twice" in review("CREATE", queued, None, CONFIG.model_copy(update={"batch_scheduler": "volcano"}))[0]
+
+
+def test_kopf_validating_handler_applies_the_operators_sandbox_replica_limit() -> None:
+    """The chart's limits.sandboxReplicas reaches the webhook through the operator's config in the memo."""
+    wide = edit(BASE, "sandbox", "maxConcurrent", 80)
+    memo = kopf.Memo(config=CONFIG.model_copy(update={"sandbox_max_replicas": 4}))
+    with pytest.raises(kopf.AdmissionError, match="sandboxMaxReplicas"):
+        handlers.validate_retoolrun(body=kopf.Body(wide), old=None, operation="CREATE", warnings=[], memo=memo)
+    handlers.validate_retoolrun(body=kopf.Body(wide), old=None, operation="CREATE", warnings=[], memo=kopf.Memo(config=CONFIG))

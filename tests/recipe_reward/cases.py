@@ -116,7 +116,7 @@ NUMERIC = [
     Case("sign error", f"{B}{{-34}}", "34", False),
     Case("fraction vs its inverse", f"{B}{{\\frac{{4}}{{3}}}}", "\\frac{3}{4}", False),
     Case("division by zero is not a number", f"{B}{{1/0}}", "0", False),
-    Case("percent is not a fraction of one", f"{B}{{50\\%}}", "0.5", False),
+    Case("percent of the wrong size", f"{B}{{5\\%}}", "0.5", False),
 ]
 
 SYMBOLIC = [
@@ -141,6 +141,48 @@ SYMBOLIC = [
     Case("symbolic vs wrong number", f"{B}{{2^{{10}}}}", "1000", False),
 ]
 
+# Answer shapes a held-out judgement set found misjudged (issue 15): each with the wrong verdicts it
+# must not open.
+ACCURACY = [
+    Case("choice letter with its value", f"{B}{{\\textbf{{(C)}}\\ 34}}", "34", True),
+    Case("choice letter with a wrong value", f"{B}{{\\textbf{{(C)}}\\ 35}}", "34", False),
+    Case("choice letter against the letter", f"{B}{{\\textbf{{(C)}}\\ 34}}", "C", True),
+    Case("another choice letter with the same value", f"{B}{{(B)\\ 34}}", "(C) 34", False),
+    Case("a choice letter alone does not name a value", f"{B}{{(C)}}", "34", False),
+    Case("final plain statement without a box", "So we get 34 apples.\nThe final answer is 34.", "34", True),
+    Case("plain statement with a wrong value", "The answer is 35.", "34", False),
+    Case("a negated statement is not the answer", "The answer is not 34.", "34", False),
+    Case("later corrected final statement overrides the box", f"{B}{{33}}. Wait, I made an arithmetic error.\nThe final answer is 34.", "34", True),
+    Case("the box a later statement corrected no longer counts", f"{B}{{33}}. Wait, I made an arithmetic error.\nThe final answer is 34.", "33", False),
+    Case("a correction is found after a letter whose lower case is longer", f"\u0130 {B}{{33}}. Oops.\nThe Final answer is 34.", "34", True),
+    Case("prose after a box does not override it", f"{B}{{34}}. The final answer is an integer, as expected.", "34", True),
+    Case("framebox is a box", "\\framebox{34}", "34", True),
+    Case("framebox with a width", "\\framebox[2cm]{34}", "34", True),
+    Case("repeating decimal", f"{B}{{0.\\overline{{3}}}}", "\\frac{1}{3}", True),
+    Case("repeating decimal after fixed digits", f"{B}{{0.1\\overline{{6}}}}", "\\frac{1}{6}", True),
+    Case("repeating decimal is not its truncation", f"{B}{{0.\\overline{{3}}}}", "0.3", False),
+    Case("units after pi", f"{B}{{36\\pi \\text{{ cm}}^2}}", "36\\pi", True),
+    Case("units after pi keep the pi", f"{B}{{36\\pi \\text{{ cm}}^2}}", "36", False),
+    Case("words between numbers are not a unit", f"{B}{{1 \\text{{ or }} 2}}", "12", False),
+    Case("varnothing is the empty set", f"{B}{{\\varnothing}}", "\\emptyset", True),
+    Case("empty braces are the empty set", f"{B}{{\\{{\\}}}}", "\\varnothing", True),
+    Case("the empty set is not a set with zero", f"{B}{{\\varnothing}}", "\\{0\\}", False),
+    Case("percent equals the fraction it names", f"{B}{{50\\%}}", "0.5", True),
+    Case("fraction against a percent truth", f"{B}{{0.25}}", "25\\%", True),
+    Case("pmatrix with spaced row breaks", f"{B}{{\\begin{{pmatrix}} 1 \\\\ 2 \\end{{pmatrix}}}}", "\\begin{pmatrix}1\\\\2\\end{pmatrix}", True),
+    Case("bmatrix equals pmatrix", f"{B}{{\\begin{{bmatrix}} 1 & 2 \\\\ 3 & 4 \\end{{bmatrix}}}}", "\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", True),
+    Case("matrix entries as fraction and decimal", f"{B}{{\\begin{{pmatrix}} \\frac12 \\\\ -2 \\end{{pmatrix}}}}", "\\begin{pmatrix}0.5\\\\-2\\end{pmatrix}", True),
+    Case("matrix with a wrong entry", f"{B}{{\\begin{{pmatrix}} 1 \\\\ 3 \\end{{pmatrix}}}}", "\\begin{pmatrix}1\\\\2\\end{pmatrix}", False),
+    Case("matrix of another shape", f"{B}{{\\begin{{pmatrix}} 1 & 2 \\end{{pmatrix}}}}", "\\begin{pmatrix}1\\\\2\\end{pmatrix}", False),
+    Case("matrix with a symbolic entry", f"{B}{{\\begin{{pmatrix}} \\sqrt{{8}} \\\\ 1 \\end{{pmatrix}}}}", "\\begin{pmatrix}2\\sqrt{2}\\\\1\\end{pmatrix}", True),
+    Case("unicode vulgar fraction", f"{B}{{\u00bd}}", "\\frac{1}{2}", True),
+    Case("mixed number with a vulgar fraction", f"{B}{{2\u00bd}}", "\\frac52", True),
+    Case("vulgar fraction of another value", f"{B}{{\u2153}}", "0.5", False),
+    Case("zero-width space inside a number", f"{B}{{3\u200b4}}", "34", True),
+    Case("byte-order mark inside a number", f"{B}{{1\ufeff000}}", "1000", True),
+    Case("zero-width joiner does not change the digits", f"{B}{{3\u200d4}}", "35", False),
+]
+
 ADVERSARIAL = [
     Case("power tower of nines", f"{B}{{9^{{9^{{9^9}}}}}}", "5", False),
     Case("power tower of tens", f"{B}{{10^{{10^{{10}}}}}}", "7", False),
@@ -158,6 +200,12 @@ ADVERSARIAL = [
     Case("thousands of unclosed text commands", B + "{" + "\\text{" * 5000 + "}", "1", False),
     Case("huge answer is only compared verbatim", f"{B}{{{'1' * 2 + ' ' * 50000 + '2'}}}", "1", False),
     Case("nul and control characters are ignored", f"{B}{{\x00 3 \x07}}", "3", True),
+    Case("thousands of unclosed answer tags", "<answer>" * 20000 + "5", "5", False),
+    Case("unclosed answer tags in long prose", ("<answer> we reason about the sum. " * 12000) + "</answer>", "5", False),
+    Case("thousands of answer statements", "the answer is 1. " * 20000 + "The final answer is 2.", "2", True),
+    Case("a statement built to backtrack", "the answer is" + " " * 50000 + "x", "1", False),
+    Case("zero-width characters everywhere", "\u200b".join(f"{B}{{12}}"), "12", True),
+    Case("a megabyte of tool output before the answer", "<interpreter>" + "9" * 1_200_000 + f"</interpreter> so {B}{{7}}", "7", True),
 ]
 
 WRONG = [
@@ -170,4 +218,4 @@ WRONG = [
     Case("zero vs empty", f"{B}{{0}}", "", False),
 ]
 
-ALL = EXTRACTION + TOOL_OUTPUT + NORMALISATION + NUMERIC + SYMBOLIC + ADVERSARIAL + WRONG
+ALL = EXTRACTION + TOOL_OUTPUT + NORMALISATION + NUMERIC + SYMBOLIC + ACCURACY + ADVERSARIAL + WRONG

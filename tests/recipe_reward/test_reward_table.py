@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from retool.recipe.answer import extract_answer, normalize_answer, numbers_equal, parse_number
-from retool.recipe.equivalence import looks_explosive
-from retool.recipe.reward import compute_score, is_equivalent
+from retool.data.schema import RL_SCHEMA
+from retool.recipe.reward.answer import extract_answer, normalize_answer, numbers_equal, parse_number
+from retool.recipe.reward.equivalence import looks_explosive
+from retool.recipe.reward.score import compute_score, is_equivalent
 from tests.recipe_reward.cases import ALL, Case
 
 
@@ -18,8 +19,9 @@ def test_table_covers_every_category_with_at_least_100_cases() -> None:
 @pytest.mark.parametrize("case", ALL, ids=[c.id for c in ALL])
 def test_compute_score(case: Case) -> None:
     result = compute_score("dapo_math", case.response, case.truth)
-    assert set(result) == {"score", "acc", "pred", "data_source"}
-    assert result["acc"] is case.correct
+    assert set(result) == {"score", "acc", "pred", "source", "reward_note"}
+    assert result["reward_note"] == "", "a well-formed sample is graded without a note"
+    assert result["acc"] == float(case.correct)
     assert result["score"] == (1.0 if case.correct else -1.0)
     assert isinstance(result["pred"], str)
 
@@ -138,18 +140,30 @@ def test_is_equivalent_rejects_non_answers(pred: object, truth: object) -> None:
     ids=["any of a list", "none of a tuple", "an integer truth", "no truth", "a truth given as a boxed solution", "a wrong boxed truth"],
 )
 def test_ground_truth_shapes(truth: object, correct: bool) -> None:
-    assert compute_score("aime_2025", "\\boxed{12}", truth)["acc"] is correct
+    assert compute_score("aime_2025", "\\boxed{12}", truth)["acc"] == float(correct)
 
 
 def test_numpy_array_ground_truth() -> None:
     np = pytest.importorskip("numpy")
-    assert compute_score("aime_2025", "\\boxed{12}", np.array(["11", "12"], dtype=object))["acc"] is True
+    assert compute_score("aime_2025", "\\boxed{12}", np.array(["11", "12"], dtype=object))["acc"] == 1.0
 
 
-@pytest.mark.parametrize("module", ["retool.recipe.answer", "retool.recipe.equivalence", "retool.recipe.reward"])
+@pytest.mark.parametrize("module", ["retool.recipe.reward.answer", "retool.recipe.reward.equivalence", "retool.recipe.reward.score"])
 def test_docstring_examples_hold(module: str) -> None:
     import doctest
     import importlib
 
     result = doctest.testmod(importlib.import_module(module))
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_results_never_repeat_a_column_of_the_rl_data_and_keep_one_type_per_key() -> None:
+    """verl makes every result key a column of the trainer's batch (np.array per key, joined with
+    DataProto.union): a key the RL data already holds, or a type that varies, breaks the join."""
+    right = compute_score("aime_2024", "\\boxed{2}", "2")
+    wrong = compute_score("aime_2024", "I think 7", "2")
+    shaped = compute_score("aime_2024", "\\boxed{7}", "2", {"num_turns": 4}, tool_turn_shaping=True)
+    assert not set(right) & set(RL_SCHEMA.names)
+    types = [{key: type(value) for key, value in r.items()} for r in (right, wrong, shaped)]
+    assert types[0] == types[1] == types[2]
+    assert bool not in types[0].values(), "numpy booleans break verl's validation dump (json)"

@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from retool.recipe.interpreter import (
+from retool.recipe.tool.interpreter import (
     NO_OUTPUT,
     RESULT_NAME,
     extract_code,
@@ -253,3 +253,12 @@ def test_traceback_of_rewritten_code_reads_like_the_original(code: str) -> None:
     restored = trim_traceback(restore_source_in_traceback(_traceback_of(rewritten), code, rewritten))
     assert RESULT_NAME not in restored
     assert restored == trim_traceback(_traceback_of(code))
+
+
+def test_docstring_examples_hold() -> None:
+    import doctest
+
+    import retool.recipe.tool.interpreter as interpreter
+
+    result = doctest.testmod(interpreter)
+    assert result.attempted > 0 and result.failed == 0

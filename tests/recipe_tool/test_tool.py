@@ -12,12 +12,13 @@ from pydantic import ValidationError
 from verl.tools.schemas import ToolResponse
 from verl.tools.utils.tool_registry import initialize_tools_from_config
 
-import retool.recipe.tool as tool_module
-from retool.recipe.tool import TOOL_SCHEMA, CodeInterpreterConfig, CodeInterpreterTool, render_tool_config
+import retool.recipe.verl_plugins.tool as tool_module
+from retool.recipe.verl_plugins.tool import TOOL_SCHEMA, CodeInterpreterConfig, CodeInterpreterTool, render_tool_config
 from tests.conftest import free_port
+from tests.recipe_tool.helpers import run_then_close
 from tests.recipe_tool.scripted_server import Script, scripted_sandbox
 
-TEMPLATE = Path(tool_module.__file__).with_name("tool_config.yaml")
+TEMPLATE = Path(tool_module.__file__).parents[1] / "tool" / "tool_config.yaml"
 RENDER_ARGS = {"sandbox_url": "http://run-sandbox.ns.svc:8080", "timeout_s": 30.0, "memory_limit_mb": 1024, "max_output_chars": 4096, "concurrency": 16}
 
 
@@ -27,17 +28,16 @@ def _tool(url: str, **overrides: object) -> CodeInterpreterTool:
 
 
 def _execute(tool: CodeInterpreterTool, parameters: object) -> tuple[ToolResponse, float, dict]:
-    async def go() -> tuple[ToolResponse, float, dict]:
-        try:
-            instance_id, created = await tool.create()
-            assert isinstance(instance_id, str) and created.is_empty()
-            result = await tool.execute(instance_id, parameters)  # type: ignore[arg-type]
-            assert await tool.release(instance_id) is None
-            return result
-        finally:
-            await tool.aclose()
+    """One call through the tool's whole life cycle in verl: create, execute, release."""
 
-    return asyncio.run(go())
+    async def call(tool: CodeInterpreterTool) -> tuple[ToolResponse, float, dict]:
+        instance_id, created = await tool.create()
+        assert isinstance(instance_id, str) and created.is_empty()
+        result = await tool.execute(instance_id, parameters)  # type: ignore[arg-type]
+        assert await tool.release(instance_id) is None
+        return result
+
+    return run_then_close(tool, call)
 
 
 def test_rendered_config_is_loaded_by_verls_own_tool_registry(tmp_path: Path) -> None:
@@ -167,15 +167,7 @@ def test_request_carries_the_configured_limits_and_the_rewritten_code() -> None:
 def test_concurrency_is_limited_per_tool() -> None:
     script = Script(delay_s=0.2)
     with scripted_sandbox(script) as url:
-        tool = _tool(url, concurrency=2)
-
-        async def many() -> list[tuple[ToolResponse, float, dict]]:
-            try:
-                return await asyncio.gather(*(tool.execute(str(i), {"code": f"print({i})"}) for i in range(6)))
-            finally:
-                await tool.aclose()
-
-        results = asyncio.run(many())
+        results = run_then_close(_tool(url, concurrency=2), lambda tool: asyncio.gather(*(tool.execute(str(i), {"code": f"print({i})"}) for i in range(6))))
     assert [m["outcome"] for _, _, m in results] == ["ok"] * 6
     assert script.peak_in_flight == 2
     assert len(script.requests) == 6
@@ -189,3 +181,33 @@ def test_long_output_is_truncated_to_the_configured_length() -> None:
     assert len(response.text) <= 500
     assert response.text.startswith("line 0\n") and response.text.endswith("line 4999")
     assert "characters truncated" in response.text
+
+
+@pytest.mark.parametrize(
+    ("script", "status"),
+    [(None, "unavailable"), (Script(status=429, body='{"detail": "busy"}', headers={"retry-after": "0.1"}), "overloaded")],
+    ids=["unreachable", "overloaded"],
+)
+def test_retool_eval_shows_the_model_the_same_sandbox_failure_text_as_training(script: Script | None, status: str) -> None:
+    """An evaluated model must meet the words it was trained on when the sandbox does not answer."""
+    import asyncio
+
+    from retool.evaluate.tools import SandboxTool
+    from retool.sandbox.client import SandboxClient
+
+    async def eval_text(url: str) -> tuple[str, str]:
+        async with SandboxClient(url, deadline_s=1.5) as client:
+            result = await SandboxTool(client, run_timeout_s=0.5).run("print(1)")
+        return result.text, result.status
+
+    def both(url: str) -> tuple[tuple[str, str], tuple[str, str]]:
+        response, _, metrics = _execute(_tool(url, timeout_s=0.5, retry_deadline_s=1.5), {"code": "print(1)"})
+        return (response.text, metrics["outcome"]), asyncio.run(eval_text(url))
+
+    if script is None:
+        training, evaluation = both(f"http://127.0.0.1:{free_port()}")
+    else:
+        with scripted_sandbox(script) as url:
+            training, evaluation = both(url)
+    assert training == evaluation
+    assert training[1] == status and "try again" in training[0]

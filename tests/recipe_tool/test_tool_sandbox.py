@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 
 import httpx
@@ -16,57 +14,24 @@ from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
 from verl.experimental.agent_loop.tool_parser import FunctionCall
 from verl.tools.schemas import ToolResponse
 
-from retool.recipe.tool import CodeInterpreterTool
-from tests.conftest import free_port, repo_env
+from retool.embedded.servers import sandbox_server
+from retool.recipe.verl_plugins.tool import CodeInterpreterTool
+from tests.recipe_tool.helpers import run_then_close
 
 pytestmark = pytest.mark.slow
 
 
-def _start(workers: int, **env: str) -> tuple[str, subprocess.Popen]:
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "retool.sandbox", "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers), "--log-level", "warning"],
-        env=repo_env(**env),
-        stdin=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        assert process.poll() is None, f"sandbox server exited with {process.returncode}"
-        try:
-            if httpx.get(f"{url}/v1/ping", timeout=2).status_code == 200:
-                return url, process
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    process.kill()
-    raise RuntimeError("sandbox server did not answer /v1/ping in 120 s")
-
-
-def _stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
 @pytest.fixture(scope="module")
-def sandbox_url() -> Iterator[str]:
-    url, process = _start(workers=2)
-    yield url
-    _stop(process)
+def sandbox_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with sandbox_server(tmp_path_factory.mktemp("sandbox"), workers=2) as server:
+        yield server.base_url
 
 
 def _run_all(tool: CodeInterpreterTool, calls: list[object]) -> list[tuple[ToolResponse, float, dict]]:
-    async def go() -> list[tuple[ToolResponse, float, dict]]:
-        try:
-            return [await tool.execute("i", parameters) for parameters in calls]  # type: ignore[arg-type]
-        finally:
-            await tool.aclose()
+    async def one_by_one(tool: CodeInterpreterTool) -> list[tuple[ToolResponse, float, dict]]:
+        return [await tool.execute("i", parameters) for parameters in calls]  # type: ignore[arg-type]
 
-    return asyncio.run(go())
+    return run_then_close(tool, one_by_one)
 
 
 def _tool(url: str, **overrides: object) -> CodeInterpreterTool:
@@ -125,61 +90,44 @@ def test_huge_output_is_truncated_head_and_tail(sandbox_url: str) -> None:
 
 def test_verl_agent_loop_call_tool_path(sandbox_url: str) -> None:
     """verl's own ToolAgentLoop._call_tool: json-decodes the call, create -> execute -> release, its truncation."""
-    tool = _tool(sandbox_url)
-    loop_self = SimpleNamespace(tools={"code_interpreter": tool}, max_tool_response_length=10_000, tool_response_truncate_side="middle")
+    calls = [
+        FunctionCall(name="code_interpreter", arguments=json.dumps({"code": "sum(range(101))"})),
+        FunctionCall(name="code_interpreter", arguments=json.dumps(["not", "an", "object"])),
+        FunctionCall(name="code_interpreter", arguments=json.dumps({"code": None})),
+    ]
 
-    async def go() -> list[tuple[ToolResponse, float, dict]]:
-        calls = [
-            FunctionCall(name="code_interpreter", arguments=json.dumps({"code": "sum(range(101))"})),
-            FunctionCall(name="code_interpreter", arguments=json.dumps(["not", "an", "object"])),
-            FunctionCall(name="code_interpreter", arguments=json.dumps({"code": None})),
-        ]
-        try:
-            return [await ToolAgentLoop._call_tool(loop_self, call, {}) for call in calls]
-        finally:
-            await tool.aclose()
+    async def through_the_loop(tool: CodeInterpreterTool) -> list[tuple[ToolResponse, float, dict]]:
+        loop_self = SimpleNamespace(tools={"code_interpreter": tool}, max_tool_response_length=10_000, tool_response_truncate_side="middle")
+        return [await ToolAgentLoop._call_tool(loop_self, call, {}) for call in calls]
 
-    (ok, _, _), (not_object, _, _), (null_code, _, _) = asyncio.run(go())
+    (ok, _, _), (not_object, _, _), (null_code, _, _) = run_then_close(_tool(sandbox_url), through_the_loop)
     assert ok.text == "5050"
     assert not_object.text.startswith("Tool error: the arguments must be a JSON object")
     assert null_code.text == 'Tool error: the argument "code" must be a string, got NoneType.'
 
 
 def test_parallel_calls_share_one_client(sandbox_url: str) -> None:
-    tool = _tool(sandbox_url, concurrency=4)
-
-    async def go() -> list[tuple[ToolResponse, float, dict]]:
-        try:
-            return await asyncio.gather(*(tool.execute(str(i), {"code": f"{i} ** 2"}) for i in range(12)))
-        finally:
-            await tool.aclose()
-
-    results = asyncio.run(go())
+    results = run_then_close(_tool(sandbox_url, concurrency=4), lambda tool: asyncio.gather(*(tool.execute(str(i), {"code": f"{i} ** 2"}) for i in range(12))))
     assert [r.text for r, _, _ in results] == [str(i**2) for i in range(12)]
 
 
-def test_busy_sandbox_429_after_retries_becomes_text() -> None:
+def test_busy_sandbox_429_after_retries_becomes_text(tmp_path: Path) -> None:
     """One worker, no queue: while a long run holds it, the server answers 429 until the tool's deadline."""
-    url, process = _start(workers=1, RETOOL_SANDBOX_QUEUE_SIZE="0")
-    try:
-        with httpx.Client(base_url=url, timeout=60) as blocker:
+    with sandbox_server(tmp_path, workers=1, env={"RETOOL_SANDBOX_QUEUE_SIZE": "0"}) as server, httpx.Client(base_url=server.base_url, timeout=60) as blocker:
+        url = server.base_url
 
-            async def go() -> tuple[ToolResponse, float, dict]:
-                loop = asyncio.get_running_loop()
-                hold = loop.run_in_executor(
-                    None, lambda: blocker.post("/run_code", json={"code": "import time\ntime.sleep(4.5)", "language": "python", "run_timeout": 6})
-                )
-                await asyncio.sleep(1.0)  # let the long run take the only worker
-                tool = _tool(url, timeout_s=1.0, retry_deadline_s=2.5)
-                try:
-                    result = await tool.execute("i", {"code": "print(1)"})
-                finally:
-                    await tool.aclose()
-                await hold
-                return result
+        async def go() -> tuple[ToolResponse, float, dict]:
+            loop = asyncio.get_running_loop()
+            hold = loop.run_in_executor(None, lambda: blocker.post("/run_code", json={"code": "import time\ntime.sleep(4.5)", "language": "python", "run_timeout": 6}))
+            await asyncio.sleep(1.0)  # let the long run take the only worker
+            tool = _tool(url, timeout_s=1.0, retry_deadline_s=2.5)
+            try:
+                result = await tool.execute("i", {"code": "print(1)"})
+            finally:
+                await tool.aclose()
+            await hold
+            return result
 
-            response, _, metrics = asyncio.run(go())
-    finally:
-        _stop(process)
+        response, _, metrics = asyncio.run(go())
     assert metrics["outcome"] == "overloaded"
     assert response.text.startswith("Sandbox error: the code interpreter is overloaded")

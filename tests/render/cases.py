@@ -54,9 +54,13 @@ VARIANTS: dict[str, Callable[[], Doc]] = {
         "qwen32b-h200", ("rl.dynamicBatchSize", False), ("rl.useKlLoss", True), ("rl.klLossCoef", 0.001), ("rl.algorithm", "ppo")
     ),
     "qwen32b-traces": _variant("qwen32b-h200", ("rl.rolloutTraces", True)),
+    "qwen32b-tool-turn-shaping": _variant("qwen32b-h200", ("rl.toolTurnShaping", True)),
     "minimal-no-sft": _variant("minimal", ("sft.enabled", False)),
     "minimal-no-rl": _variant("minimal", ("rl.enabled", False)),
+    "minimal-no-preflight": _variant("minimal", ("preflight.enabled", False)),
     "minimal-external-mlflow": _variant("minimal", ("tracking.mlflow.trackingUri", "http://mlflow.example:5000")),
+    "qwen7b-ascend-text-only": _variant("qwen7b-ascend", ("recipe", "text-only"), ("sft.enabled", False)),
+    "qwen32b-text-only-ppo": _variant("qwen32b-h200-text-only", ("rl.algorithm", "ppo")),
 }
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from retool.recipe.checkpoints import TRACKER_FILE, NoCheckpointError, latest_step
+from retool.storage.steps import TRACKER_FILE, NoCheckpointError, latest_step
 
 
 def make_tree(root: Path, steps: dict[int, list[str]], tracker: str | None) -> Path:

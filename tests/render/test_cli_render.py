@@ -16,11 +16,15 @@ from tests.render.cases import load_example
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
-def test_every_stage_of_every_example_is_shown(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_enabled_stage_of_every_example_is_shown(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from retool.recipe.render.stages import enabled_stages
+    from retool.spec.validate import parse_run
+
     assert main(["render", str(example)]) == 0
     out = capsys.readouterr().out
+    enabled = enabled_stages(parse_run(yaml.safe_load(example.read_text())))
     for stage in ("prepare", "sft", "merge", "rl", "eval"):
-        assert f"# ===== {stage}: " in out
+        assert (f"# ===== {stage}: " in out) == (stage in enabled), stage
 
 
 def test_rl_command_shows_sandbox_mlflow_and_runtime_values(capsys: pytest.CaptureFixture[str]) -> None:
@@ -77,7 +81,7 @@ def test_disabled_stages_are_left_out_of_the_full_listing(tmp_path: Path, capsys
     path.write_text(yaml.safe_dump(doc))
     assert main(["render", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "stages prepare, rl, eval" in out and "# ===== merge" not in out
+    assert "stages prepare, preflight, rl, eval" in out and "# ===== merge" not in out
 
 
 def test_missing_file_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -91,7 +95,7 @@ def test_command_line_reads_stdin() -> None:
         [sys.executable, "-m", "retool.cli", "render", "--stage", "merge", "-"], input=text, env=repo_env(), capture_output=True, text=True, timeout=60, check=False
     )
     assert result.returncode == 0, result.stderr
-    assert "python3 -m verl.model_merger merge --backend fsdp" in result.stdout
+    assert "python3 -m retool.runtime.cpu_only -m verl.model_merger merge --backend fsdp" in result.stdout
 
 
 @pytest.mark.skipif(not KUBERAY_SCHEMAS.exists(), reason="shared/ (KubeRay schemas, check tool) is not beside the checkout")
@@ -101,11 +105,16 @@ def test_manifests_view_prints_the_operators_objects_and_they_validate(example: 
     Kubernetes and KubeRay schemas."""
     from tests.operator.test_manifests import _check_tool, problems_of
 
-    result = subprocess.run([sys.executable, "-m", "retool.cli", "render", "--manifests", str(example)], capture_output=True, text=True, env=repo_env(), cwd=REPO)
+    doc = yaml.safe_load(example.read_text())
+    gang = ((doc["spec"].get("scheduling") or {}).get("gang") or {}).get("enabled")
+    env = repo_env(RETOOL_OPERATOR_BATCH_SCHEDULER="volcano") if gang else repo_env()  # the operator's setting, as on the cluster
+    result = subprocess.run([sys.executable, "-m", "retool.cli", "render", "--manifests", str(example)], capture_output=True, text=True, env=env, cwd=REPO)
     assert result.returncode == 0, result.stderr
     objects = [o for o in yaml.safe_load_all(result.stdout) if o]
     kinds = [o["kind"] for o in objects]
-    assert kinds[:1] == ["ConfigMap"] and {"Deployment", "Service", "NetworkPolicy", "PodDisruptionBudget", "RayJob", "Job"} <= set(kinds)
+    sandbox = {"Deployment", "Service", "NetworkPolicy", "PodDisruptionBudget"} if doc["spec"].get("recipe", "tool-integrated") == "tool-integrated" else set()
+    assert kinds[:1] == ["ConfigMap"] and sandbox | {"RayJob", "Job"} <= set(kinds)
+    assert ("PersistentVolumeClaim" in kinds) == ("claimName" not in (doc["spec"].get("storage") or {}).get("pvc", {}))
     assert problems_of(objects, _check_tool().crd_schemas(str(KUBERAY_SCHEMAS)), tmp_path) == []
 
 
@@ -114,3 +123,17 @@ def test_manifests_view_of_one_stage_has_only_that_stage_child(capsys: pytest.Ca
     objects = [o for o in yaml.safe_load_all(capsys.readouterr().out) if o]
     stage_children = [o for o in objects if o["kind"] in ("Job", "RayJob")]
     assert [o["metadata"]["name"] for o in stage_children] == ["qwen32b-h200-rl-1"]
+
+
+@pytest.mark.parametrize(
+    ("example", "line"),
+    [
+        ("minimal", "# storage: claim minimal-data created by the operator: 2000Gi (from the model size), ReadWriteOnce, the operator's default class, kept when the run is deleted"),  # noqa: E501
+        ("qwen32b-kueue", "# storage: claim qwen32b-kueue-data created by the operator: 2000Gi (from the model size), ReadWriteMany, cephfs, kept when the run is deleted"),
+        ("smoke-qwen0.5b", "# storage: claim smoke-qwen0p5b-data created by the operator: 51Gi (from the model size), ReadWriteOnce, the operator's default class, deleted with the run"),  # noqa: E501
+        ("qwen32b-h200", "# storage: existing claim retool-data, mounted at /data"),
+    ],
+)
+def test_the_commands_view_shows_the_runs_claim(example: str, line: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["render", str(REPO / "examples" / f"retoolrun-{example}.yaml")]) == 0
+    assert line in capsys.readouterr().out.splitlines()

@@ -6,8 +6,8 @@ import shlex
 
 import pytest
 
-from retool.recipe.command import LATEST, StageCommand, hydra_overrides, hydra_value
-from retool.recipe.render import enabled_stages, render_stage
+from retool.recipe.render.command import LATEST, StageCommand, hydra_overrides, hydra_value
+from retool.recipe.render.stages import enabled_stages, render_stage
 from tests.render.cases import VARIANTS, context_of, run_of
 from tests.render.verl_config import compose_verl
 
@@ -22,7 +22,7 @@ from tests.render.verl_config import compose_verl
         pytest.param(1e-6, "1e-06", id="float-exponent"),
         pytest.param(0.28, "0.28", id="float"),
         pytest.param("/data/ns/run/data/rl/train.parquet", "/data/ns/run/data/rl/train.parquet", id="absolute-path-bare"),
-        pytest.param("pkg://retool.recipe.dataset", "pkg://retool.recipe.dataset", id="pkg-uri-bare"),
+        pytest.param("pkg://retool.recipe.verl_plugins.dataset", "pkg://retool.recipe.verl_plugins.dataset", id="pkg-uri-bare"),
         pytest.param("true", '"true"', id="string-that-looks-like-bool-is-quoted"),
         pytest.param("1", '"1"', id="string-that-looks-like-int-is-quoted"),
         pytest.param("retool/qwen 32b", '"retool/qwen 32b"', id="space-is-quoted"),

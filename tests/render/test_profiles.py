@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from retool.recipe.profiles import advice, engine_profile, model_size_billions, size_class
-from retool.recipe.render import render_stage
+from retool.recipe.render.profiles import advice, engine_profile, model_size_billions, size_class
+from retool.recipe.render.stages import render_stage
 from retool.spec.model import RetoolRunSpec
 from tests.render.cases import context_of, run_of
 
@@ -78,8 +78,8 @@ def test_profile_sets_the_token_budgets() -> None:
 
 
 RECIPE_MODULES = [
-    pytest.param("data.custom_cls", "retool.recipe.dataset", id="dataset-class"),
-    pytest.param("custom_reward_function", "retool.recipe.reward", id="reward-function"),
+    pytest.param("data.custom_cls", "retool.recipe.verl_plugins.dataset", id="dataset-class"),
+    pytest.param("custom_reward_function", "retool.recipe.reward.score", id="reward-function"),
 ]
 
 

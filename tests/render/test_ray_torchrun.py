@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from retool.recipe.ray_torchrun import bundle_resources, first_failure, forwarded_env, launch, parse_args, torchrun_argv
+from retool.runtime.ray_torchrun import bundle_resources, first_failure, forwarded_env, launch, parse_args, torchrun_argv
 from tests.conftest import free_port, repo_env
 
 
@@ -36,6 +36,16 @@ def test_first_failure(statuses: list[int], expected: int) -> None:
 def test_environment_forwarded_to_other_nodes() -> None:
     env = forwarded_env({"MLFLOW_TRACKING_URI": "u", "VLLM_USE_V1": "1", "HCCL_OP_EXPANSION_MODE": "AIV", "HOME": "/root", "PYTHONUNBUFFERED": "1", "RETOOL_RUN_NAME": "r"})
     assert env == {"MLFLOW_TRACKING_URI": "u", "VLLM_USE_V1": "1", "HCCL_OP_EXPANSION_MODE": "AIV", "PYTHONUNBUFFERED": "1", "RETOOL_RUN_NAME": "r"}
+
+
+def test_every_variable_the_sft_command_sets_reaches_the_other_nodes() -> None:
+    """The caches on the PVC and the accelerator switches: torchrun on node 2 must see what node 1 sees."""
+    from retool.recipe.render.stages import render_stage
+    from tests.render.cases import context_of, run_of
+
+    run = run_of("qwen7b-ascend-two-nodes")
+    env = dict(render_stage(run, "sft", context_of(run)).env)
+    assert forwarded_env(env) == env
 
 
 def test_bundle_holds_the_nodes_devices() -> None:

@@ -7,16 +7,16 @@ from typing import Any
 import pytest
 import yaml
 
-from retool.recipe.ascend import ASCEND_ENV
-from retool.recipe.command import LATEST, RenderError
-from retool.recipe.render import enabled_stages, render_stage
-from retool.recipe.tool_config import TOOL_CLASS
+from retool.recipe.render.ascend import ASCEND_ENV
+from retool.recipe.render.command import LATEST, RenderError
+from retool.recipe.render.stages import enabled_stages, render_stage
+from retool.recipe.tool.config import TOOL_CLASS
 from retool.runtime.context import StageContext
 from retool.runtime.paths import run_paths
 from tests.render.cases import context_of, run_of
 
 ARR = "actor_rollout_ref"
-RAY_TORCHRUN = ("python3", "-m", "retool.recipe.ray_torchrun", "--nodes", "2", "--devices-per-node", "8")
+RAY_TORCHRUN = ("python3", "-m", "retool.runtime.ray_torchrun", "--nodes", "2", "--devices-per-node", "8")
 
 # (variant, stage, override key, expected value)
 SETTINGS: list[tuple[str, str, str, Any]] = [
@@ -33,6 +33,10 @@ SETTINGS: list[tuple[str, str, str, Any]] = [
     ("qwen32b-h200", "sft", "trainer.default_local_dir", "/data/retool/qwen32b-h200/checkpoints/sft"),
     ("qwen32b-h200", "sft", "trainer.logger", ["console", "mlflow"]),
     ("qwen32b-h200", "sft", "model.strategy", "fsdp"),
+    # Ascend SFT: FSDP1, what the public Ascend scripts and verl's Ascend support table use
+    ("qwen7b-ascend", "sft", "model.strategy", "fsdp"),
+    ("qwen7b-ascend-two-nodes", "sft", "model.strategy", "fsdp"),
+    ("qwen7b-ascend", "sft", "trainer.max_ckpt_to_keep", 2),
     ("qwen32b-h200", "rl", "algorithm.adv_estimator", "grpo"),
     ("qwen32b-h200", "rl", "data.train_batch_size", 512),
     ("qwen32b-h200", "rl", f"{ARR}.actor.ppo_mini_batch_size", 64),
@@ -104,7 +108,7 @@ SETTINGS: list[tuple[str, str, str, Any]] = [
     ("qwen32b-traces", "rl", f"{ARR}.rollout.trace.token2text", True),
     ("qwen32b-h200", "rl", f"{ARR}.rollout.trace.backend", None),
     # stages skipped: RL starts from the base model, eval evaluates the SFT model
-    ("minimal-no-sft", "rl", f"{ARR}.model.path", "Qwen/Qwen2.5-32B-Instruct"),
+    ("minimal-no-sft", "rl", f"{ARR}.model.path", "/data/default/minimal/models/base"),
     ("minimal-no-sft", "eval", f"{ARR}.model.path", "/data/default/minimal/models/rl"),
     ("minimal-no-rl", "eval", f"{ARR}.model.path", "/data/default/minimal/models/sft"),
 ]
@@ -184,7 +188,7 @@ def test_merge_uses_the_latest_sft_checkpoint() -> None:
     run = run_of("qwen32b-h200")
     command = render_stage(run, "merge", context_of(run))
     assert command.argv == (
-        "python3", "-m", "verl.model_merger", "merge", "--backend", "fsdp",
+        "python3", "-m", "retool.runtime.cpu_only", "-m", "verl.model_merger", "merge", "--backend", "fsdp",
         "--local_dir", f"/data/retool/qwen32b-h200/checkpoints/sft/global_step_{LATEST}",
         "--target_dir", "/data/retool/qwen32b-h200/models/sft",
     )  # fmt: skip
@@ -206,10 +210,11 @@ def test_eval_without_rl_merges_nothing() -> None:
     assert command.pre == () and not command.needs_latest_step
 
 
-def test_prepare_runs_our_data_preparation_on_the_mounted_spec() -> None:
+def test_prepare_runs_our_data_preparation_then_stages_the_model_on_the_mounted_spec() -> None:
     run = run_of("minimal")
     command = render_stage(run, "prepare", context_of(run), spec_file="/etc/retool/run.yaml")
-    assert command.argv == ("python3", "-m", "retool.cli", "data", "prepare", "all", "--spec", "/etc/retool/run.yaml")
+    assert command.pre == (("python3", "-m", "retool.cli", "data", "prepare", "all", "--spec", "/etc/retool/run.yaml"),)
+    assert command.argv == ("python3", "-m", "retool.staging", "--spec", "/etc/retool/run.yaml")
 
 
 def test_without_an_mlflow_server_only_the_console_logs() -> None:
@@ -222,9 +227,10 @@ def test_without_an_mlflow_server_only_the_console_logs() -> None:
 @pytest.mark.parametrize(
     ("variant", "stages"),
     [
-        pytest.param("qwen32b-h200", ("prepare", "sft", "merge", "rl", "eval"), id="all"),
-        pytest.param("minimal-no-sft", ("prepare", "rl", "eval"), id="no-sft-means-no-merge"),
-        pytest.param("minimal-no-rl", ("prepare", "sft", "merge", "eval"), id="no-rl"),
+        pytest.param("qwen32b-h200", ("prepare", "preflight", "sft", "merge", "rl", "eval"), id="all"),
+        pytest.param("minimal-no-sft", ("prepare", "preflight", "rl", "eval"), id="no-sft-means-no-merge"),
+        pytest.param("minimal-no-rl", ("prepare", "preflight", "sft", "merge", "eval"), id="no-rl"),
+        pytest.param("minimal-no-preflight", ("prepare", "sft", "merge", "rl", "eval"), id="no-preflight"),
     ],
 )
 def test_enabled_stages(variant: str, stages: tuple[str, ...]) -> None:
@@ -260,11 +266,12 @@ def test_rendering_is_deterministic() -> None:
 @pytest.mark.parametrize(
     ("model", "stage", "fragment"),
     [
-        pytest.param({"base": "s3://models/qwen-7b"}, "sft", "must be staged onto the PVC", id="s3-base-for-sft"),
-        pytest.param({"base": "Qwen/Qwen2.5-7B-Instruct", "revision": "v1"}, "sft", "model.revision v1 is not passed", id="revision"),
+        pytest.param({"base": "s3://models/qwen-7b"}, "sft", "s3://models/qwen-7b is read from its copy at /data/default/minimal/models/base", id="s3-base"),
+        pytest.param({"base": "Qwen/Qwen2.5-7B-Instruct", "revision": "v1"}, "sft", "Qwen/Qwen2.5-7B-Instruct at revision v1 is read from its copy", id="revision"),
+        pytest.param({"base": "/data/models/mine"}, "prepare", "read in place from the PVC path /data/models/mine", id="pvc-path"),
     ],
 )
-def test_model_sources_verl_cannot_load_are_called_out(model: dict[str, str], stage: str, fragment: str) -> None:
+def test_where_the_model_comes_from_is_said(model: dict[str, str], stage: str, fragment: str) -> None:
     from retool.spec.validate import parse_run
     from tests.render.cases import load_example
 
@@ -272,3 +279,22 @@ def test_model_sources_verl_cannot_load_are_called_out(model: dict[str, str], st
     doc["spec"]["model"] = model
     run = parse_run(doc)
     assert any(fragment in note for note in render_stage(run, stage, context_of(run)).notes)
+
+
+@pytest.mark.parametrize("variant", ["qwen32b-h200", "qwen7b-ascend"])
+@pytest.mark.parametrize("stage", ["prepare", "merge"])
+def test_stages_without_an_accelerator_never_autoload_a_device_backend(variant: str, stage: str) -> None:
+    run = run_of(variant)
+    assert render_stage(run, stage, context_of(run)).env["TORCH_DEVICE_BACKEND_AUTOLOAD"] == "0"
+
+
+@pytest.mark.parametrize("stage", ["sft", "rl", "eval"])
+def test_trainer_stages_keep_device_backends_and_put_caches_on_the_pvc(stage: str) -> None:
+    run = run_of("qwen7b-ascend")
+    command = render_stage(run, stage, context_of(run))
+    assert "TORCH_DEVICE_BACKEND_AUTOLOAD" not in command.env
+    root = run_paths(run).root
+    expected = {"HF_HOME": "huggingface", "VLLM_CACHE_ROOT": "vllm", "TORCHINDUCTOR_CACHE_DIR": "torchinductor", "TRITON_CACHE_DIR": "triton"}
+    assert {key: command.env[key] for key in expected} == {key: f"{root}/cache/{sub}" for key, sub in expected.items()}
+    if stage != "sft":  # Ray workers of main_ppo get the same environment through the job's runtime_env
+        assert command.overrides["+ray_kwargs.ray_init.runtime_env.env_vars.HF_HOME"] == f"{root}/cache/huggingface"

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from retool.recipe.command import StageCommand
-from retool.recipe.render import render_stage
-from retool.recipe.render_common import attempt_dir
+from retool.recipe.render.command import StageCommand
+from retool.recipe.render.common import attempt_dir
+from retool.recipe.render.stages import render_stage
 from retool.runtime.context import StageContext
 from retool.runtime.paths import run_paths
 from retool.spec.validate import parse_run

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from retool.recipe.render import render_stage
-from retool.recipe.tool_config import TOOL_CLASS, TOOL_NAME
+from retool.recipe.render.stages import render_stage
+from retool.recipe.tool.config import TOOL_CLASS, TOOL_NAME
 from tests.render.cases import context_of, run_of
 
 try:
@@ -49,7 +49,7 @@ def test_verl_tool_registry_reads_the_rendered_file(tmp_path: Path) -> None:
     assert tool.received["max_output_chars"] == 4096
 
 
-@pytest.mark.skipif(importlib.util.find_spec("retool.recipe.tool") is None, reason="retool.recipe.tool lands with the reward branch")
+@pytest.mark.skipif(importlib.util.find_spec("retool.recipe.verl_plugins.tool") is None, reason="retool.recipe.verl_plugins.tool lands with the reward branch")
 def test_the_real_code_interpreter_tool_accepts_the_rendered_config(tmp_path: Path) -> None:
     from verl.tools.utils.tool_registry import initialize_tools_from_config
 

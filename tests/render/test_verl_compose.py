@@ -16,9 +16,9 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
-from retool.recipe.command import StageCommand, hydra_overrides
-from retool.recipe.render import enabled_stages, render_stage
-from retool.recipe.render_ppo import RUNTIME_ENV_PREFIX
+from retool.recipe.render.command import StageCommand, hydra_overrides
+from retool.recipe.render.ppo import REWARD_KWARGS_PREFIX, RUNTIME_ENV_PREFIX
+from retool.recipe.render.stages import enabled_stages, render_stage
 from tests.render.cases import VARIANTS, context_of, run_of
 from tests.render.verl_config import compose_verl
 
@@ -57,13 +57,42 @@ def test_rendered_overrides_compose_and_read_back_exactly(variant: str, stage: s
 
 
 @pytest.mark.parametrize(("variant", "stage"), [c for c in CASES if c.values[1] != "sft"])
-def test_only_ray_runtime_env_keys_are_added_outside_verls_schema(variant: str, stage: str) -> None:
+def test_only_ray_runtime_env_keys_and_reward_kwargs_are_added_outside_verls_schema(variant: str, stage: str) -> None:
     run = run_of(variant)
     command = render_stage(run, stage, context_of(run))
-    added = [key for key in command.overrides if key.startswith("+")]
+    added = [key for key in command.overrides if key.startswith("+") and not key.startswith(REWARD_KWARGS_PREFIX)]
     assert added, "the process environment must reach every Ray worker"
     assert all(key.startswith(RUNTIME_ENV_PREFIX) for key in added)
     assert {key.removeprefix(RUNTIME_ENV_PREFIX) for key in added} == set(command.env)
+    reward_kwargs = {key.removeprefix(REWARD_KWARGS_PREFIX): value for key, value in command.overrides.items() if key.startswith(REWARD_KWARGS_PREFIX)}
+    expected = {"tool_turn_shaping": True} if stage == "rl" and run.spec.rl.tool_turn_shaping else {}
+    assert reward_kwargs == expected, "spec.rl.toolTurnShaping reaches the reward of the rl stage, and only there"
+
+
+REWARD_FROM_CONFIG = """
+import json, sys
+from omegaconf import OmegaConf
+from verl.trainer.ppo.reward import get_custom_reward_fn
+fn = get_custom_reward_fn(OmegaConf.create({"custom_reward_function": json.loads(sys.argv[1])}))
+print(json.dumps(fn(data_source="dapo", solution_str="\\\\boxed{1}", ground_truth="2", extra_info={"num_turns": 6})))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("variant", "score"), [("qwen32b-tool-turn-shaping", -0.8), ("qwen32b-h200", -1.0)], ids=["shaping on", "shaping off"])
+def test_tool_turn_shaping_reaches_compute_score_through_verls_loader(variant: str, score: float) -> None:
+    """The composed rl config, handed to verl's own reward loader, shapes a wrong answer with two tool calls."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import repo_env
+
+    _, cfg = _rendered(variant, "rl")
+    section = json.dumps(OmegaConf.to_container(cfg.custom_reward_function, resolve=True))
+    proc = subprocess.run([sys.executable, "-c", REWARD_FROM_CONFIG, section], env=repo_env(), capture_output=True, text=True, timeout=240, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["score"] == pytest.approx(score)
 
 
 @pytest.mark.parametrize(("variant", "stage"), [c for c in CASES if c.values[1] != "sft"])
@@ -77,7 +106,12 @@ def test_composed_ppo_config_passes_verls_startup_validation(variant: str, stage
     validate_config(cfg, use_reference_policy=rl.use_kl_loss or rl.use_kl_in_reward, use_critic=rl.algorithm == "ppo")
     rollout = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
     assert isinstance(rollout, RolloutConfig)
-    assert rollout.multi_turn.enable and rollout.multi_turn.tool_config_path == next(iter(command.files))
+    if run_of(variant).spec.recipe == "tool-integrated":
+        assert rollout.multi_turn.enable and rollout.multi_turn.tool_config_path == next(iter(command.files))
+        assert rollout.agent.default_agent_loop == "tool_agent"
+    else:  # the text-only baseline: one plain generation, no tool anywhere
+        assert not rollout.multi_turn.enable and rollout.multi_turn.tool_config_path is None and command.files == {}
+        assert rollout.agent.default_agent_loop == "single_turn_agent"
     algorithm = omega_conf_to_dataclass(cfg.algorithm)
     assert isinstance(algorithm, AlgoConfig)
     assert algorithm.adv_estimator == ("grpo" if rl.algorithm == "grpo" else "gae")

@@ -1,20 +1,29 @@
-"""A real sandbox server per test module, started exactly as a pod starts it (python -m retool.sandbox)."""
+"""A real sandbox server per test module, started exactly as a pod starts it (python -m retool.sandbox).
+
+``start_server`` runs it as this (root) test process, ``start_server(kind=...)`` the way a Kubernetes
+pod of that kind runs it (see ``podlike``): non-root without namespaces, non-root with user
+namespaces, or root inside a user namespace (``hostUsers: false``).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.conftest import free_port, repo_env
+from tests.sandbox import podlike
 
 SECRET = f"s3cr3t-{uuid.uuid4().hex}"
 """Put in every test server's environment; no execution may ever print it."""
@@ -25,6 +34,13 @@ class RunningServer:
     url: str
     process: subprocess.Popen
     workers: int
+    pid: int = 0
+    """The server's own pid (the launcher's when started plainly)."""
+    kind: str = "root"
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
 
     def readyz(self) -> dict:
         return httpx.get(f"{self.url}/readyz", timeout=10).json()
@@ -41,36 +57,75 @@ class RunningServer:
         return total
 
 
-def start_server(workers: int = 4, **env: str) -> RunningServer:
+def can_start_pods() -> str | None:
+    """Why pod-like servers cannot be started here (None when they can): they need root and util-linux."""
+    if os.geteuid() != 0:
+        return "pod-like sandbox servers are started from a root test process (as in CI)"
+    missing = [tool for tool in ("unshare", "setpriv") if shutil.which(tool) is None]
+    return f"missing {', '.join(missing)} (util-linux)" if missing else None
+
+
+def start_server(workers: int = 4, *, kind: str | None = None, uid: int = podlike.POD_UID, pid_namespace: bool = True, wait: str = "/readyz", **env: str) -> RunningServer:
+    """Start a server and wait until ``wait`` answers 200; ``kind`` starts it as a pod of that kind."""
+    if kind is not None and (reason := can_start_pods()):
+        pytest.skip(reason)
     port = free_port()
     environment = repo_env(RETOOL_SANDBOX_TEST_SECRET=SECRET, **env)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "retool.sandbox", "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers), "--log-level", "warning"],
-        env=environment,
-        stdin=subprocess.DEVNULL,
-    )
+    argv = [sys.executable, "-m", "retool.sandbox", "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers), "--log-level", "warning"]
+    if kind is not None:
+        argv = podlike.command(kind, argv, uid=uid, pid_namespace=pid_namespace)
+    process = subprocess.Popen(argv, env=environment, stdin=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"sandbox server exited with {process.returncode}")
         try:
-            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                return RunningServer(url, process, workers)
+            if httpx.get(f"{url}{wait}", timeout=2).status_code == 200:
+                pid = process.pid if kind is None else server_pid(process.pid)
+                return RunningServer(url, process, workers, pid, kind or "root")
         except httpx.HTTPError:
             pass
         time.sleep(0.2)
-    process.kill()
+    kill_tree(process)
     raise RuntimeError("sandbox server did not become ready in 90 s")
 
 
+def server_pid(launcher: int) -> int:
+    """The host pid of the sandbox server among the launcher's descendants."""
+    for pid in [launcher, *descendants(launcher)]:
+        with contextlib.suppress(OSError):
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if argv[1:3] == [b"-m", b"retool.sandbox"]:
+                return pid
+    raise RuntimeError("no sandbox server under the launcher")
+
+
+def descendants(pid: int) -> list[int]:
+    found, frontier = [], [pid]
+    while frontier:
+        current = frontier.pop()
+        for task in os.listdir(f"/proc/{current}/task") if os.path.isdir(f"/proc/{current}/task") else []:
+            with contextlib.suppress(OSError):
+                kids = [int(x) for x in Path(f"/proc/{current}/task/{task}/children").read_text().split()]
+                found += kids
+                frontier += kids
+    return found
+
+
+def kill_tree(process: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
 def stop_server(server: RunningServer) -> None:
-    server.process.terminate()
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(server.pid or server.process.pid, signal.SIGTERM)
     try:
-        server.process.wait(timeout=15)
+        server.process.wait(timeout=30)
     except subprocess.TimeoutExpired:
-        server.process.kill()
-        server.process.wait()
+        kill_tree(server.process)
 
 
 SERVER_UID_BASE = 61000
@@ -85,15 +140,16 @@ def server() -> Iterator[RunningServer]:
     stop_server(running)
 
 
-def processes_of_uids(uids: range) -> list[int]:
-    """Processes on this machine owned by any of ``uids`` (the execution uids of a root server)."""
+def processes_of_uids(uids: Container[int], *, live: bool = False) -> list[int]:
+    """Processes on this machine owned by any of ``uids`` (the execution uids of a server); ``live``
+    leaves out zombies (dead, waiting only to be reaped)."""
     found = []
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
-                if os.stat(f"/proc/{name}").st_uid in uids:
+                if os.stat(f"/proc/{name}").st_uid in uids and not (live and " Z " in Path(f"/proc/{name}/stat").read_text().split(")", 1)[1][:4]):
                     found.append(int(name))
-            except OSError:
+            except (OSError, IndexError):
                 continue
     return found
 

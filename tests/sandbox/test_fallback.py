@@ -1,77 +1,207 @@
-"""Without namespaces (what a pod with all capabilities dropped gets): still isolated per uid and process tree.
+"""Each layer forced off in turn, as on the kernels and clusters the sandbox meets: what still holds,
+and that /readyz says what is missing.
 
-The server is told isolation=none; it must say so in /readyz, and still time out, kill detached
-processes and keep executions out of each other's way.
+- a restricted pod on Linux 6.8 (Landlock ABI 4: no signal scope, the seccomp guard takes over),
+- a restricted pod on Linux 5.10 (no Landlock at all: weak, and /readyz says so),
+- a root server without namespaces (a uid of its own per execution),
+- a non-root pod allowed user namespaces (the worker's user-namespace mode, once a restart loop),
+- strict mode on a weak replica: never ready, runs nothing.
+
+Each fallback server is started without a pid namespace of its own, so the last test can kill it
+outright and check that no execution outlives it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 import time
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
+import httpx
 import pytest
 
-from retool.sandbox.client import SandboxClient
-from tests.sandbox.conftest import RunningServer, leftover_processes, start_server, stop_server
+from tests.sandbox.conftest import RunningServer, descendants, processes_of_uids, start_server, stop_server
+from tests.sandbox.test_cross_execution import FIND_AND_TAMPER, KILL_EVERYONE, LOOPBACK, cwd_holding, post, stdout
 
 pytestmark = pytest.mark.slow
 
+FALLBACKS = {
+    "pod on Linux 6.8 (Landlock ABI 4)": ("pod", 10021, {"RETOOL_SANDBOX_LANDLOCK_MAX_ABI": "4", "RETOOL_SANDBOX_REQUIRE_ISOLATION": "true"}),
+    "pod on Linux 5.10 (no Landlock)": ("pod", 10022, {"RETOOL_SANDBOX_LANDLOCK_MAX_ABI": "0"}),
+    "root without namespaces": (None, 0, {"RETOOL_SANDBOX_NAMESPACES": "off", "RETOOL_SANDBOX_UID_BASE": "62000"}),
+}
 
-PLAIN_UID_BASE = 62000
-"""Distinct from other servers' execution uids (see conftest.SERVER_UID_BASE)."""
+
+@pytest.fixture(scope="module", params=FALLBACKS.values(), ids=FALLBACKS.keys())
+def fallback(request: pytest.FixtureRequest) -> Iterator[RunningServer]:
+    kind, uid, env = request.param
+    running = start_server(2, kind=kind, uid=uid or 10001, pid_namespace=False, **env)
+    running.uids = {uid} if uid else set(range(62000, 62002))  # type: ignore[attr-defined]
+    yield running
+    if running.process.poll() is None:
+        stop_server(running)
+
+
+def execution_processes(server: RunningServer) -> list[int]:
+    """Live processes of an execution uid (the server's own uid too, for a non-root pod)."""
+    return processes_of_uids(server.uids, live=True)  # type: ignore[attr-defined]
+
+
+def test_readyz_says_what_holds_and_what_is_missing(fallback: RunningServer) -> None:
+    isolation = fallback.readyz()["isolation"]
+    problems = " ".join(isolation["problems"])
+    if isolation["landlock_abi_used"] == 4:
+        assert isolation["strong"] is True and "no signal scope" in problems and "landlock-network" in isolation["layers"]
+        assert fallback.readyz()["ready"] is True  # strict, and strong: ready
+    elif isolation["landlock_abi_used"] == 0:
+        assert isolation["strong"] is False and isolation["guards"]["filesystem"] == [] and "no Landlock" in problems
+        assert {"seccomp", "scratch-sweep", "disk-watch"} <= set(isolation["layers"])
+    else:
+        assert isolation["strong"] is True and isolation["privilege_drop"] is True and "namespaces turned off" in problems
+
+
+async def test_siblings_and_the_server_cannot_be_signalled(fallback: RunningServer) -> None:
+    before = fallback.readyz()
+    async with httpx.AsyncClient(base_url=fallback.url) as client:
+        victim = asyncio.create_task(post(client, "import time\ntime.sleep(1.0)\nprint('victim ok')\n"))
+        await asyncio.sleep(0.3)
+        attacker, _ = await post(client, KILL_EVERYONE)
+        answer, elapsed = await victim
+    assert stdout(answer) == "victim ok\n" and elapsed < 3.0
+    assert "signalled []" in stdout(attacker), stdout(attacker)
+    after = fallback.readyz()
+    assert after["template"]["pid"] == before["template"]["pid"] and after["worker_restarts"] == before["worker_restarts"]
+
+
+async def test_the_servers_port_is_out_of_reach(fallback: RunningServer) -> None:
+    async with httpx.AsyncClient(base_url=fallback.url) as client:
+        attacker, _ = await post(client, LOOPBACK.format(port=fallback.port))
+    assert "connected 0" in stdout(attacker), attacker
+
+
+async def test_a_sibling_cannot_find_another_executions_files(fallback: RunningServer) -> None:
+    """Without Landlock, names nobody can list are what keeps siblings apart: the attacker is not told the path."""
+    secret = uuid.uuid4().hex
+    victim = f"import time\nopen('answer.txt', 'w').write({secret!r})\ntime.sleep(1.0)\nprint(open('answer.txt').read())\n"
+    weak = fallback.readyz()["isolation"]["landlock_abi_used"] == 0
+    async with httpx.AsyncClient(base_url=fallback.url) as client:
+        victim_run = asyncio.create_task(post(client, victim))
+        known = await asyncio.to_thread(cwd_holding, fallback, "answer.txt", secret)
+        attacker, _ = await post(client, FIND_AND_TAMPER.format(KNOWN="/nonexistent" if weak else known))
+        answer, _ = await victim_run
+    assert stdout(answer) == secret + "\n" and secret not in stdout(attacker), stdout(attacker)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n    os._exit(0)\nprint(1)\n",
+    ],
+    ids=["fork bomb", "detached daemon"],
+)
+async def test_executions_end_completely(fallback: RunningServer, code: str) -> None:
+    async with httpx.AsyncClient(base_url=fallback.url) as client:
+        await post(client, code, timeout=1.0)
+    template = fallback.readyz()["template"]["pid"]
+    expected = 2 * fallback.workers  # each worker and its one pre-forked process
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and len(descendants(template)) > expected:
+        await asyncio.sleep(0.05)
+    assert len(descendants(template)) == expected
+
+
+async def test_scratch_leftovers_do_not_reach_later_executions(fallback: RunningServer) -> None:
+    marker = uuid.uuid4().hex[:12]
+    paths = [f"/tmp/leak-{marker}", f"/var/tmp/leak-{marker}", f"/dev/shm/leak-{marker}"]
+    leaver = f"for p in {paths!r}:\n    try:\n        open(p, 'w').write('x')\n    except OSError:\n        pass\n"
+    async with httpx.AsyncClient(base_url=fallback.url) as client:
+        await post(client, leaver)
+        await asyncio.sleep(0.3)  # the sweep runs in the background after each execution
+        later = await asyncio.gather(*(post(client, f"import os\nprint([os.path.exists(p) for p in {paths!r}])") for _ in range(3)))
+    for answer, _ in later:
+        assert stdout(answer) == "[False, False, False]\n", answer
+    root = f"/proc/{fallback.pid}/root" if fallback.kind != "root" else ""
+    assert not any(Path(root + p).exists() for p in paths)
+
+
+async def test_own_children_can_be_signalled_where_the_kernel_scopes_signals(fallback: RunningServer) -> None:
+    """With Landlock's signal scope (ABI >= 6) code stops its children by pid; below it, the seccomp
+    guard allows only the execution's own process and process group (documented in docs/sandbox.md)."""
+    code = (
+        "import os, signal, time\npid = os.fork()\nif pid == 0:\n    time.sleep(30)\n    os._exit(0)\n"
+        "try:\n    os.kill(pid, signal.SIGKILL)\n    print('by pid', os.waitpid(pid, 0)[1])\nexcept PermissionError:\n    print('refused')\n"
+    )
+    scoped = fallback.readyz()["isolation"]["landlock_abi_used"] >= 6
+    async with httpx.AsyncClient(base_url=fallback.url) as client:
+        answer, _ = await post(client, code)
+    assert stdout(answer) == ("by pid 9\n" if scoped else "refused\n"), answer
+
+
+async def test_zz_nothing_outlives_a_killed_server(fallback: RunningServer) -> None:
+    """SIGKILL the server while an execution runs with a detached daemon: everything goes with it."""
+    daemon = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n    os._exit(0)\ntime.sleep(30)\n"
+    async with httpx.AsyncClient(base_url=fallback.url) as client:
+        running = asyncio.create_task(post(client, daemon, timeout=60))
+        await asyncio.sleep(0.8)
+        os.kill(fallback.pid, signal.SIGKILL)
+        with pytest.raises(httpx.HTTPError):
+            await running
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and execution_processes(fallback):
+        await asyncio.sleep(0.05)
+    assert execution_processes(fallback) == []
+    fallback.process.wait(timeout=5)
+
+
+# ---------------------------------------------------------------- user namespaces, not root
 
 
 @pytest.fixture(scope="module")
-def plain_server() -> Iterator[RunningServer]:
-    running = start_server(workers=2, RETOOL_SANDBOX_ISOLATION="none", RETOOL_SANDBOX_UID_BASE=str(PLAIN_UID_BASE))
+def userns() -> Iterator[RunningServer]:
+    running = start_server(2, kind="pod-userns", uid=10023, pid_namespace=False)
+    running.uids = {10023}  # type: ignore[attr-defined]
     yield running
-    stop_server(running)
+    if running.process.poll() is None:
+        stop_server(running)
 
 
-def test_readyz_says_what_is_missing(plain_server: RunningServer) -> None:
-    isolation = plain_server.readyz()["isolation"]
-    assert isolation["mode"] == "none" and isolation["network_isolated"] is False and isolation["pid_namespace"] is False
-    assert isolation["privilege_drop"] is True
-    assert any("namespaces disabled" in problem for problem in isolation["problems"])
+async def test_user_namespace_workers_serve_without_restarting(userns: RunningServer) -> None:
+    """Maps written, capabilities dropped, private pid and network namespaces, and no restart loop."""
+    code = (
+        "import os, socket\nstatus = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines())\n"
+        "try:\n    socket.socket(socket.AF_INET).connect(('127.0.0.1', 1))\n    net = 'reached'\nexcept OSError:\n    net = 'none'\n"
+        "print(os.getuid(), status['CapEff'].strip(), os.getpid() < 10, net, os.getcwd())\n"
+    )
+    async with httpx.AsyncClient(base_url=userns.url) as client:
+        answers = [await post(client, code) for _ in range(6)]
+    for answer, _ in answers:
+        assert stdout(answer) == "10023 0000000000000000 True none /tmp\n", answer
+    await asyncio.sleep(1.0)
+    state = userns.readyz()
+    assert state["isolation"]["mode"] == "user-namespaces" and state["isolation"]["strong"] is True
+    assert state["worker_restarts"] == 0 and state["live_workers"] == 2
 
 
-@pytest.mark.parametrize(
-    ("code", "status", "stdout"),
-    [
-        ("print(sum(range(5)))", "Finished", "10\n"),
-        ("while True:\n    pass", "TimeLimitExceeded", ""),
-        ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n    os._exit(0)\nprint(1)", "Finished", "1\n"),
-        ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", "TimeLimitExceeded", ""),
-    ],
-    ids=["plain code runs", "infinite loop times out", "detached daemon", "fork bomb"],
-)
-async def test_executions_end_completely(plain_server: RunningServer, code: str, status: str, stdout: str) -> None:
-    async with SandboxClient(plain_server.url) as client:
-        response = await client.run_code(code, run_timeout=1.0, memory_limit_mb=256)
-    assert response.run_result.status == status and response.run_result.stdout == stdout, response
-    deadline = time.monotonic() + 5
-    while leftover_processes(range(PLAIN_UID_BASE, PLAIN_UID_BASE + 2)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert leftover_processes(range(PLAIN_UID_BASE, PLAIN_UID_BASE + 2)) == []
+async def test_zz_nothing_outlives_a_killed_user_namespace_server(userns: RunningServer) -> None:
+    await test_zz_nothing_outlives_a_killed_server(userns)
 
 
-@pytest.mark.parametrize(
-    "target",
-    ["-1", "os.getppid()", "-os.getpgid(os.getppid())", "1"],
-    ids=["everything (-1)", "its worker", "the sandbox's process group", "pid 1 (the server in a container)"],
-)
-async def test_signals_to_the_sandbox_are_refused(plain_server: RunningServer, target: str) -> None:
-    """Same-uid code could otherwise kill the server: the seccomp guard answers EPERM."""
-    code = f"import os, signal\ntry:\n    os.kill({target}, signal.SIGKILL)\n    print('sent')\nexcept OSError as e:\n    print(type(e).__name__)\n"
-    async with SandboxClient(plain_server.url) as client:
-        response = await client.run_code(code, run_timeout=2.0)
-        assert response.run_result.stdout == "PermissionError\n", response
-        assert (await client.run_code("print('alive')")).run_result.stdout == "alive\n"
-    assert plain_server.readyz()["worker_restarts"] == 0
+# ---------------------------------------------------------------- strict
 
 
-async def test_code_may_still_signal_its_own_children(plain_server: RunningServer) -> None:
-    code = "import os, signal, time\npid = os.fork()\nif pid == 0:\n    time.sleep(30)\n    os._exit(0)\nos.kill(pid, signal.SIGKILL)\nprint(os.waitpid(pid, 0)[1])\n"
-    async with SandboxClient(plain_server.url) as client:
-        response = await client.run_code(code, run_timeout=5.0)
-    assert response.run_result.stdout == "9\n", response
+def test_a_strict_replica_without_strong_isolation_never_becomes_ready() -> None:
+    weak = start_server(1, kind="pod", uid=10024, wait="/healthz", RETOOL_SANDBOX_LANDLOCK_MAX_ABI="0", RETOOL_SANDBOX_REQUIRE_ISOLATION="true")
+    try:
+        time.sleep(1.0)
+        ready = httpx.get(f"{weak.url}/readyz", timeout=5)
+        refused = httpx.post(f"{weak.url}/run_code", json={"code": "print(1)"}, timeout=5)
+    finally:
+        stop_server(weak)
+    assert ready.status_code == 503 and ready.json()["isolation"]["strong"] is False
+    assert any("isolation required but not strong" in reason for reason in ready.json()["not_ready_because"])
+    assert refused.status_code == 503 and "isolation is not strong" in refused.json()["message"]

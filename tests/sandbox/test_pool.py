@@ -8,7 +8,8 @@ import signal
 
 import pytest
 
-from retool.sandbox.pool import ExecutionPool, Job, PoolOverloaded, PoolUnavailable
+from retool.sandbox import protocol
+from retool.sandbox.pool import ExecutionPool, Job, JobTooLarge, PoolOverloaded, PoolUnavailable
 from retool.sandbox.settings import SandboxSettings
 
 pytestmark = pytest.mark.slow
@@ -42,3 +43,47 @@ async def test_pool_runs_refuses_replaces_and_closes() -> None:
         await pool.close()
     with pytest.raises(PoolUnavailable, match="shutting down"):
         await pool.run(Job(code="print(1)", run_timeout=1, memory_limit_mb=256))
+
+
+async def test_a_slot_that_keeps_failing_backs_off_and_oversized_jobs_cost_no_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker that cannot apply the plan dies at once: its slot is retried with growing delays,
+    never in a tight loop, while the other slot keeps serving. A job too big for the worker channel
+    is refused as such, and no worker is lost for it."""
+    pool = ExecutionPool(SandboxSettings(workers=2, namespaces="off"))
+    await pool.start()
+    try:
+        monkeypatch.setattr(protocol, "MAX_MESSAGE", 4096)
+        with pytest.raises(JobTooLarge, match="over the 4096 a worker accepts"):
+            await pool.run(Job(code="x = 1\n" * 2000, run_timeout=5, memory_limit_mb=256))
+        monkeypatch.undo()
+        assert pool.snapshot()["worker_restarts"] == 0
+
+        # Slot 0's workers die as soon as they are up (as a worker that cannot run would).
+        async def kill_slot_0() -> None:
+            while True:
+                worker = pool._workers.get(0)
+                if worker is not None:
+                    os.kill(worker.keeper_pid, signal.SIGKILL)
+                await asyncio.sleep(0.01)
+
+        killer = asyncio.create_task(kill_slot_0())
+        await asyncio.sleep(2.0)
+        killer.cancel()
+        restarts = pool.snapshot()["worker_restarts"]
+        assert 3 <= restarts <= 9, f"{restarts} restarts of one slot in 2 s"
+        result = await pool.run(Job(code="print('other slot')", run_timeout=5, memory_limit_mb=256))
+        assert result["stdout"] == "other slot\n"
+
+        # A slot whose worker cannot even apply the plan fails before saying hello: backed off too.
+        real_root = pool._tmp_root
+        pool._tmp_root = "/nonexistent/scratch"
+        os.kill(pool._workers[1].keeper_pid, signal.SIGKILL)
+        await asyncio.sleep(0.5)
+        assert 2 <= pool._failures[1] <= 7
+        pool._tmp_root = real_root
+        deadline = asyncio.get_running_loop().time() + 35
+        while len(pool._workers) < 2 and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.1)
+        assert len(pool._workers) == 2, "the slots did not recover"
+    finally:
+        await pool.close()

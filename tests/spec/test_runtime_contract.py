@@ -11,8 +11,15 @@ def test_stage_context_round_trips_through_the_environment():
 
 
 def test_stage_context_names_what_is_missing():
-    with pytest.raises(ValueError, match="RETOOL_SANDBOX_URL"):
-        StageContext.from_env({"RETOOL_RUN_NAME": "r", "RETOOL_RUN_NAMESPACE": "ns"})
+    with pytest.raises(ValueError, match="RETOOL_RUN_NAMESPACE"):
+        StageContext.from_env({"RETOOL_RUN_NAME": "r", "RETOOL_SANDBOX_URL": "http://r-sandbox.ns.svc:8080"})
+
+
+def test_a_text_only_stage_has_no_sandbox_url():
+    """Text-only runs have no sandbox: the operator sets no RETOOL_SANDBOX_URL and the context reads it as empty."""
+    ctx = StageContext(run_name="r", namespace="ns", sandbox_url="")
+    assert "RETOOL_SANDBOX_URL" not in ctx.to_env()
+    assert StageContext.from_env(ctx.to_env()) == ctx
 
 
 def test_run_paths_are_namespaced_under_the_claim():

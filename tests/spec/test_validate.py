@@ -41,6 +41,11 @@ def test_every_example_is_valid():
             assert validate_document(document) == [], path.name
 
 
+def test_a_spec_that_names_only_a_model_is_valid_and_gets_a_claim_created():
+    run = parse_run({**MINIMAL, "spec": {"model": {"base": "Qwen/Qwen2.5-7B-Instruct"}}})
+    assert run.spec.storage.pvc.claim_name is None and run.spec.storage.retain == "keep"
+
+
 def test_minimal_spec_takes_the_32b_h200_recipe_defaults():
     run = parse_run(MINIMAL)
     assert run.spec.model.base == "Qwen/Qwen2.5-32B-Instruct"
@@ -83,15 +88,72 @@ INVALID = [
     ("bad quantity", with_spec(sandbox__resources={"limits": {"memory": "20Gx"}}), "spec.sandbox.resources.limits.memory", "not a Kubernetes quantity"),
     ("memory limit too small for the executions", with_spec(sandbox__resources={"limits": {"memory": "4Gi"}}), "spec.sandbox.resources.limits.memory", "OOM"),
     ("request above limit", with_spec(hardware__resources={"requests": {"cpu": "8"}, "limits": {"cpu": "4"}}), "spec.hardware.resources.requests.cpu", "larger than the limit"),
+    (
+        "sandbox request above limit",
+        with_spec(sandbox__resources={"requests": {"cpu": "8"}, "limits": {"cpu": "4", "memory": "64Gi"}}),
+        "spec.sandbox.resources.requests.cpu",
+        "larger than the limit",
+    ),
     ("malformed s3 uri", with_spec(storage={"pvc": {"claimName": "d"}, "s3": {"uri": "s3:/bucket"}}), "spec.storage.s3.uri", "s3://bucket/prefix"),
     ("malformed model source", with_spec(model__base="not a model"), "spec.model.base", "Hugging Face id"),
     ("malformed tracking uri", with_spec(tracking__mlflow__trackingUri="mlflow:5000"), "spec.tracking.mlflow.trackingUri", "http(s)://"),
-    ("no pvc", with_spec(storage={"s3": {"uri": "s3://bucket/p"}}), "spec.storage.pvc", "a PVC is required"),
+    ("claim template beside an existing claim", with_spec(storage={"pvc": {"claimName": "d", "size": "1Ti"}}), "spec.storage.pvc.size", "existing claim"),
+    ("retain delete of an existing claim", with_spec(storage={"pvc": {"claimName": "d"}, "retain": "delete"}), "spec.storage.retain", "never deleted"),
+    ("retain outside the enum", with_spec(storage={"retain": "forever"}), "spec.storage.retain", "'keep' or 'delete'"),
+    ("zero claim size", with_spec(storage={"pvc": {"size": "0"}}), "spec.storage.pvc.size", "larger than zero"),
+    ("fractional number as a size", with_spec(storage={"pvc": {"size": 1.5}}), "spec.storage.pvc.size", "fractional number"),
+    (
+        "ReadWriteOnce claim template on two nodes",
+        with_spec(hardware__nodes=2, storage={"pvc": {"accessModes": ["ReadWriteOnce"]}}),
+        "spec.storage.pvc.accessModes",
+        "needs ReadWriteMany",
+    ),
+    ("read-only access mode", with_spec(storage={"pvc": {"accessModes": ["ReadOnlyMany"]}}), "spec.storage.pvc.accessModes[0]", "'ReadWriteOnce' or 'ReadWriteMany'"),
+    ("queue and gang scheduler together", with_spec(scheduling={"queueName": "q", "gang": {"enabled": True}}), "spec.scheduling.gang.enabled", "not both"),
+    ("workload priority without a queue", with_spec(scheduling={"workloadPriorityClassName": "high"}), "spec.scheduling.workloadPriorityClassName", "needs scheduling.queueName"),
+    ("gang queue without gang scheduling", with_spec(scheduling={"gang": {"queue": "research"}}), "spec.scheduling.gang.queue", "no effect"),
+    ("queue name that is no label value", with_spec(scheduling={"queueName": "team a"}), "spec.scheduling.queueName", "label value"),
+    ("text-only with the cold-start SFT", with_spec(recipe="text-only"), "spec.sft.enabled", "teaches code-interpreter calls"),
+    ("text-only with tool-turn shaping", with_spec(recipe="text-only", sft__enabled=False, rl__toolTurnShaping=True), "spec.rl.toolTurnShaping", "tool turns"),
+    ("recipe outside the enum", with_spec(recipe="text"), "spec.recipe", "'tool-integrated' or 'text-only'"),
+    ("pod label the operator owns", with_spec(pods={"labels": {"retool.dev/run": "x"}}), "spec.pods.labels.retool.dev/run", "operator's own labels"),
+    ("pod label key that is invalid", with_spec(pods={"labels": {"bad key": "x"}}), "spec.pods.labels.bad key", "label key"),
+    ("kueue label set by hand", with_spec(pods={"labels": {"kueue.x-k8s.io/queue-name": "q"}}), "spec.pods.labels.kueue.x-k8s.io/queue-name", "spec.scheduling"),
+    (
+        "env both value and valueFrom",
+        with_spec(pods={"env": [{"name": "A", "value": "1", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}),
+        "spec.pods.env[0]",
+        "exactly one",
+    ),
+    ("env with neither", with_spec(pods={"env": [{"name": "A"}]}), "spec.pods.env[0]", "exactly one of value and valueFrom"),
+    ("env overriding the stage context", with_spec(pods={"env": [{"name": "RETOOL_ATTEMPT", "value": "9"}]}), "spec.pods.env[0].name", "set by the operator"),
+    ("env twice", with_spec(pods={"env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]}), "spec.pods.env[1].name", "set twice"),
+    (
+        "env s3 credentials beside storage.s3",
+        with_spec(storage={"s3": {"uri": "s3://bucket/p"}}, pods={"env": [{"name": "AWS_ACCESS_KEY_ID", "value": "x"}]}),
+        "spec.pods.env[0].name",
+        "storage.s3",
+    ),
+    ("envFrom with both sources", with_spec(pods={"envFrom": [{"secretRef": {"name": "a"}, "configMapRef": {"name": "b"}}]}), "spec.pods.envFrom[0]", "exactly one"),
+    ("volume without a source", with_spec(pods={"volumes": [{"name": "v", "mountPath": "/v"}]}), "spec.pods.volumes[0]", "found none"),
+    (
+        "volume with two sources",
+        with_spec(pods={"volumes": [{"name": "v", "mountPath": "/v", "emptyDir": {}, "nfs": {"server": "n", "path": "/e"}}]}),
+        "spec.pods.volumes[0]",
+        "found emptyDir, nfs",
+    ),
+    ("unsupported volume type", with_spec(pods={"volumes": [{"name": "v", "mountPath": "/v", "hostPath": {"path": "/"}}]}), "spec.pods.volumes[0].hostPath", "unknown field"),
+    ("volume named like the operator's", with_spec(pods={"volumes": [{"name": "data", "mountPath": "/v", "emptyDir": {}}]}), "spec.pods.volumes[0].name", "operator's volumes"),
+    ("volume over the run's claim", with_spec(pods={"volumes": [{"name": "v", "mountPath": "/data/cache", "emptyDir": {}}]}), "spec.pods.volumes[0].mountPath", "run's claim"),
+    ("volume over the spec", with_spec(pods={"volumes": [{"name": "v", "mountPath": "/etc", "emptyDir": {}}]}), "spec.pods.volumes[0].mountPath", "run's spec"),
+    ("volume name not a DNS label", with_spec(pods={"volumes": [{"name": "V_1", "mountPath": "/v", "emptyDir": {}}]}), "spec.pods.volumes[0].name", "DNS label"),
+    ("pull secret not an object name", with_spec(pods={"imagePullSecrets": ["Reg Cred"]}), "spec.pods.imagePullSecrets[0]", "Kubernetes object name"),
+    ("max rows zero", with_spec(data__maxRows=0), "spec.data.maxRows", "greater than or equal to 1"),
     ("every stage disabled", with_spec(sft__enabled=False, rl__enabled=False, eval__enabled=False), "spec", "would do nothing"),
     ("clip high below clip low", with_spec(rl__clipRatioHigh=0.1), "spec.rl.clipRatioHigh", "below rl.clipRatioLow"),
     ("duplicate eval set names", with_spec(data__eval=[{"name": "a", "source": "o/a"}, {"name": "a", "source": "o/b"}]), "spec.data.eval[1].name", "unique"),
     ("negative learning rate", with_spec(rl__learningRate=-1), "spec.rl.learningRate", "greater than 0"),
-    ("missing storage field", {**MINIMAL, "spec": {}}, "spec.storage", "required field is missing"),
+    ("missing spec", {k: v for k, v in MINIMAL.items() if k != "spec"}, "spec", "required field is missing"),
     ("wrong apiVersion", {**MINIMAL, "apiVersion": "retool.dev/v1"}, "apiVersion", "retool.dev/v1alpha1"),
     ("too-long run name", {**MINIMAL, "metadata": {"name": "r" * 40}}, "metadata.name", "at most 39"),
     ("run name not a DNS-1035 label", {**MINIMAL, "metadata": {"name": "1run"}}, "metadata.name", "DNS-1035"),

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
-
+from retool.embedded.process import ManagedServer
 from tests.conftest import free_port, repo_env
 
 DUMMY_AWS = {
@@ -21,41 +18,13 @@ DUMMY_AWS = {
 }
 
 
-def wait_http(url: str, process: subprocess.Popen, log: Path, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{url} exited with {process.returncode}:\n{log.read_text()[-4000:]}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=2).status_code < 500:
-                return
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} not ready after {timeout}s:\n{log.read_text()[-4000:]}")
-
-
-@contextlib.contextmanager
-def serve(args: list[str], ready_url: str, log: Path, env: dict[str, str]) -> Iterator[None]:
-    with open(log, "wb") as out:
-        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    try:
-        wait_http(ready_url, process, log)
-        yield
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 @contextlib.contextmanager
 def moto_server(workdir: Path) -> Iterator[str]:
     """An S3-compatible endpoint on 127.0.0.1 (moto in server mode); yields its URL."""
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
-    env = repo_env(**DUMMY_AWS)
-    with serve([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], f"{endpoint}/moto-api/", workdir / "moto.log", env):
+    argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    with ManagedServer(name="moto", argv=argv, base_url=endpoint, ready_path="/moto-api/", log_path=workdir / "moto.log", env=repo_env(**DUMMY_AWS), start_timeout_s=90):
         yield endpoint
 
 

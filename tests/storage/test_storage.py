@@ -24,9 +24,9 @@ from retool.storage import (
     parse_location,
     upload_dir,
 )
-from retool.storage.checkpoints import pick_latest
-from retool.storage.manifest import PARTIAL_MARKER, sha256_file
+from retool.storage.manifest import COPY_MARKER, PARTIAL_MARKER, sha256_file
 from retool.storage.s3 import MiB
+from retool.storage.steps import TRACKER_FILE, NoCheckpointError, choose_step, latest_step
 from tests.conftest import repo_env
 
 SMALL_MULTIPART = TransferSettings(multipart_threshold=5 * MiB, multipart_chunksize=5 * MiB, max_concurrency=2, file_workers=2, max_attempts=2, retry_backoff_seconds=0.01)
@@ -83,21 +83,20 @@ def test_parse_location_rejects(value: str, message: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("tracker", "dirs", "expected"),
+    ("tracker", "complete", "expected"),
     [
-        pytest.param("60", ["global_step_30", "global_step_60", "global_step_90"], 60, id="tracker wins over a newer half-written step"),
-        pytest.param(None, ["global_step_30", "global_step_120", "other"], 120, id="no tracker: highest step"),
-        pytest.param("90", ["global_step_30"], None, id="tracker names a missing step"),
-        pytest.param(None, [], None, id="nothing saved yet"),
+        pytest.param("60", {30: True, 60: True, 90: True}, 60, id="tracker wins over a newer step"),
+        pytest.param("60", {30: True, 60: False}, 30, id="tracker names an incomplete step: newest complete one"),
+        pytest.param(None, {30: True, 120: True}, 120, id="no tracker: highest complete step"),
+        pytest.param(None, {30: True, 120: False}, 30, id="no tracker: an incomplete newer step is skipped"),
+        pytest.param("90", {30: True}, 30, id="tracker names a missing step"),
+        pytest.param("sixty", {60: True}, 60, id="garbled tracker falls back"),
+        pytest.param(None, {}, None, id="nothing saved yet"),
+        pytest.param("5", {5: False}, None, id="only incomplete steps"),
     ],
 )
-def test_pick_latest(tracker: str | None, dirs: list[str], expected: int | None) -> None:
-    assert pick_latest(tracker, dirs) == expected
-
-
-def test_pick_latest_rejects_a_garbled_tracker() -> None:
-    with pytest.raises(ValueError, match="not a step number"):
-        pick_latest("sixty", ["global_step_60"])
+def test_choose_step(tracker: str | None, complete: dict[int, bool], expected: int | None) -> None:
+    assert choose_step(tracker, complete) == expected
 
 
 def test_transfer_settings_refuse_parts_below_the_s3_minimum() -> None:
@@ -248,3 +247,129 @@ def test_cli_upload_download_and_a_clear_failure(tmp_path: Path, s3, bucket: str
     bad = _cli("download", f"s3://{bucket}/cli", str(tmp_path / "dst2"), env=env)
     assert bad.returncode == 1
     assert "cli/config.json: the manifest promises" in bad.stderr
+
+
+# ------------------------------------------------------------------ checkpoints that are only half there
+
+
+def make_checkpoints(root: Path, steps: tuple[int, ...] = (1, 2), shard_mib: int = 6, big_ranks: tuple[int, ...] = (0, 1)) -> dict[str, bytes]:
+    """A verl RL checkpoint directory: per step two actor shards and a config, then the tracker.
+
+    The shards of ``big_ranks`` in the last step are ``shard_mib`` MiB (multipart), the others a few KB.
+    """
+    files: dict[str, bytes] = {}
+    for step in steps:
+        for rank in (0, 1):
+            size = shard_mib * MiB if step == steps[-1] and rank in big_ranks else 4096
+            files[f"global_step_{step}/actor/model_world_size_2_rank_{rank}.pt"] = os.urandom(size + 7 * rank + step)
+        files[f"global_step_{step}/actor/huggingface/config.json"] = f'{{"step": {step}}}'.encode()
+    files[TRACKER_FILE] = str(steps[-1]).encode()
+    for relative, data in files.items():
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_bytes(data)
+    return files
+
+
+def failing_client(keys: set[str], operations: tuple[str, ...] = ("PutObject", "UploadPart", "GetObject")):
+    """A client whose requests for ``keys`` fail as if the network went down (botocore gives up)."""
+    client = make_client(settings=SMALL_MULTIPART)
+
+    def network_down(params, **_):
+        if params.get("Key") in keys:
+            raise EndpointConnectionError(endpoint_url="s3 (injected failure)")
+
+    for operation in operations:
+        client.meta.events.register(f"before-parameter-build.s3.{operation}", network_down)
+    return client
+
+
+def test_the_tracker_is_uploaded_after_the_shards_and_an_unfinished_mirror_holds_no_checkpoint(tmp_path: Path, s3, bucket: str) -> None:
+    make_checkpoints(tmp_path / "ckpt", steps=(1,), shard_mib=0)
+    upload_dir(str(tmp_path / "ckpt"), f"s3://{bucket}/rl", settings=SMALL_MULTIPART)
+    assert latest_checkpoint(f"s3://{bucket}/rl") == f"s3://{bucket}/rl/global_step_1"
+
+    make_checkpoints(tmp_path / "ckpt", steps=(1, 2), shard_mib=6)
+    client = failing_client({"rl/global_step_2/actor/model_world_size_2_rank_1.pt"})
+    with pytest.raises(EndpointConnectionError):
+        upload_dir(str(tmp_path / "ckpt"), f"s3://{bucket}/rl", client=client, settings=SMALL_MULTIPART)
+    present = keys(s3, bucket, "rl/")
+    assert f"rl/{MANIFEST_NAME}" not in present, "the old manifest is removed before anything is replaced"
+    assert s3.get_object(Bucket=bucket, Key=f"rl/{TRACKER_FILE}")["Body"].read() == b"1", "the tracker is not sent before every shard is"
+    assert latest_checkpoint(f"s3://{bucket}/rl") is None, "a mirror whose upload did not finish holds no checkpoint"
+    assert s3.list_multipart_uploads(Bucket=bucket, Prefix="rl/").get("Uploads", []) == [], "failed multipart uploads are aborted"
+
+    upload_dir(str(tmp_path / "ckpt"), f"s3://{bucket}/rl", settings=SMALL_MULTIPART)
+    assert latest_checkpoint(f"s3://{bucket}/rl", required_subdir="actor") == f"s3://{bucket}/rl/global_step_2"
+
+
+def test_a_mirror_missing_a_listed_shard_does_not_count_that_step(tmp_path: Path, s3, bucket: str) -> None:
+    make_checkpoints(tmp_path / "ckpt", steps=(1, 2), shard_mib=0)
+    upload_dir(str(tmp_path / "ckpt"), f"s3://{bucket}/rl", settings=SMALL_MULTIPART)
+    s3.delete_object(Bucket=bucket, Key="rl/global_step_2/actor/model_world_size_2_rank_1.pt")
+    assert latest_checkpoint(f"s3://{bucket}/rl") == f"s3://{bucket}/rl/global_step_1"
+    s3.put_object(Bucket=bucket, Key="rl/global_step_1/actor/model_world_size_2_rank_0.pt", Body=b"truncated")
+    assert latest_checkpoint(f"s3://{bucket}/rl") is None
+
+
+def test_stale_multipart_uploads_under_the_prefix_are_aborted_by_the_next_upload(tmp_path: Path, s3, bucket: str) -> None:
+    s3.create_multipart_upload(Bucket=bucket, Key="rl/global_step_1/actor/model_world_size_2_rank_0.pt")
+    s3.create_multipart_upload(Bucket=bucket, Key="elsewhere/x.pt")
+    make_checkpoints(tmp_path / "ckpt", steps=(1,), shard_mib=0)
+    upload_dir(str(tmp_path / "ckpt"), f"s3://{bucket}/rl", settings=SMALL_MULTIPART)
+    assert [u["Key"] for u in s3.list_multipart_uploads(Bucket=bucket).get("Uploads", [])] == ["elsewhere/x.pt"]
+
+
+def test_a_download_that_fails_midway_leaves_a_directory_no_stage_resumes_from(tmp_path: Path, bucket: str) -> None:
+    make_checkpoints(tmp_path / "ckpt", steps=(1,), shard_mib=0)
+    upload_dir(str(tmp_path / "ckpt"), f"s3://{bucket}/rl", settings=SMALL_MULTIPART)
+    dst = tmp_path / "pvc" / "rl"
+    download_dir(f"s3://{bucket}/rl", str(dst), settings=SMALL_MULTIPART)
+    assert latest_step(dst, "actor") == 1
+
+    # the mirror moves on to step 2; a re-download into the older copy dies after some shards landed
+    make_checkpoints(tmp_path / "ckpt", steps=(1, 2), shard_mib=6)
+    upload_dir(str(tmp_path / "ckpt"), f"s3://{bucket}/rl", settings=SMALL_MULTIPART)
+    client = failing_client({"rl/global_step_2/actor/model_world_size_2_rank_1.pt"}, operations=("GetObject", "HeadObject"))
+    with pytest.raises(EndpointConnectionError):
+        download_dir(f"s3://{bucket}/rl", str(dst), client=client, settings=SMALL_MULTIPART)
+    assert (dst / COPY_MARKER).is_file() and not (dst / MANIFEST_NAME).exists()
+    assert not [p for p in dst.rglob("*") if PARTIAL_MARKER in p.name], "partial files of the failed file are removed"
+    with pytest.raises(NoCheckpointError, match="unfinished copy"):
+        latest_step(dst, "actor")
+    assert latest_checkpoint(str(dst)) is None
+
+    again = download_dir(f"s3://{bucket}/rl", str(dst), settings=SMALL_MULTIPART)
+    assert "global_step_1/actor/model_world_size_2_rank_0.pt" in again.skipped
+    assert not (dst / COPY_MARKER).exists()
+    assert latest_step(dst, "actor") == 2
+
+
+def test_a_copied_checkpoint_with_a_shard_gone_is_not_resumed_from(tmp_path: Path) -> None:
+    make_checkpoints(tmp_path / "ckpt", steps=(1, 2), shard_mib=0)
+    upload_dir(str(tmp_path / "ckpt"), str(tmp_path / "copy"))
+    assert latest_step(tmp_path / "copy", "actor") == 2
+    (tmp_path / "copy/global_step_2/actor/model_world_size_2_rank_0.pt").unlink()
+    assert latest_step(tmp_path / "copy", "actor") == 1, "the manifest lists the shard, so step 2 is incomplete"
+    (tmp_path / "copy/global_step_1/actor/model_world_size_2_rank_1.pt").write_bytes(b"short")
+    with pytest.raises(NoCheckpointError, match="no complete checkpoint"):
+        latest_step(tmp_path / "copy", "actor")
+
+
+def test_a_step_of_a_mirror_downloads_through_the_enclosing_manifest(tmp_path: Path, bucket: str) -> None:
+    files = make_checkpoints(tmp_path / "ckpt", steps=(1, 2), shard_mib=0)
+    upload_dir(str(tmp_path / "ckpt"), f"s3://{bucket}/rl", settings=SMALL_MULTIPART)
+    uri = latest_checkpoint(f"s3://{bucket}/rl")
+    assert uri == f"s3://{bucket}/rl/global_step_2"
+    report = download_dir(uri, str(tmp_path / "step"), settings=SMALL_MULTIPART)
+    expected = {rel.removeprefix("global_step_2/"): data for rel, data in files.items() if rel.startswith("global_step_2/")}
+    assert sorted(report.transferred) == sorted(expected)
+    assert {k: v for k, v in local_files(tmp_path / "step").items() if k != MANIFEST_NAME} == expected
+    with pytest.raises(ManifestMissingError):
+        download_dir(f"s3://{bucket}/rl/global_step_9", str(tmp_path / "none"), settings=SMALL_MULTIPART)
+
+
+def test_an_unfinished_copy_is_not_copied_on(tmp_path: Path) -> None:
+    make_checkpoints(tmp_path / "ckpt", steps=(1,), shard_mib=0)
+    (tmp_path / "ckpt" / COPY_MARKER).write_text("copy in progress")
+    with pytest.raises(ValueError, match="unfinished copy"):
+        upload_dir(str(tmp_path / "ckpt"), str(tmp_path / "out"))

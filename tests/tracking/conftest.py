@@ -10,9 +10,10 @@ from pathlib import Path
 import boto3
 import pytest
 
+from retool.embedded.process import ManagedServer
 from tests.conftest import free_port, repo_env
 from tests.storage.conftest import s3_endpoint, s3_env  # noqa: F401  (fixtures shared with the storage tests)
-from tests.storage.servers import DUMMY_AWS, serve
+from tests.storage.servers import DUMMY_AWS
 
 ARTIFACT_BUCKET = "mlflow-artifacts"
 
@@ -46,7 +47,7 @@ def mlflow_server(s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) ->
         "--artifacts-destination", f"s3://{ARTIFACT_BUCKET}/root",
     ]  # fmt: skip
     env = repo_env(**DUMMY_AWS, MLFLOW_S3_ENDPOINT_URL=s3_endpoint)
-    with serve(args, f"{server.uri}/health", workdir / "mlflow.log", env):
+    with ManagedServer(name="mlflow", argv=args, base_url=server.uri, ready_path="/health", log_path=workdir / "mlflow.log", env=env, start_timeout_s=90):
         yield server
 
 

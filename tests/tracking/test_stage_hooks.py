@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from retool import stage_hooks
-from retool.recipe.command import StageCommand
-from retool.recipe.render import render_stage
+from retool.recipe.render.command import StageCommand
+from retool.recipe.render.stages import render_stage
 from retool.runtime.context import StageContext
 from retool.runtime.paths import run_paths
 from retool.spec.names import sandbox_url
@@ -83,7 +83,8 @@ def write_eval_outputs(run) -> None:
     for p in range(4):
         for s in range(6):
             correct = (p + s) % 3 == 0
-            rows.append({"input": f"problem {p}", "output": "...", "score": 1.0 if correct else -1.0, "acc": correct, "pred": str(p if correct else s), "data_source": "aime_2024"})
+            score = 1.0 if correct else -1.0
+            rows.append({"input": f"problem {p}", "output": "...", "score": score, "acc": float(correct), "pred": str(p if correct else s), "source": "aime_2024"})
     Path(paths.eval_output, "0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     model = Path(paths.rl_merged)
     model.mkdir(parents=True)
@@ -135,3 +136,49 @@ def test_eval_without_its_dump_fails_the_stage_with_the_reason(tmp_path: Path, m
     assert stage_hooks.finish(run, ctx, "eval", tracked, 0) == 1
     assert "0.jsonl" in caplog.text
     assert client(server.uri).get_run(tracked.run_id).info.status == "FAILED"
+
+
+STAND_IN_TRAINER = """
+import os, pathlib, sys
+root = pathlib.Path(sys.argv[1])
+pathlib.Path(sys.argv[3]).write_text(os.environ.get("MLFLOW_RUN_ID", ""))
+for step in map(int, sys.argv[2].split(",")):
+    actor = root / f"global_step_{step}" / "actor"
+    actor.mkdir(parents=True, exist_ok=True)
+    (actor / "model_world_size_8_rank_0.pt").write_bytes(b"x")
+    (root / "latest_checkpointed_iteration.txt").write_text(str(step))
+"""
+
+
+@pytest.mark.parametrize(
+    ("saved", "status", "mlflow_status", "reason"),
+    [
+        pytest.param("30,60", 3, "FAILED", "final checkpoint is global_step_60, not global_step_400", id="exit-0-at-step-60-of-400-fails"),
+        pytest.param("360,400", 0, "FINISHED", None, id="exit-0-at-the-planned-last-step-succeeds"),
+    ],
+)
+def test_the_stage_entrypoint_fails_a_trainer_that_exits_0_early(
+    tmp_path: Path, mlflow_server, monkeypatch: pytest.MonkeyPatch, saved: str, status: int, mlflow_status: str, reason: str | None
+) -> None:
+    """The real entrypoint (``retool.stage.main``) and MLflow server; only the trainer is a stand-in
+    that saves the given steps and exits 0, as verl does when its loop ends early."""
+    import yaml
+
+    from retool import stage
+
+    server = mlflow_server
+    name = f"early-{saved.replace(',', '-')}"
+    run = make_run(tmp_path, name=name)
+    parent = ensure_parent_run(server.uri, experiment=f"team/{name}", namespace="team", name=name, uid=f"uid-{name}", spec_params=spec_params(run))
+    ctx = context(run, server.uri, parent.run_id)
+    run_id_file = tmp_path / "run_id"
+    trainer = StageCommand(stage="rl", argv=("python3", "-c", STAND_IN_TRAINER, run_paths(run).rl_checkpoints, saved, str(run_id_file)))
+    monkeypatch.setattr(stage, "render_stage", lambda *args, **kwargs: trainer)
+    spec = tmp_path / "run.yaml"
+    spec.write_text(yaml.safe_dump(run.model_dump(mode="json", exclude_none=True)))
+    assert stage.main(["rl", "--spec", str(spec)], {**ctx.to_env(), "PATH": "/usr/bin:/bin"}) == status
+    finished = client(server.uri).get_run(run_id_file.read_text())
+    assert finished.info.status == mlflow_status
+    assert finished.data.tags.get(stage_hooks.FAILURE_TAG, "").startswith("the rl trainer exited 0") is (reason is not None)
+    if reason:
+        assert reason in finished.data.tags[stage_hooks.FAILURE_TAG]

@@ -162,8 +162,19 @@ off
 {{- join "," $pairs -}}
 {{- end }}
 
+{{/* KubeRay is a prerequisite, not a dependency: every RetoolRun stage is a RayJob or needs the
+operator that creates them, so an install on a cluster without the ray.io/v1 RayJob API fails here
+with the fix. `helm template` and `--dry-run=client` have no cluster: pass
+`--api-versions ray.io/v1/RayJob` or `--set kuberay.checkInstalled=false`. */}}
+{{- define "retool.kuberay.check" -}}
+{{- if and .Values.kuberay.checkInstalled (not (.Capabilities.APIVersions.Has "ray.io/v1/RayJob")) -}}
+{{- fail "KubeRay is not installed: this cluster serves no ray.io/v1 RayJob API, which every RetoolRun stage needs. Install the KubeRay operator with its own chart first: helm repo add kuberay https://ray-project.github.io/kuberay-helm/ && helm install kuberay-operator kuberay/kuberay-operator --version 1.7.0 --namespace kuberay-system --create-namespace (see docs/install.md). Rendering without a cluster (helm template, --dry-run=client)? Add --api-versions ray.io/v1/RayJob or --set kuberay.checkInstalled=false." -}}
+{{- end -}}
+{{- end }}
+
 {{/* Rules spanning several values, checked once (schema covers single values). */}}
 {{- define "retool.validate" -}}
+{{- include "retool.kuberay.check" . -}}
 {{- range $key, $_ := .Values.commonLabels -}}
 {{- if or (hasPrefix "app.kubernetes.io/" $key) (hasPrefix "helm.sh/" $key) -}}
 {{- fail (printf "commonLabels.%s: the chart sets app.kubernetes.io/* and helm.sh/* labels itself; use another key" $key) -}}

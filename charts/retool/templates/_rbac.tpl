@@ -3,47 +3,56 @@ The operator's permissions: one list of namespaced rules shared by the ClusterRo
 mode) and every Role (namespaced mode). tests/chart/test_rbac.py checks that the rendered rules
 grant exactly retool_operator.permissions.RULES, the operator's record of the API calls it makes.
 No delete verb: children carry owner references, so the garbage collector removes them with
-their run, and checkpoints on the PVC are never the operator's to delete.
+their run, and checkpoints on the PVC are never the operator's to delete. update on
+retoolruns/finalizers is what the OwnerReferencesPermissionEnforcement admission plugin requires
+to set blockOwnerDeletion on those references.
 */}}
 {{- define "retool.rbac.namespacedRules" -}}
 - apiGroups: ["retool.dev"]
   resources: ["retoolruns"]
-  verbs: ["get", "list", "watch", "patch", "update"]
+  verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["retool.dev"]
   resources: ["retoolruns/status"]
-  verbs: ["get", "patch", "update"]
+  verbs: ["patch"]
+- apiGroups: ["retool.dev"]
+  resources: ["retoolruns/finalizers"]
+  verbs: ["update"]
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "list", "watch", "create", "patch", "update"]
+  verbs: ["get", "create", "patch"]
 - apiGroups: [""]
   resources: ["services", "configmaps", "persistentvolumeclaims"]
-  verbs: ["get", "list", "watch", "create", "patch", "update"]
+  verbs: ["get", "create", "patch"]
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
-  verbs: ["get", "list", "watch", "create", "patch", "update"]
+  verbs: ["get", "create", "patch"]
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["get", "list", "watch", "create", "patch", "update"]
+  verbs: ["get", "create", "patch"]
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["get", "list", "watch", "create", "patch", "update"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: ["ray.io"]
   resources: ["rayjobs"]
-  verbs: ["get", "list", "watch", "create", "patch", "update"]
-- apiGroups: ["", "events.k8s.io"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list"]
+- apiGroups: ["autoscaling"]
+  resources: ["horizontalpodautoscalers"]
+  verbs: ["get"]
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["list", "patch"]
+- apiGroups: [""]
   resources: ["events"]
-  verbs: ["create", "patch"]
+  verbs: ["create"]
 {{- end }}
 
-{{/* Cluster-scoped: a Role cannot grant these. kopf reads the CRD in both modes, and observes
-namespaces only when it watches all of them. */}}
+{{/* Cluster-scoped: a Role cannot grant these. kopf lists and watches the CRD it serves in both
+modes (it watches namespaces only for glob patterns, which watchNamespaces does not allow). */}}
 {{- define "retool.rbac.clusterRules" -}}
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
-  verbs: ["get", "list", "watch"]
-{{- if not .Values.watchNamespaces }}
-- apiGroups: [""]
-  resources: ["namespaces"]
   verbs: ["list", "watch"]
-{{- end }}
 {{- end }}

@@ -1,19 +1,34 @@
 -- Argo CD health check for retool.dev/RetoolRun (install: see argocd-cm-patch.yaml).
--- Healthy when the pipeline Succeeded, Degraded when it Failed, Suspended while spec.suspend
--- is set (or the operator reports Suspended), Progressing otherwise - including before the
--- operator has written any status.
+-- Reads the kstatus conditions the operator writes (the ones Flux reads too): Healthy when
+-- Ready is True (every stage succeeded), Degraded when Stalled is True (a stage failed, the spec
+-- is invalid, or the API server refuses a child - with its message), Suspended while
+-- spec.suspend is set (or the operator reports Suspended), Progressing otherwise - including
+-- before the operator has written any status. Statuses without conditions fall back to phase.
 local hs = {}
 
-local function condition_message(status, wanted)
+local function condition(status, wanted)
   if status.conditions == nil then
     return nil
   end
   for _, c in ipairs(status.conditions) do
-    if c.type == wanted and c.status == "True" and c.message ~= nil and c.message ~= "" then
-      return c.message
+    if c.type == wanted then
+      return c
     end
   end
   return nil
+end
+
+local function true_message(status, wanted)
+  local c = condition(status, wanted)
+  if c ~= nil and c.status == "True" and c.message ~= nil and c.message ~= "" then
+    return c.message
+  end
+  return nil
+end
+
+local function is_true(status, wanted)
+  local c = condition(status, wanted)
+  return c ~= nil and c.status == "True"
 end
 
 local suspended = obj.spec ~= nil and obj.spec.suspend == true
@@ -31,15 +46,15 @@ if status == nil or status.phase == nil then
 end
 
 local phase = status.phase
-if phase == "Succeeded" then
+if is_true(status, "Ready") or phase == "Succeeded" then
   hs.status = "Healthy"
   hs.message = "Succeeded"
   if status.score ~= nil then
     hs.message = "Succeeded, AIME score " .. tostring(status.score)
   end
-elseif phase == "Failed" then
+elseif is_true(status, "Stalled") or phase == "Failed" then
   hs.status = "Degraded"
-  hs.message = condition_message(status, "Failed") or status.message or "Failed"
+  hs.message = true_message(status, "Stalled") or true_message(status, "Failed") or status.message or "Failed"
 elseif phase == "Suspended" or suspended then
   hs.status = "Suspended"
   hs.message = status.message or "Suspended (spec.suspend is true)"

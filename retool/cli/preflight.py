@@ -1,0 +1,102 @@
+"""``retool preflight RUN.yaml``: the preflight stage's checks on a workstation or in CI.
+
+The same checks the operator's preflight stage runs in the cluster (``retool.preflight``), on data
+prepared with ``retool data prepare all --spec RUN.yaml`` (``--mount-path`` points the run's PVC
+layout at a local directory), with the model's tokenizer from ``--tokenizer`` (default: the spec's
+``model.base``), against the sandbox at ``--sandbox-url`` or one started here on 127.0.0.1.
+Exit status: 0 passed, 1 bad spec or arguments, 10-19 the first failed check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "preflight",
+        help="check a RetoolRun's data, tokenizer, tool, reward and sandbox through verl's runtime code (CPU)",
+        description="Run the preflight stage's checks: verl's SFT and RL datasets, tool registry, reward loading and one scripted multi-turn rollout per data source.",
+    )
+    parser.add_argument("file", metavar="RUN.yaml", help="the RetoolRun (one document)")
+    parser.add_argument("--tokenizer", default=None, help="directory with the model's tokenizer files (default: spec.model.base)")
+    parser.add_argument("--mount-path", default=None, help="read the run's PVC layout under this directory instead of storage.pvc.mountPath")
+    parser.add_argument("--namespace", default=None, help="namespace of the run (default: metadata.namespace, else default)")
+    parser.add_argument("--sandbox-url", default=None, help="a running sandbox (SandboxFusion API); default: start one on 127.0.0.1")
+    parser.add_argument("--sandbox-workers", type=int, default=2, help="workers of the sandbox started here (default 2)")
+    parser.add_argument("--report-dir", type=Path, default=None, help="report and scratch files (default build/preflight/<run>)")
+    parser.add_argument("--mlflow-uri", default=None, help="log the report to this MLflow server, in a run of its own")
+    parser.add_argument("--experiment", default=None, help="MLflow experiment (default: spec.tracking.mlflow.experiment, else <namespace>/<run>)")
+    parser.add_argument("--sft-sample", type=int, default=48, help="SFT rows checked token by token (default 48)")
+    parser.add_argument("--max-truncated-fraction", type=float, default=0.05, help="largest share of SFT trajectories over sft.maxLength (default 0.05)")
+    parser.set_defaults(func=run)
+
+
+def with_mount_path(document: dict[str, Any], mount_path: str | None) -> dict[str, Any]:
+    if mount_path is None:
+        return document
+    document = copy.deepcopy(document)
+    pvc = document.setdefault("spec", {}).setdefault("storage", {}).setdefault("pvc", {})
+    pvc.setdefault("claimName", "local")
+    pvc["mountPath"] = str(Path(mount_path).resolve())
+    return document
+
+
+def run(args: argparse.Namespace) -> int:
+    from retool.cli.render import read_run
+
+    loaded = read_run(args.file, lambda document: with_mount_path(document, args.mount_path))
+    if loaded is None:
+        return 1
+    _, retool_run = loaded
+    if not 0 <= args.max_truncated_fraction <= 1 or args.sft_sample < 1:
+        print("--max-truncated-fraction must be within 0..1 and --sft-sample at least 1", file=sys.stderr)
+        return 1
+    from retool.preflight.command import tokenizer_source
+
+    name = retool_run.metadata.name
+    namespace = args.namespace or retool_run.metadata.namespace or "default"
+    report_dir = args.report_dir or Path("build/preflight") / name
+    tokenizer = args.tokenizer or tokenizer_source(retool_run)
+    if args.sandbox_url:
+        return _run(retool_run, namespace, args.sandbox_url, tokenizer, report_dir, args)
+    from retool.embedded.servers import sandbox_server
+
+    with sandbox_server(report_dir, workers=args.sandbox_workers) as sandbox:
+        return _run(retool_run, namespace, sandbox.base_url, tokenizer, report_dir, args)
+
+
+def _run(retool_run: Any, namespace: str, sandbox: str, tokenizer: str, report_dir: Path, args: argparse.Namespace) -> int:
+    from retool.preflight.entry import execute
+    from retool.preflight.plan import PreflightOptions, plan
+    from retool.runtime.context import StageContext
+
+    name = retool_run.metadata.name
+    ctx = StageContext(run_name=name, namespace=namespace, sandbox_url=sandbox.rstrip("/"), mlflow_tracking_uri=args.mlflow_uri)
+    options = PreflightOptions(tokenizer=tokenizer, work_dir=report_dir, sft_sample=args.sft_sample, max_truncated_fraction=args.max_truncated_fraction)
+    run_id = None
+    if args.mlflow_uri:
+        from retool.preflight.tracking import open_run
+        from retool.tracking import TrackingError
+
+        experiment = args.experiment or retool_run.spec.tracking.mlflow.experiment or f"{namespace}/{name}"
+        try:
+            run_id = open_run(args.mlflow_uri, experiment, f"{name}-preflight")
+        except TrackingError as err:
+            print(f"MLflow: {err}", file=sys.stderr)
+            return 1
+    report = execute(plan(retool_run, ctx), options, tracking_uri=args.mlflow_uri, run_id=run_id)
+    if run_id is not None:
+        from retool.tracking import TrackingError, end_run
+
+        try:
+            end_run(args.mlflow_uri, run_id, "FINISHED" if report.passed else "FAILED")
+        except TrackingError as err:
+            print(f"MLflow: {err}", file=sys.stderr)
+    verdict = "passed" if report.passed else f"FAILED: {report.failure}"
+    print(f"preflight of {namespace}/{name} {verdict} ({report.seconds:.0f} s); report in {report_dir}")
+    return report.exit_code

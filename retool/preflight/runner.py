@@ -1,0 +1,45 @@
+"""Run every preflight check of a plan, in dependency order, and build the report.
+
+A check whose inputs failed is skipped, naming them; everything else still runs, so one preflight
+shows every problem it can see. Work that two stages share (their data config, tool config,
+reward function) is checked once, under both scopes (``rl+eval``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from retool.preflight import steps
+from retool.preflight.plan import PPO_STAGES, Plan, PreflightOptions
+from retool.preflight.report import Report
+
+logger = logging.getLogger(__name__)
+
+
+def run_preflight(target: Plan, options: PreflightOptions) -> Report:
+    """Every check of ``target``; a finding is a failed check in the report, never an exception."""
+    started = time.monotonic()
+    options.work_dir.mkdir(parents=True, exist_ok=True)
+    state = steps.State()
+    tokenizer = steps.tokenizer_check(state, options, trust_remote_code=target.run.spec.model.trust_remote_code)
+    steps.config_checks(state, target, options)
+    sft_dataset = steps.sft_check(state, target, options, tokenizer)
+    ppo = {stage: state.configs[stage] for stage in PPO_STAGES if stage in state.configs}
+    data = steps.data_checks(state, target, ppo, tokenizer)
+    tools = steps.tool_checks(state, ppo, options, sft_dataset)
+    right_scores = steps.reward_checks(state, target, ppo, data)
+    for stage, config in ppo.items():
+        steps.rollout_checks(state, target, stage, config, options, tokenizer=tokenizer, data=data, tools=tools, right_scores=right_scores)
+    report = Report(
+        run=target.run.metadata.name,
+        namespace=target.ctx.namespace,
+        stages=tuple(target.commands),
+        tokenizer=options.tokenizer,
+        sandbox_url=target.ctx.sandbox_url,
+        results=tuple(state.results),
+        seconds=time.monotonic() - started,
+        facts=state.facts,
+    )
+    logger.info("preflight of %s/%s %s in %.1f s", report.namespace, report.run, "passed" if report.passed else "FAILED", report.seconds)
+    return report

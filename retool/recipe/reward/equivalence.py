@@ -1,0 +1,142 @@
+"""Is a predicted answer equivalent to the ground truth? Exact, then numeric, then symbolic.
+
+The cheap stages decide almost every case in math RL (DAPO and AIME answers are integers): equal
+normalised text is correct; two plain numbers are compared exactly (a decimal may be the other
+value rounded at its last digit, to 1e-6 relative), and when both sides are plain numbers that
+comparison is final. A few answer shapes are read structurally first: a multiple-choice letter
+with or without its value (``\\textbf{(C)}\\ 34``), a percentage against the fraction it stands
+for (``50\\%`` and ``0.5``), and matrices cell by cell. Only answers that are not both plain
+numbers reach math-verify/sympy, in a worker process with a hard deadline
+(:mod:`retool.recipe.reward.symbolic`); running out of time means "not equivalent".
+
+>>> is_equivalent("\\\\dfrac{1}{2}", "0.5")
+True
+>>> is_equivalent("1,000", "1000")
+True
+>>> is_equivalent("34", "35")
+False
+>>> is_equivalent("\\\\textbf{(C)}\\\\ 34", "34")
+True
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from retool.recipe.reward.answer import MAX_ANSWER_CHARS, brace_pairs, normalize_answer, numbers_equal, parse_number
+from retool.recipe.reward.symbolic import default_pool
+
+logger = logging.getLogger(__name__)
+
+# Longest raw answer that is normalised at all (a few times MAX_ANSWER_CHARS: LaTeX is verbose).
+MAX_RAW_CHARS = 4 * MAX_ANSWER_CHARS
+
+# Default hard limit of the symbolic stage of one comparison, in seconds.
+DEFAULT_TIMEOUT_S = 0.5
+
+# A multiple-choice answer in its normalised form: "(C)" with the value it names, if any.
+_CHOICE = re.compile(r"^\(([A-E])\)(.*)$")
+_LETTER = re.compile(r"^[A-E]$")
+_MATRIX = re.compile(r"^\\begin\{pmatrix\}(.*)\\end\{pmatrix\}$")
+MAX_MATRIX_CELLS = 100
+
+# A literal exponent or factorial argument of five or more digits, or Knuth's arrows.
+_HUGE_LITERAL = re.compile(r"\^\s*\{?\s*\d{5,}|\d{5,}\s*!|\\uparrow")
+_EXPONENT = re.compile(r"\^\s*\{")
+
+
+def looks_explosive(answer: str) -> bool:
+    """True for power towers and huge literals whose symbolic evaluation could run for minutes.
+
+    Such answers (``9^{9^{9^9}}``, ``2^{123456}``) are not compared symbolically: the exact and
+    numeric stages still apply, and skipping sympy spares a worker restart per attempt.
+    """
+    if _HUGE_LITERAL.search(answer):
+        return True
+    pairs = brace_pairs(answer)
+    for match in _EXPONENT.finditer(answer):
+        close = pairs.get(match.end() - 1)
+        if close is not None and "^" in answer[match.end() : close]:
+            return True
+    return False
+
+
+def split_choice(norm: str) -> tuple[str | None, str]:
+    """A normalised answer as (choice letter or None, value): ``(C)34`` -> ("C", "34"), ``B`` -> ("B", "")."""
+    match = _CHOICE.match(norm)
+    if match:
+        return match.group(1), match.group(2)
+    return (norm, "") if _LETTER.match(norm) else (None, norm)
+
+
+def matrix_cells(norm: str) -> list[list[str]] | None:
+    """The cells of a normalised ``\\begin{pmatrix}...\\end{pmatrix}``, row by row; None for anything else."""
+    match = _MATRIX.match(norm)
+    if match is None or "\\begin" in match.group(1):
+        return None
+    rows = [row.split("&") for row in match.group(1).split("\\\\")]
+    return rows if sum(len(r) for r in rows) <= MAX_MATRIX_CELLS else None
+
+
+def _decided(pred: str, truth: str) -> bool | None:
+    """The cheap stages on two normalised answers: True/False when they decide, None when only sympy can."""
+    if pred == truth:
+        return True
+    num_pred, num_truth = parse_number(pred), parse_number(truth)
+    if num_pred is not None and num_truth is not None:
+        return numbers_equal(num_pred, num_truth)
+    return None
+
+
+def _structural(pred: str, truth: str, pred_percent: bool, truth_percent: bool) -> bool | None:
+    """Choice letters, percentages and matrices: True/False when the shape decides, None otherwise."""
+    (letter_pred, value_pred), (letter_truth, value_truth) = split_choice(pred), split_choice(truth)
+    if letter_pred is not None or letter_truth is not None:
+        if letter_pred is not None and letter_truth is not None:
+            if letter_pred != letter_truth:
+                return False
+            return True if not (value_pred and value_truth) else _decided(value_pred, value_truth)
+        if not (value_pred and value_truth):
+            return False  # a letter alone against a value: nothing says which value the letter named
+        return _decided(value_pred, value_truth)
+    if pred_percent != truth_percent:
+        num_pred, num_truth = parse_number(pred), parse_number(truth)
+        if num_pred is not None and num_truth is not None:
+            # "50%" names 0.5 as well as the number 50 a "what percent" question asks for
+            scaled = num_pred._replace(value=num_pred.value / 100) if pred_percent else num_truth._replace(value=num_truth.value / 100)
+            other = num_truth if pred_percent else num_pred
+            return numbers_equal(num_pred, num_truth) or numbers_equal(scaled, other)
+    cells_pred, cells_truth = matrix_cells(pred), matrix_cells(truth)
+    if cells_pred is not None and cells_truth is not None:
+        if [len(r) for r in cells_pred] != [len(r) for r in cells_truth]:
+            return False
+        verdicts = [_decided(a, b) for ra, rb in zip(cells_pred, cells_truth, strict=True) for a, b in zip(ra, rb, strict=True)]
+        if False in verdicts:
+            return False
+        return True if None not in verdicts else None
+    return None
+
+
+def is_equivalent(pred: str, truth: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
+    """Whether ``pred`` states the same answer as ``truth``; sympy gets at most ``timeout_s`` of it."""
+    if not isinstance(pred, str) or not isinstance(truth, str):
+        return False
+    if len(pred) > MAX_RAW_CHARS or len(truth) > MAX_RAW_CHARS:
+        return pred.strip() == truth.strip()  # no math answer is this long; normalising it only costs time
+    norm_pred, norm_truth = normalize_answer(pred), normalize_answer(truth)
+    if not norm_pred or not norm_truth:
+        return False
+    structural = _structural(norm_pred, norm_truth, "%" in pred, "%" in truth)
+    if structural is not None:
+        return structural
+    decided = _decided(norm_pred, norm_truth)
+    if decided is not None:
+        return decided
+    if len(norm_pred) > MAX_ANSWER_CHARS or len(norm_truth) > MAX_ANSWER_CHARS:
+        return False
+    if looks_explosive(norm_pred) or looks_explosive(norm_truth):
+        logger.debug("not comparing a power tower symbolically: %.80s", norm_pred)
+        return False
+    result = default_pool().compare(norm_pred, norm_truth, timeout_s)
+    return bool(result)

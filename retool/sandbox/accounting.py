@@ -1,0 +1,215 @@
+"""What an execution uses across all its processes, read from /proc, and the scratch sweep.
+
+rlimits are per process: ten processes under a 350 MB address-space limit can hold 3.5 GB between
+them. Where no cgroup is delegated to the sandbox (the usual pod), the worker watches the sum
+itself while the execution runs (``MemoryWatch``) and ends the execution when it goes over; the
+scratch directory is watched the same way when it is not a size-limited tmpfs of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+KIB = 1024
+
+
+def children(pid: int | str) -> list[int]:
+    """The direct children of ``pid`` (``"self"``: of this process, in the pid namespace /proc shows)."""
+    kids: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return kids
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                kids.extend(int(x) for x in f.read().split())
+        except OSError:
+            continue
+    return kids
+
+
+def descendants(pid: int | str) -> list[int]:
+    """Every descendant of ``pid`` (via /proc/<pid>/task/*/children), parents before children.
+
+    Pids are as /proc shows them: pass ``"self"`` rather than ``os.getpid()`` from inside a pid
+    namespace whose /proc could not be remounted (the two numberings differ there).
+    """
+    found: list[int] = []
+    frontier: list[int | str] = [pid]
+    while frontier:
+        current = frontier.pop()
+        try:
+            tasks = os.listdir(f"/proc/{current}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{current}/task/{task}/children") as f:
+                    kids = [int(x) for x in f.read().split()]
+            except OSError:
+                continue
+            found.extend(kids)
+            frontier.extend(kids)
+    return found
+
+
+def parse_status_memory(text: str) -> int:
+    """Resident anonymous + shared-memory KiB of a /proc/<pid>/status text."""
+    total = 0
+    for line in text.splitlines():
+        if line.startswith(("RssAnon:", "RssShmem:")):
+            total += int(line.split()[1])
+    return total
+
+
+def parse_rollup_memory(text: str) -> int:
+    """Proportional anonymous + shared-memory KiB of a /proc/<pid>/smaps_rollup text.
+
+    Pages shared with the warm template (and the other workers forked from it) count only for their
+    share, pages shared between the execution's own processes add up to what they really hold.
+    """
+    total = 0
+    for line in text.splitlines():
+        if line.startswith(("Pss_Anon:", "Pss_Shmem:")):
+            total += int(line.split()[1])
+    return total
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def resident_kib(pid: int | str) -> int:
+    text = _read(f"/proc/{pid}/status")
+    return parse_status_memory(text) if text else 0
+
+
+def proportional_kib(pid: int) -> int | None:
+    """None when it cannot be read (a process that has exited, or one we may not inspect)."""
+    text = _read(f"/proc/{pid}/smaps_rollup")
+    return parse_rollup_memory(text) if text else None
+
+
+def estimate(resident: Iterable[int], baseline_kib: int) -> int:
+    """Cheap upper-ish bound of what the processes allocated: each one's resident memory beyond
+    what every fork of the warm interpreter starts with (itself shared, so not the execution's)."""
+    return sum(max(0, r - baseline_kib) for r in resident)
+
+
+@dataclass
+class MemoryWatch:
+    """Ends an execution whose processes together hold more than its memory limit.
+
+    Every tick costs one /proc/<pid>/status read per process (tens of microseconds). Only when that
+    cheap estimate is over the limit is the exact figure read (smaps_rollup: milliseconds for a big
+    process), so code that forks after allocating (pages shared, counted once) is not wrongly killed.
+    smaps_rollup needs ptrace-read access: the execution makes itself dumpable where siblings cannot
+    use that (Landlock, namespaces or a uid of its own), and ``inspect`` switches the worker to the
+    execution's uid for the read when it has one. A process that still cannot be read counts with its
+    cheap estimate.
+    """
+
+    limit_kib: int
+    baseline_kib: int
+    inspect: Callable[[Callable[[], int]], int] = field(default=lambda read: read())
+    slack_kib: int = 16 * 1024
+    exact_every_s: float = 0.1
+    _next_exact: float = 0.0
+    peak_kib: int = 0
+
+    def over(self, pids: list[int], now: float | None = None) -> int | None:
+        """The execution's memory in KiB when it is over the limit, else None."""
+        now = time.monotonic() if now is None else now
+        resident = {pid: resident_kib(pid) for pid in pids}
+        cheap = estimate(resident.values(), self.baseline_kib)
+        if cheap <= self.limit_kib + self.slack_kib or now < self._next_exact:
+            return None
+
+        def read() -> int:
+            total = 0
+            for pid, rss in resident.items():
+                exact = proportional_kib(pid)
+                total += exact if exact is not None else max(0, rss - self.baseline_kib)
+            return total
+
+        exact = self.inspect(read)
+        self.peak_kib = max(self.peak_kib, exact)
+        self._next_exact = now + self.exact_every_s
+        return exact if exact > self.limit_kib + self.slack_kib else None
+
+
+def directory_usage(path: str, max_entries: int) -> tuple[int, int]:
+    """(bytes allocated, entries) beneath ``path``; stops counting past ``max_entries``."""
+    total, entries = 0, 0
+    stack = [path]
+    while stack and entries <= max_entries:
+        current = stack.pop()
+        try:
+            with os.scandir(current) as it:
+                for entry in it:
+                    entries += 1
+                    try:
+                        info = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    total += info.st_blocks * 512
+                    if stat.S_ISDIR(info.st_mode):
+                        stack.append(entry.path)
+        except OSError:
+            continue
+    return total, entries
+
+
+SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def sweep(directories: Iterable[str], uids: set[int], created_before: float, keep: Iterable[str], created_after: float = 0.0) -> list[str]:
+    """Remove what executions left in the shared scratch directories; returns the paths removed.
+
+    An entry goes when an execution uid owns it and it changed between ``created_after`` (the
+    replica's start: older files are not ours) and ``created_before`` (the start of the oldest
+    execution still running, so nothing a running execution made is touched). ``keep`` (the
+    replica's own directory) is never touched; symlinks are removed, never followed.
+    """
+    kept = {os.path.realpath(k) for k in keep}
+    removed = []
+    for directory in directories:
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if info.st_uid not in uids or not created_after <= info.st_ctime < created_before or os.path.realpath(entry.path) in kept:
+                continue
+            with contextlib.suppress(OSError):
+                if stat.S_ISDIR(info.st_mode):
+                    shutil.rmtree(entry.path, onerror=force_remove)
+                else:
+                    os.unlink(entry.path)
+                removed.append(entry.path)
+    return removed
+
+
+def force_remove(func: Callable[[str], object], path: str, _exc_info: object) -> None:
+    """``shutil.rmtree``'s ``onerror``: code may take write or search permission off what it made; give it back and retry once."""
+    try:
+        os.chmod(os.path.dirname(path), 0o700)
+        os.chmod(path, 0o700)
+        func(path)
+    except OSError:
+        pass

@@ -1,0 +1,85 @@
+"""Kueue's documented suspend semantics, played by the test against the emulator (which has no Kueue).
+
+What Kueue does with a Job or RayJob that carries ``kueue.x-k8s.io/queue-name`` (Kueue docs "Run A
+RayJob" / "Run A Kubernetes Job", and its job reconciler ``pkg/controller/jobframework``):
+
+- it creates a Workload for the job, labelled ``kueue.x-k8s.io/job-uid=<job uid>``;
+- the job is (created) suspended until the Workload is admitted; on admission Kueue sets
+  ``spec.suspend: false`` "regardless of its previous value";
+- an admitted job that is suspended by anyone else is started again (reconciler step 7: "start
+  the job if the workload has been admitted, and the job is still suspended");
+- preemption evicts the Workload and sets ``spec.suspend: true`` (KubeRay then deletes the Ray
+  cluster: jobDeploymentStatus Suspending -> Suspended); the Workload is requeued;
+- ``Workload.spec.active: false`` evicts the Workload and keeps it out of the queue: the job is
+  suspended until the Workload is reactivated.
+
+The methods act once when called, so each test step says exactly what Kueue did.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from retool_operator import constants as c
+from retool_operator.kube import KINDS
+
+from tests.operator.emulator import JOBS, RAYJOBS, ObserverClient
+
+WORKLOADS = KINDS[("kueue.x-k8s.io/v1beta1", "Workload")]
+
+
+class FakeKueue:
+    def __init__(self, api: ObserverClient, namespace: str):
+        self.api = api
+        self.namespace = namespace
+
+    async def workload_of(self, kind: Any, name: str) -> dict[str, Any]:
+        """The child's Workload, created as Kueue does when it first sees a queued job."""
+        job = await self.api.get(kind, self.namespace, name)
+        assert job is not None, name
+        uid = job["metadata"]["uid"]
+        for wl in await self.api.list(WORKLOADS, self.namespace):
+            if wl["metadata"].get("labels", {}).get(c.KUEUE_JOB_UID_LABEL) == uid:
+                return wl
+        queue = job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
+        wl = {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "Workload",
+            "metadata": {"name": f"{kind.plural[:-1]}-{name}-1a2b3", "namespace": self.namespace, "labels": {c.KUEUE_JOB_UID_LABEL: uid}},
+            "spec": {"active": True, "queueName": queue},
+        }
+        await self.api.create(wl)
+        return wl
+
+    async def admit(self, kind: Any, name: str) -> None:
+        wl = await self.workload_of(kind, name)
+        assert wl["spec"].get("active", True), "Kueue never admits a deactivated workload"
+        await self.api.patch(WORKLOADS, self.namespace, wl["metadata"]["name"], {"status": {"conditions": [{"type": "Admitted", "status": "True"}]}})
+        await self.api.patch(kind, self.namespace, name, {"spec": {"suspend": False}})
+
+    async def preempt(self, kind: Any, name: str) -> None:
+        wl = await self.workload_of(kind, name)
+        await self.api.patch(WORKLOADS, self.namespace, wl["metadata"]["name"], {"status": {"conditions": [{"type": "Evicted", "status": "True", "reason": "Preempted"}]}})
+        await self.api.patch(kind, self.namespace, name, {"spec": {"suspend": True}})
+        if kind is RAYJOBS:  # KubeRay tears the cluster down
+            await self.api.patch(kind, self.namespace, name, {"status": {"jobDeploymentStatus": "Suspended", "jobStatus": "NEW"}}, subresource="status")
+
+    async def enforce(self, kind: Any, name: str) -> None:
+        """One pass of Kueue's job reconciler over an existing job."""
+        wl = await self.workload_of(kind, name)
+        job = await self.api.get(kind, self.namespace, name)
+        assert job is not None
+        suspended = bool(job["spec"].get("suspend"))
+        active = wl["spec"].get("active", True)
+        admitted = any(cond.get("type") == "Admitted" and cond.get("status") == "True" for cond in (wl.get("status") or {}).get("conditions") or [])
+        if not active:
+            # Deactivation evicts: the workload loses its admission and the job is suspended.
+            conditions = [{"type": "Admitted", "status": "False"}, {"type": "Evicted", "status": "True", "reason": "InactiveWorkload"}]
+            await self.api.patch(WORKLOADS, self.namespace, wl["metadata"]["name"], {"status": {"conditions": conditions}})
+            if not suspended:
+                await self.api.patch(kind, self.namespace, name, {"spec": {"suspend": True}})
+        elif active and admitted and suspended:
+            await self.api.patch(kind, self.namespace, name, {"spec": {"suspend": False}})  # step 7: an admitted job runs
+
+
+__all__ = ["JOBS", "RAYJOBS", "WORKLOADS", "FakeKueue"]

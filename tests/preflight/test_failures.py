@@ -1,0 +1,221 @@
+"""The preflight catches real breakage, with the check that failed, a precise reason and its exit code.
+
+Each case breaks one thing the way it breaks in practice (a reward that echoes a batch column, a
+stale tool class path, a sandbox that is not there, unconverted SFT data, prompts longer than the
+limit, a template whose tool calls the rollout cannot parse ...) on the Ascend example's prepared
+data, and checks only the stages the case needs, so the rest of the run stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from retool.data.schema import SFT_SCHEMA, code_interpreter_tool
+from retool.preflight.checks import BY_NAME
+from retool.preflight.plan import Plan, PreflightOptions, plan
+from retool.preflight.report import Report
+from retool.preflight.runner import run_preflight
+from retool.recipe.render.command import StageCommand
+from retool.spec.validate import parse_run
+from tests.conftest import free_port
+from tests.data.helpers import RETOOL_TEXT
+from tests.preflight.conftest import PreparedRun
+
+pytestmark = pytest.mark.slow
+
+EXAMPLE = "qwen7b-ascend"
+
+
+@pytest.fixture(scope="module")
+def prepared(prepare: Callable[[str], PreparedRun]) -> PreparedRun:
+    return prepare(EXAMPLE)
+
+
+def only(target: Plan, *stages: str, **changed: StageCommand) -> Plan:
+    commands = {stage: changed.get(stage, target.commands[stage]) for stage in stages}
+    return replace(target, commands=commands)
+
+
+def overridden(command: StageCommand, **values: Any) -> StageCommand:
+    return replace(command, overrides={**command.overrides, **{key.replace("__", "."): value for key, value in values.items()}})
+
+
+def preflight(target: Plan, tokenizer: str, work_dir: Path, **options: Any) -> Report:
+    return run_preflight(target, PreflightOptions(tokenizer=tokenizer, work_dir=work_dir, **options))
+
+
+def outcome(report: Report) -> dict[str, str]:
+    return {result.label: result.status for result in report.results}
+
+
+def failed(report: Report, label: str) -> str:
+    result = next(r for r in report.results if r.label == label)
+    assert result.status == "failed", f"{label} is {result.status}: {result.summary}"
+    return result.summary
+
+
+def assert_exit(report: Report, check: str) -> None:
+    assert report.exit_code == BY_NAME[check].exit_code
+    assert report.failure is not None and report.failure.startswith(f"preflight check {check}")
+
+
+REWARDS = {
+    "a result key repeating the batch's data_source": (
+        'return {**result, "data_source": data_source}',
+        "result key 'data_source' repeats the batch column 'data_source'",
+        "AssertionError: `data_source` in tensor_dict1 and tensor_dict2 are not the same object",
+    ),
+    "a boolean acc": (
+        'return {**result, "acc": bool(result["acc"])}',
+        "result key(s) acc hold booleans",
+        "TypeError: Object of type bool_ is not JSON serializable",
+    ),
+}
+
+
+@pytest.mark.parametrize(("body", "reward_problem", "trainer_error"), list(REWARDS.values()), ids=list(REWARDS))
+def test_a_reward_whose_results_break_the_trainer_batch(
+    prepared: PreparedRun, qwen_tokenizer: str, sandbox: str, tmp_path: Path, body: str, reward_problem: str, trainer_error: str
+) -> None:
+    """The shapes of reward results verl 0.6.1 cannot take: the reward check names the key, and the
+    rollout joined to the trainer's batch shows the error the eval stage would die of."""
+    reward = tmp_path / "reward.py"
+    reward.write_text(
+        textwrap.dedent(
+            f"""
+            from retool.recipe.reward.score import compute_score as retool_score
+
+            def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+                result = retool_score(data_source, solution_str, ground_truth, extra_info, **kwargs)
+                {body}
+            """
+        )
+    )
+    full = plan(spec_with(prepared), prepared.context(sandbox))
+    target = only(full, "eval", eval=overridden(full.commands["eval"], custom_reward_function__path=str(reward)))
+    report = preflight(target, qwen_tokenizer, tmp_path / "work")
+    assert reward_problem in failed(report, "reward[eval]")
+    assert outcome(report)["rollout[eval]"] == "passed"
+    assert trainer_error in failed(report, "trainer-batch[eval]")
+    assert_exit(report, "reward")
+
+
+def test_a_tool_config_naming_a_class_that_does_not_exist(prepared: PreparedRun, qwen_tokenizer: str, sandbox: str, tmp_path: Path) -> None:
+    full = plan(prepared.run, prepared.context(sandbox))
+    command = full.commands["eval"]
+    files = {path: content.replace("retool.recipe.verl_plugins.tool.", "retool.recipe.tool_plugins.tool.") for path, content in command.files.items()}
+    report = preflight(only(full, "eval", eval=replace(command, files=files)), qwen_tokenizer, tmp_path)
+    assert "No module named 'retool.recipe.tool_plugins'" in failed(report, "tools[eval]")
+    assert [outcome(report)[label] for label in ("sandbox[eval]", "rollout[eval]", "trainer-batch[eval]")] == ["skipped"] * 3
+    assert_exit(report, "tools")
+
+
+def test_a_sandbox_that_does_not_answer(prepared: PreparedRun, qwen_tokenizer: str, tmp_path: Path) -> None:
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    report = preflight(only(plan(prepared.run, prepared.context(nowhere)), "eval"), qwen_tokenizer, tmp_path, sandbox_wait_s=1.0)
+    assert f"the sandbox at {nowhere} did not answer /v1/ping within 1 s" in failed(report, "sandbox[eval]")
+    assert outcome(report)["tools[eval]"] == "passed" and outcome(report)["rollout[eval]"] == "skipped"
+    assert_exit(report, "sandbox")
+
+
+def unconverted_sft(path: Path) -> Path:
+    """ReTool-SFT trajectories left as one assistant text: the interpreter's output inside the assistant turn."""
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": f"What is twice the sum of 0..9? ({i})", "tool_calls": None},
+                {"role": "assistant", "content": RETOOL_TEXT, "tool_calls": None},
+            ],
+            "tools": [code_interpreter_tool()],
+            "data_source": "retool_sft",
+        }
+        for i in range(8)
+    ]
+    pq.write_table(pa.Table.from_pylist(rows, schema=SFT_SCHEMA), path)
+    return path
+
+
+def test_sft_data_whose_interpreter_output_would_be_trained_on(prepared: PreparedRun, qwen_tokenizer: str, sandbox: str, tmp_path: Path) -> None:
+    full = plan(prepared.run, prepared.context(sandbox))
+    sft = overridden(full.commands["sft"], data__train_files=str(unconverted_sft(tmp_path / "sft.parquet")))
+    report = preflight(only(full, "sft", sft=sft), qwen_tokenizer, tmp_path / "work")
+    assert "contains '<interpreter>': interpreter output would be trained on" in failed(report, "sft-data[sft]")
+    assert_exit(report, "sft-data")
+
+
+def spec_with(prepared: PreparedRun, *, rl: dict[str, Any] | None = None, n: int = 4) -> Any:
+    """The example's run with ``rl`` changes, validating ``n`` samples per problem (the failures
+    here do not depend on n; fewer scripted rollouts keep the cases quick)."""
+    document = yaml.safe_load(prepared.spec_file.read_text())
+    document["spec"]["rl"].update(rl or {})
+    document["spec"]["eval"]["n"] = n
+    return parse_run(document)
+
+
+@pytest.mark.parametrize(
+    ("rl", "rl_problem", "eval_problem"),
+    [
+        ({"maxPromptLength": 64}, "kept 0 of 600 prompts: 600 longer than max_prompt_length=64 tokens (with the tool schema)", "kept 0 of 4 prompts"),
+        ({"batchSize": 1024, "miniBatchSize": 64}, "600 prompts left after filtering, fewer than one batch (data.train_batch_size=1024)", None),
+    ],
+    ids=["every prompt longer than maxPromptLength", "fewer prompts than one batch"],
+)
+def test_prompts_the_trainer_cannot_use(
+    prepared: PreparedRun, qwen_tokenizer: str, sandbox: str, tmp_path: Path, rl: dict[str, Any], rl_problem: str, eval_problem: str | None
+) -> None:
+    run = spec_with(prepared, rl=rl)
+    report = preflight(only(plan(run, prepared.context(sandbox)), "eval"), qwen_tokenizer, tmp_path)
+    assert rl_problem in failed(report, "rl-data[eval]")
+    if eval_problem:
+        assert eval_problem in failed(report, "eval-data[eval]")
+    assert outcome(report)["rollout[eval]"] == "skipped"
+    assert_exit(report, "rl-data")
+
+
+def tokenizer_copy(source: str, target: Path, edit: Callable[[dict[str, Any]], None]) -> str:
+    shutil.copytree(source, target)
+    config_path = target / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    edit(config)
+    config_path.write_text(json.dumps(config))
+    return str(target)
+
+
+def test_a_tokenizer_without_a_chat_template(prepared: PreparedRun, qwen_tokenizer: str, sandbox: str, tmp_path: Path) -> None:
+    tokenizer = tokenizer_copy(qwen_tokenizer, tmp_path / "tokenizer", lambda c: c.pop("chat_template"))
+    report = preflight(only(plan(prepared.run, prepared.context(sandbox)), "eval"), tokenizer, tmp_path / "work")
+    assert failed(report, "tokenizer") == f"the tokenizer at {tokenizer} has no chat template"
+    assert outcome(report)["rl-data[eval]"] == "skipped"
+    assert_exit(report, "tokenizer")
+
+
+def test_a_template_whose_tool_calls_the_rollout_cannot_parse(prepared: PreparedRun, qwen_tokenizer: str, sandbox: str, tmp_path: Path) -> None:
+    """A model family that writes tool calls in another format than the rollout's parser
+    (multi_turn.format=hermes) reads: SFT would teach calls that RL never executes."""
+
+    def other_format(config: dict[str, Any]) -> None:
+        config["chat_template"] = config["chat_template"].replace("<tool_call>", "<function_call>").replace("</tool_call>", "</function_call>")
+
+    tokenizer = tokenizer_copy(qwen_tokenizer, tmp_path / "tokenizer", other_format)
+    report = preflight(only(plan(spec_with(prepared), prepared.context(sandbox)), "sft", "eval"), tokenizer, tmp_path / "work")
+    assert "the rollout's tool parser reads [] from the trained tokens" in failed(report, "sft-data[sft]")
+    assert "stopped after the tool call" in " ".join(next(r for r in report.results if r.label == "rollout[eval]").details["problems"])
+    assert_exit(report, "sft-data")
+
+
+def test_an_override_verl_does_not_know(prepared: PreparedRun, qwen_tokenizer: str, sandbox: str, tmp_path: Path) -> None:
+    full = plan(prepared.run, prepared.context(sandbox))
+    report = preflight(only(full, "eval", eval=overridden(full.commands["eval"], actor_rollout_ref__rollout__multi_turn__max_turns=8)), qwen_tokenizer, tmp_path)
+    assert "Could not override 'actor_rollout_ref.rollout.multi_turn.max_turns'" in failed(report, "config[eval]")
+    assert_exit(report, "config")

@@ -1,0 +1,208 @@
+"""What a client can cost the server before any code runs: body size, slow and idle connections,
+their number, strings that cannot be encoded, oversized jobs, and how the server stops."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import select
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.sandbox.conftest import RunningServer, start_server, stop_server
+
+pytestmark = pytest.mark.slow
+
+MAX_BODY = 16 << 20
+LIMITS = {
+    "RETOOL_SANDBOX_MAX_BODY_BYTES": str(MAX_BODY),
+    "RETOOL_SANDBOX_MAX_CONNECTIONS": "100",
+    "RETOOL_SANDBOX_IDLE_TIMEOUT_S": "1",
+    "RETOOL_SANDBOX_HEADER_TIMEOUT_S": "1.5",
+    "RETOOL_SANDBOX_BODY_TIMEOUT_S": "1.5",
+    "RETOOL_SANDBOX_TMP_SIZE_MB": "8",
+    "RETOOL_SANDBOX_DRAIN_TIMEOUT_S": "2",
+}
+
+
+@pytest.fixture(scope="module")
+def limited() -> Iterator[RunningServer]:
+    running = start_server(2, **LIMITS)
+    yield running
+    if running.process.poll() is None:
+        stop_server(running)
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def response_head(sock: socket.socket, timeout: float) -> bytes:
+    """What the server answered (up to its first 4 KiB) within ``timeout``; b'' if it only closed."""
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+    except (TimeoutError, ConnectionResetError):
+        pass
+    return data
+
+
+def test_a_300_mb_body_is_refused_before_it_is_read(limited: RunningServer) -> None:
+    before = rss_mb(limited.pid)
+    sock = socket.create_connection(("127.0.0.1", limited.port))
+    size = 300 << 20
+    sock.sendall(f"POST /run_code HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {size}\r\n\r\n".encode())
+    started = time.monotonic()
+
+    def pour() -> None:  # a client that keeps sending: the server must not wait for (or keep) it
+        chunk = b" " * (1 << 20)
+        try:
+            for _ in range(300):
+                sock.sendall(chunk)
+        except OSError:
+            pass
+
+    sender = threading.Thread(target=pour, daemon=True)
+    sender.start()
+    head = response_head(sock, timeout=5)
+    elapsed = time.monotonic() - started
+    sock.close()
+    sender.join(timeout=5)
+    assert head.startswith(b"HTTP/1.1 413"), head[:200]
+    assert elapsed < 2.0
+    assert rss_mb(limited.pid) - before < 40, "the server buffered the body"
+
+
+def test_a_chunked_body_is_cut_off_at_the_limit(limited: RunningServer) -> None:
+    sock = socket.create_connection(("127.0.0.1", limited.port))
+    sock.sendall(b"POST /run_code HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+    chunk = b"a" * (1 << 20)
+    sent = 0
+    try:
+        while sent < 3 * MAX_BODY:
+            sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            sent += len(chunk)
+            if select.select([sock], [], [], 0)[0]:
+                break
+    except OSError:
+        pass
+    head = response_head(sock, timeout=5)
+    sock.close()
+    assert head.startswith(b"HTTP/1.1 413"), head[:200]
+    # What the client got rid of includes both sockets' buffers (several MB on loopback).
+    assert sent < 2 * MAX_BODY, f"the server took {sent >> 20} MB before refusing"
+
+
+def test_idle_slow_and_surplus_connections_are_closed(limited: RunningServer) -> None:
+    """500 connections against a cap of 100: the surplus is refused at once, idle ones closed after
+    the idle timeout, slowloris ones (headers one line at a time) after the header timeout."""
+    fds_before = len(os.listdir(f"/proc/{limited.pid}/fd"))
+    open_socks: dict[socket.socket, str] = {}
+    for i in range(500):  # interleaved, so both kinds are among the first 100 accepted
+        sock = socket.create_connection(("127.0.0.1", limited.port))
+        open_socks[sock] = "slow" if i % 5 < 2 else "idle"
+        if open_socks[sock] == "slow":
+            sock.sendall(b"POST /run_code HTTP/1.1\r\n")
+    started = time.monotonic()
+    closed_at: dict[str, list[float]] = {"idle": [], "slow": []}
+    answers: list[bytes] = []
+    next_drip = started + 0.4
+    while open_socks and time.monotonic() - started < 6:
+        readable, _, _ = select.select(list(open_socks), [], [], 0.1)
+        for sock in readable:
+            try:
+                data = sock.recv(4096)
+            except ConnectionResetError:
+                data = b""
+            if data:
+                answers.append(data.split(b"\r\n", 1)[0])
+                continue
+            closed_at[open_socks.pop(sock)].append(time.monotonic() - started)
+            sock.close()
+        if time.monotonic() > next_drip:  # slowloris: one more header line, never the end of them
+            for sock, kind in list(open_socks.items()):
+                if kind == "slow":
+                    with contextlib.suppress(OSError):
+                        sock.sendall(b"X-Drip: 1\r\n")
+            next_drip = time.monotonic() + 0.4
+    for sock in open_socks:
+        sock.close()
+    assert not open_socks, f"{len(open_socks)} connections still open after 6 s"
+    assert answers.count(b"HTTP/1.1 503 Service Unavailable") >= 390, "the surplus over the cap was not refused"
+    assert b"HTTP/1.1 408 Request Timeout" in answers, "slow headers were not timed out"
+    assert max(closed_at["idle"]) < 3.0 and max(closed_at["slow"]) < 3.5
+    response = httpx.post(f"{limited.url}/run_code", json={"code": "print('still serving')"}, timeout=10)
+    assert response.json()["run_result"]["stdout"] == "still serving\n"
+    time.sleep(0.3)
+    assert len(os.listdir(f"/proc/{limited.pid}/fd")) <= fds_before + 5
+    assert limited.metric("retool_sandbox_http_rejected_total") >= 500
+
+
+@pytest.mark.parametrize(
+    ("field", "body"),
+    [
+        ("fetch_files entry", '{"code": "print(1)", "fetch_files": ["out\\ud800.txt"]}'),
+        ("files key", '{"code": "print(1)", "files": {"in\\udfff.txt": ""}}'),
+        ("code", '{"code": "print(\\"\\ud800\\")"}'),
+        ("stdin", '{"code": "print(1)", "stdin": "\\udc80"}'),
+    ],
+    ids=["in a fetch_files path", "in a files path", "in the code", "in stdin"],
+)
+def test_a_lone_surrogate_is_a_400_and_costs_no_worker(limited: RunningServer, field: str, body: str) -> None:
+    restarts = limited.readyz()["worker_restarts"]
+    reply = httpx.post(f"{limited.url}/run_code", content=body.encode(), headers={"content-type": "application/json"}, timeout=10)
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["status"] == "SandboxError" and field in reply.json()["message"] and "surrogate" in reply.json()["message"]
+    assert limited.readyz()["worker_restarts"] == restarts
+    assert httpx.post(f"{limited.url}/run_code", json={"code": "print(2)"}, timeout=10).json()["run_result"]["stdout"] == "2\n"
+
+
+def test_files_over_the_scratch_quota_are_reported_as_too_large(limited: RunningServer) -> None:
+    files = {"big.bin": base64.b64encode(b"\0" * (9 << 20)).decode()}
+    reply = httpx.post(f"{limited.url}/run_code", json={"code": "print(1)", "files": files}, timeout=30)
+    assert reply.status_code == 413 and "scratch quota of 8 MB" in reply.json()["message"], reply.text
+
+
+def test_zz_sigterm_drains_running_requests_within_the_bound(limited: RunningServer) -> None:
+    """Runs last: stops the module's server. A request that can finish within the drain timeout
+    does; one that cannot is answered 503 when the timeout runs out; the server is gone soon after."""
+    results: dict[str, object] = {}
+
+    def call(name: str, code: str) -> None:
+        try:
+            reply = httpx.post(f"{limited.url}/run_code", json={"code": code, "run_timeout": 60}, timeout=30)
+            results[name] = (reply.status_code, reply.json())
+        except httpx.HTTPError as exc:
+            results[name] = exc
+
+    short = threading.Thread(target=call, args=("short", "import time\ntime.sleep(0.5)\nprint('finished')"))
+    long = threading.Thread(target=call, args=("long", "import time\ntime.sleep(30)"))
+    short.start()
+    long.start()
+    time.sleep(0.3)
+    os.kill(limited.pid, signal.SIGTERM)
+    signalled = time.monotonic()
+    limited.process.wait(timeout=20)
+    stopped = time.monotonic() - signalled
+    short.join(timeout=5)
+    long.join(timeout=5)
+    assert results["short"][1]["run_result"]["stdout"] == "finished\n", results["short"]  # type: ignore[index]
+    status, body = results["long"]  # type: ignore[misc]
+    assert status == 503 and "shut down before this execution finished" in body["message"], body
+    assert stopped < 2 + 6.0, f"the server took {stopped:.1f}s to stop"  # drain + stopping the workers, on a loaded machine
