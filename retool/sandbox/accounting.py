@@ -117,7 +117,7 @@ class MemoryWatch:
     smaps_rollup needs ptrace-read access: the execution makes itself dumpable where siblings cannot
     use that (Landlock, namespaces or a uid of its own), and ``inspect`` switches the worker to the
     execution's uid for the read when it has one. A process that still cannot be read counts with its
-    cheap estimate.
+    cheap estimate, re-read at that moment (an exited one counts nothing).
     """
 
     limit_kib: int
@@ -137,10 +137,13 @@ class MemoryWatch:
             return None
 
         def read() -> int:
+            # A process that cannot be read now counts with its resident memory *now*: one that
+            # exited since the cheap pass (short-lived children do) holds nothing any more, and
+            # counting its earlier figure would end an execution that is within its limit.
             total = 0
-            for pid, rss in resident.items():
+            for pid in resident:
                 exact = proportional_kib(pid)
-                total += exact if exact is not None else max(0, rss - self.baseline_kib)
+                total += exact if exact is not None else max(0, resident_kib(pid) - self.baseline_kib)
             return total
 
         exact = self.inspect(read)

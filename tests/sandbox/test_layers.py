@@ -175,6 +175,36 @@ def test_memory_figures_are_read_from_proc_texts() -> None:
     assert accounting.estimate([6000, 1000, 9000], baseline_kib=2000) == 4000 + 0 + 7000
 
 
+HOLD_200_MB = "import sys\ndata = bytearray(200 << 20)\ndata[::4096] = b'x' * len(data[::4096])\nprint('held', flush=True)\nsys.stdin.read()\n"
+
+
+@pytest.mark.parametrize("exits_before_the_exact_read", [False, True], ids=["still-running", "exited"])
+def test_the_memory_watch_counts_what_each_process_holds_when_it_reads(exits_before_the_exact_read: bool) -> None:
+    """A process seen over the limit by the cheap pass may exit before the exact read (short-lived
+    children do): it then holds nothing, and the execution must not be ended for it."""
+    import subprocess
+
+    child = subprocess.Popen([sys.executable, "-c", HOLD_200_MB], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "held\n"
+
+        def inspect(read: Callable[[], int]) -> int:
+            if exits_before_the_exact_read:
+                child.kill()
+                child.wait()
+            return read()
+
+        watch = accounting.MemoryWatch(limit_kib=100 * 1024, baseline_kib=0, inspect=inspect)
+        over = watch.over([child.pid], now=1.0)
+        if exits_before_the_exact_read:
+            assert over is None
+        else:
+            assert over is not None and over >= 200 * 1024
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_directory_usage_and_sweep(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "f").write_bytes(b"x" * 10000)
