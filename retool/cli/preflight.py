@@ -3,7 +3,9 @@
 The same checks the operator's preflight stage runs in the cluster (``retool.preflight``), on data
 prepared with ``retool data prepare all --spec RUN.yaml`` (``--mount-path`` points the run's PVC
 layout at a local directory), with the model's tokenizer from ``--tokenizer`` (default: the spec's
-``model.base``), against the sandbox at ``--sandbox-url`` or one started here on 127.0.0.1.
+``model.base``), against the sandbox at ``--sandbox-url`` or one started here on 127.0.0.1. A
+text-only run (``spec.recipe: text-only``) has no sandbox: none is started and ``--sandbox-url`` is
+not needed (and ignored).
 Exit status: 0 passed, 1 bad spec or arguments, 10-19 the first failed check.
 """
 
@@ -26,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--tokenizer", default=None, help="directory with the model's tokenizer files (default: spec.model.base)")
     parser.add_argument("--mount-path", default=None, help="read the run's PVC layout under this directory instead of storage.pvc.mountPath")
     parser.add_argument("--namespace", default=None, help="namespace of the run (default: metadata.namespace, else default)")
-    parser.add_argument("--sandbox-url", default=None, help="a running sandbox (SandboxFusion API); default: start one on 127.0.0.1")
+    parser.add_argument("--sandbox-url", default=None, help="a running sandbox (SandboxFusion API); default: start one on 127.0.0.1 (none for a text-only run)")
     parser.add_argument("--sandbox-workers", type=int, default=2, help="workers of the sandbox started here (default 2)")
     parser.add_argument("--report-dir", type=Path, default=None, help="report and scratch files (default build/preflight/<run>)")
     parser.add_argument("--mlflow-uri", default=None, help="log the report to this MLflow server, in a run of its own")
@@ -62,6 +64,10 @@ def run(args: argparse.Namespace) -> int:
     namespace = args.namespace or retool_run.metadata.namespace or "default"
     report_dir = args.report_dir or Path("build/preflight") / name
     tokenizer = args.tokenizer or tokenizer_source(retool_run)
+    if retool_run.spec.recipe == "text-only":
+        if args.sandbox_url:
+            print("recipe text-only: the run calls no sandbox; --sandbox-url is ignored", file=sys.stderr)
+        return _run(retool_run, namespace, "", tokenizer, report_dir, args)
     if args.sandbox_url:
         return _run(retool_run, namespace, args.sandbox_url, tokenizer, report_dir, args)
     from retool.embedded.servers import sandbox_server

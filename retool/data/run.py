@@ -17,7 +17,7 @@ from typing import Any
 from retool.data.eval import prepare_eval
 from retool.data.report import PrepareSummary
 from retool.data.rl import prepare_rl
-from retool.data.schema import AGENT_NAME, TEXT_AGENT_NAME
+from retool.data.schema import agent_name_for
 from retool.data.sft import prepare_sft
 from retool.data.writer import AtomicParquetWriter
 from retool.runtime.paths import run_paths
@@ -54,8 +54,7 @@ def prepare_run(run: RetoolRun, *, s3_endpoint: str | None = None, split: str = 
         "staged": staged,
         "max_rows": data.max_rows,
     }
-    # The text-only baseline's prompts go to verl's single-turn loop: no tool schema in the template.
-    agent = AGENT_NAME if run.spec.recipe == "tool-integrated" else TEXT_AGENT_NAME
+    agent = agent_name_for(run.spec.recipe)
     summaries: list[PrepareSummary] = []
     try:
         if run.spec.sft.enabled:

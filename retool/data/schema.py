@@ -22,6 +22,14 @@ runs the loop registered under it; ``tool_agent`` is ``ToolAgentLoop``, the mult
 Rows of a text-only run (``spec.recipe: text-only``) name ``SINGLE_TURN_AGENT`` instead."""
 TEXT_AGENT_NAME = SINGLE_TURN_AGENT
 
+
+def agent_name_for(recipe: str) -> str:
+    """The agent loop a run's RL and eval rows name: ``spec.recipe`` decides (the text-only baseline's
+    prompts go to verl's single-turn loop, rendered without the tool schema). The prepare stage writes
+    it into every row; the preflight checks the prepared rows against it."""
+    return AGENT_NAME if recipe == "tool-integrated" else TEXT_AGENT_NAME
+
+
 ANSWER_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 """The single answer-format instruction appended to every RL and eval prompt.
 

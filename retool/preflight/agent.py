@@ -3,12 +3,14 @@ rollout path without Ray and without a GPU.
 
 verl 0.6.1 runs rollouts in ``AgentLoopWorker`` Ray actors. Each loads the tokenizer, starts a
 ``RewardManagerWorker`` actor (the reward loop) and, for every sample, runs the agent loop the
-row names (``tool_agent``), which asks vLLM servers for tokens through ``AsyncLLMServerManager``.
+row names (``tool_agent``; ``single_turn_agent`` in a text-only run), which asks vLLM servers for
+tokens through ``AsyncLLMServerManager``.
 Here the worker is verl's ``AgentLoopWorkerBase`` whose constructor differs from verl's only where
 verl calls Ray: the reward worker is verl's own ``RewardManagerWorker`` class built in this process,
 and the server behind verl's ``AsyncLLMServerManager`` is :class:`ScriptedServer`. Everything in
-between is verl's code: ``generate_sequences`` and ``_postprocess``, the tool agent loop's state
-machine, the tool parser, the tool registry, the reward loop manager, padding and ``rm_scores``.
+between is verl's code: ``generate_sequences`` and ``_postprocess``, the agent loop (the tool agent
+loop's state machine, the tool parser and the tool registry, or the single-turn loop), the reward
+loop manager, padding and ``rm_scores``.
 
 Both stand-ins are reached the way verl reaches actors (``handle.method.remote(...)`` awaited),
 through :class:`LocalActor`, so the calling code is verl's unchanged.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,16 +64,18 @@ class LocalActor:
 
 @dataclass(frozen=True)
 class Episode:
-    """What the scripted model says for one problem: a tool call, then the answer it read from the tool.
+    """What the scripted model says for one problem: a tool call, then the answer it read from the
+    tool; or, in a text-only run, the answer alone.
 
     ``turns`` are token ids of the assistant turns exactly as the SFT dataset trains them (through
-    the end-of-turn token); ``expected_tool_output`` is what the sandbox prints for the tool call.
+    the end-of-turn token); ``expected_tool_output`` is what the sandbox prints for the tool call
+    (None without a tool).
     """
 
     question: str
     ground_truth: str
     turns: tuple[tuple[int, ...], ...]
-    expected_tool_output: str
+    expected_tool_output: str | None
 
 
 @dataclass
@@ -87,9 +92,10 @@ class Transcript:
 class ScriptedServer:
     """Stands in for a vLLM server: replays an :class:`Episode` per request, keyed by the question in the prompt.
 
-    The first turn of a request is the tool call; every later turn is the final answer when the tool
-    turn the agent loop appended holds the sandbox's expected output, else an answer saying it did
-    not (the reward then scores -1 and the rollout check shows what the tool turn held).
+    The first turn of a request is the episode's first (the tool call, or a text-only episode's
+    answer); every later turn is the final answer when the tool turn the agent loop appended holds
+    the sandbox's expected output, else an answer saying it did not (the reward then scores -1 and
+    the rollout check shows what the tool turn held).
     """
 
     def __init__(self, tokenizer: Any, episodes: Sequence[Episode], *, missing_output_turn: Sequence[int]) -> None:
@@ -118,7 +124,7 @@ class ScriptedServer:
             episode, seen = self._state[request_id]
             tool_text = self.tokenizer.decode(prompt_ids[len(seen) :])
             transcript.tool_turn_texts.append(tool_text)
-            transcript.tool_output_seen = episode.expected_tool_output in tool_text
+            transcript.tool_output_seen = episode.expected_tool_output is not None and episode.expected_tool_output in tool_text
             reply = list(episode.turns[min(transcript.turns, len(episode.turns) - 1)] if transcript.tool_output_seen else self.missing_output_turn)
             self._state[request_id] = (episode, list(prompt_ids) + reply)
         transcript.turns += 1
@@ -168,11 +174,14 @@ class InProcessRollout:
     into ``rollout.agent.num_workers`` chunks like verl splits it between its workers, the chunks run
     concurrently on one event loop, and the outputs are concatenated and timed by verl's own code.
     Use as a context manager: it owns the event loop, and closes the tools' HTTP clients.
+    ``agents`` counts the samples per agent loop verl ran them with (the rows' ``agent_name``, or
+    verl's ``rollout.agent.default_agent_loop`` for rows naming none).
     """
 
     def __init__(self, config: DictConfig, server: ScriptedServer) -> None:
         self.config = config
         self.server = server
+        self.agents: Counter[str] = Counter()
         self.loop = asyncio.new_event_loop()
         # verl initialises the tool agent loop's class state (tools, parser, limits) once per worker
         # process; every InProcessRollout stands for a fresh worker, so it starts uninitialised.
@@ -191,6 +200,8 @@ class InProcessRollout:
             return list(await asyncio.gather(*(self.worker.generate_sequences(chunk) for chunk in chunks)))
 
         outputs = self.loop.run_until_complete(run_all())
+        for chunk in chunks:  # verl's worker has set every chunk's agent_name by now
+            self.agents.update(str(name) for name in chunk.non_tensor_batch["agent_name"])
         output = DataProto.concat(outputs)
         metrics = [chunk_output.meta_info.pop("metrics") for chunk_output in outputs]
         timing = AgentLoopManager._performance_metrics(self, metrics, output)

@@ -29,14 +29,14 @@ class Check:
 
 CHECKS: tuple[Check, ...] = (
     Check("config", 10, "verl composes every rendered stage's overrides and accepts them (Hydra struct mode, validate_config)"),
-    Check("tokenizer", 11, "the model's tokenizer loads and its chat template renders the tool schema and tool calls"),
+    Check("tokenizer", 11, "the model's tokenizer loads and has a chat template, which renders the tool schema and tool calls when the run uses the tool"),
     Check("sft-data", 12, "verl's multi-turn SFT dataset trains on assistant tokens only, and trajectories fit sft.maxLength"),
-    Check("rl-data", 13, "verl's create_rl_dataset loads the RL prompts with the rendered config and keeps at least one batch"),
-    Check("eval-data", 14, "verl's create_rl_dataset loads every eval set with the rendered config and keeps prompts of each"),
-    Check("tools", 15, "verl's tool registry builds the tools of the rendered tool config, with the schema SFT trained on"),
-    Check("sandbox", 16, "the run's sandbox runs code through the tool"),
+    Check("rl-data", 13, "the RL prompts name the recipe's agent loop; verl's create_rl_dataset loads them with the rendered config and keeps at least one batch"),
+    Check("eval-data", 14, "every eval set names the recipe's agent loop; verl's create_rl_dataset loads it with the rendered config and keeps prompts of each"),
+    Check("tools", 15, "verl's tool registry builds the tools of the rendered tool config, with the schema SFT trained on (skipped for a text-only run)"),
+    Check("sandbox", 16, "the run's sandbox runs code through the tool (skipped for a text-only run)"),
     Check("reward", 17, "verl loads the reward function and it scores a right and a wrong answer"),
-    Check("rollout", 18, "one scripted multi-turn rollout per data source through verl's tool agent loop and reward loop"),
+    Check("rollout", 18, "one scripted rollout per data source through verl's agent loop (tool_agent, or single_turn_agent for a text-only run) and reward loop"),
     Check("trainer-batch", 19, "the rollout output joins the trainer's batch, is scored, dumped and summarised as RayPPOTrainer does"),
 )
 BY_NAME: dict[str, Check] = {check.name: check for check in CHECKS}

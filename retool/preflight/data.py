@@ -5,6 +5,11 @@ path, prompts are measured with the tool schema from the rendered tool config an
 ``maxPromptLength``, and ``RayPPOTrainer`` then needs one full batch (``drop_last``) of what is
 left. A data set that loses every prompt, or keeps fewer than one batch, fails minutes into the
 stage on GPUs; here it fails first, with the filter's counts.
+
+Every row names the agent loop that runs it (``agent_name``, written by ``retool data prepare`` from
+``spec.recipe``). Data prepared for the other recipe loads without an error and then trains the
+wrong thing: tool prompts in a text-only run (the rows still go to ``tool_agent``), or a ReTool
+run whose rollouts never see the tool. So each file's agents are checked against the run's recipe.
 """
 
 from __future__ import annotations
@@ -14,9 +19,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from omegaconf import DictConfig
 from verl.trainer.main_ppo import create_rl_dataset
 
+from retool.data.schema import AGENT_NAME, agent_name_for
 from retool.preflight.checks import CheckResult
 
 
@@ -56,19 +64,55 @@ def first_prompts(dataset: Any) -> list[Prompt]:
     return list(seen.values())
 
 
+def file_list(files: Any) -> list[str]:
+    return [files] if isinstance(files, str) else [str(f) for f in files]
+
+
+def agents_in(path: str) -> Counter[str] | None:
+    """Rows per agent loop of a prepared file, routed as our dataset class routes them (a row that
+    names none goes to ``tool_agent``); None when the file cannot be read (loading reports why)."""
+    try:
+        if "agent_name" not in pq.read_schema(path).names:
+            return Counter({AGENT_NAME: pq.read_metadata(path).num_rows})
+        names = pq.read_table(path, columns=["agent_name"]).column("agent_name").to_pylist()
+    except (OSError, pa.ArrowException):
+        return None
+    return Counter(name or AGENT_NAME for name in names)
+
+
+def agent_mismatch(files: Any, recipe: str) -> tuple[str | None, dict[str, dict[str, int]]]:
+    """(why the first file whose rows name another agent loop than ``recipe`` runs is wrong, or None;
+    the agents found per file)."""
+    expected = agent_name_for(recipe)
+    found = {path: dict(agents) for path in file_list(files) if (agents := agents_in(path)) is not None}
+    for path, agents in found.items():
+        other = {name: count for name, count in agents.items() if name != expected}
+        if other:
+            named = ", ".join(f"{name!r} ({count} of {sum(agents.values())} rows)" for name, count in other.items())
+            summary = (
+                f"{path} was prepared for another recipe: its rows name the agent loop {named}, "
+                f"but recipe {recipe} runs {expected!r} (prepare the data again for this run: retool data prepare all --spec RUN.yaml)"
+            )
+            return summary, found
+    return None, found
+
+
 def load(config: DictConfig, tokenizer: Any, files: Any, *, is_train: bool) -> Any:
     key = "train_max_samples" if is_train else "val_max_samples"
     return create_rl_dataset(files, config.data, tokenizer, None, is_train=is_train, max_samples=config.data.get(key, -1))
 
 
-def check_rl_data(config: DictConfig, tokenizer: Any, scope: str) -> tuple[CheckResult, Any]:
-    """``rl-data``: the training prompts; at least one batch must survive the length filter."""
+def check_rl_data(config: DictConfig, tokenizer: Any, scope: str, recipe: str) -> tuple[CheckResult, Any]:
+    """``rl-data``: the training prompts name the recipe's agent loop; at least one batch survives the length filter."""
     files = config.data.train_files
+    mismatch, agents = agent_mismatch(files, recipe)
+    if mismatch:
+        return CheckResult("rl-data", scope, "failed", mismatch, {"files": file_list(files), "agents": agents, "expected_agent": agent_name_for(recipe)}), None
     try:
         dataset = load(config, tokenizer, files, is_train=True)
     except Exception as exc:
         return CheckResult("rl-data", scope, "failed", f"verl's create_rl_dataset failed on {files}: {type(exc).__name__}: {exc}"), None
-    details = {"files": str(files), **_filter_details(dataset), "data_sources": dict(sources_of(dataset))}
+    details = {"files": str(files), **_filter_details(dataset), "data_sources": dict(sources_of(dataset)), "agents": agents}
     batch = int(config.data.get("gen_batch_size") or config.data.train_batch_size)
     if len(dataset) < batch:
         summary = f"{len(dataset)} prompts left after filtering, fewer than one batch (data.train_batch_size={batch}): RayPPOTrainer's dataloader (drop_last) would be empty"
@@ -86,15 +130,18 @@ def check_rl_data(config: DictConfig, tokenizer: Any, scope: str) -> tuple[Check
     return CheckResult("rl-data", scope, "passed", summary, details), dataset
 
 
-def check_eval_data(config: DictConfig, tokenizer: Any, scope: str, expected_sources: Sequence[str]) -> tuple[CheckResult, Any]:
-    """``eval-data``: every eval set keeps prompts after the length filter."""
+def check_eval_data(config: DictConfig, tokenizer: Any, scope: str, expected_sources: Sequence[str], recipe: str) -> tuple[CheckResult, Any]:
+    """``eval-data``: every eval set names the recipe's agent loop and keeps prompts after the length filter."""
     files = config.data.val_files
+    mismatch, agents = agent_mismatch(files, recipe)
+    if mismatch:
+        return CheckResult("eval-data", scope, "failed", mismatch, {"files": file_list(files), "agents": agents, "expected_agent": agent_name_for(recipe)}), None
     try:
         dataset = load(config, tokenizer, files, is_train=False)
     except Exception as exc:
         return CheckResult("eval-data", scope, "failed", f"verl's create_rl_dataset failed on {files}: {type(exc).__name__}: {exc}"), None
     counts = sources_of(dataset)
-    details = {"files": [str(f) for f in files] if not isinstance(files, str) else [files], **_filter_details(dataset), "data_sources": dict(counts)}
+    details = {"files": file_list(files), **_filter_details(dataset), "data_sources": dict(counts), "agents": agents}
     missing = [name for name in expected_sources if counts.get(name, 0) == 0]
     if missing:
         return CheckResult("eval-data", scope, "failed", f"no prompt of eval set(s) {', '.join(missing)} is left after filtering", details), dataset

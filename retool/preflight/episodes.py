@@ -7,6 +7,10 @@ It goes through verl's multi-turn SFT dataset with the run's SFT data config, an
 trains on (the loss-masked spans) are what the scripted server replays. So the rollout check
 exercises the tool-call format SFT teaches against the parser RL uses (``multi_turn.format``)
 with the run's real chat template, instead of a tool-call string written by hand.
+
+A text-only run (``spec.recipe: text-only``) has no tool: its episode is the problem and one
+assistant turn with the boxed answer, without a tool schema, tokenized the same way (so the reply
+carries whatever the chat template puts around an assistant turn, e.g. Qwen3's empty thinking).
 """
 
 from __future__ import annotations
@@ -47,9 +51,21 @@ def conversation(question: str, ground_truth: str) -> list[dict[str, Any]]:
     ]
 
 
-def write_conversations(path: Path, problems: Sequence[tuple[str, str]], tools: list[dict[str, Any]] | None = None) -> Path:
-    """One SFT row per (question, ground truth), with ``tools`` (default: the built-in schema)."""
-    rows = [{"messages": conversation(q, gt), "tools": tools or [code_interpreter_tool()], "data_source": "preflight"} for q, gt in problems]
+def text_conversation(question: str, ground_truth: str) -> list[dict[str, Any]]:
+    """The scripted trajectory of a text-only run: the problem and one answer, no tool."""
+    return [
+        {"role": "user", "content": question, "tool_calls": None},
+        {"role": "assistant", "content": f"Working it out step by step, the final answer is \\boxed{{{ground_truth}}}.", "tool_calls": None},
+    ]
+
+
+def write_conversations(path: Path, problems: Sequence[tuple[str, str]], tools: list[dict[str, Any]] | None = None, *, with_tool: bool = True) -> Path:
+    """One SFT row per (question, ground truth), with ``tools`` (default: the built-in schema); with
+    ``with_tool=False`` the text-only conversation, without tools."""
+    if with_tool:
+        rows = [{"messages": conversation(q, gt), "tools": tools or [code_interpreter_tool()], "data_source": "preflight"} for q, gt in problems]
+    else:
+        rows = [{"messages": text_conversation(q, gt), "tools": None, "data_source": "preflight"} for q, gt in problems]
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows, schema=SFT_SCHEMA), path)
     return path
@@ -76,17 +92,21 @@ def through_end_of_turn(tokens: Sequence[int], end_ids: Sequence[int]) -> tuple[
     return tuple(tokens)
 
 
-def episodes_from_sft(dataset: Any, problems: Sequence[tuple[str, str]], end_ids: Sequence[int]) -> list[Episode]:
+def episodes_from_sft(dataset: Any, problems: Sequence[tuple[str, str]], end_ids: Sequence[int], *, with_tool: bool = True) -> list[Episode]:
     """Episodes from verl's SFT dataset over :func:`write_conversations` rows (same order as ``problems``)."""
+    assistant_turns = 2 if with_tool else 1
     episodes = []
     for index, (question, truth) in enumerate(problems):
         item = dataset[index]
         ids = item["input_ids"].tolist()
         mask = item["loss_mask"].tolist()
         spans = trained_spans(ids, mask)
-        if len(spans) != 2:
-            raise ValueError(f"verl's SFT dataset trains on {len(spans)} spans of the scripted two-turn conversation, expected one per assistant turn")
-        episodes.append(Episode(question=question, ground_truth=truth, turns=tuple(through_end_of_turn(s, end_ids) for s in spans), expected_tool_output=expected_output(truth)))
+        if len(spans) != assistant_turns:
+            raise ValueError(
+                f"verl's SFT dataset trains on {len(spans)} spans of the scripted conversation with {assistant_turns} assistant turn(s), expected one per assistant turn"
+            )
+        turns = tuple(through_end_of_turn(s, end_ids) for s in spans)
+        episodes.append(Episode(question=question, ground_truth=truth, turns=turns, expected_tool_output=expected_output(truth) if with_tool else None))
     return episodes
 
 

@@ -11,7 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from retool.data.schema import agent_name_for
 from retool.recipe.render.command import StageCommand
+from retool.recipe.render.ppo import uses_tools
 from retool.recipe.render.stages import enabled_stages, render_stage
 from retool.runtime.context import StageContext
 from retool.spec.model import RetoolRun
@@ -40,6 +42,17 @@ class Plan:
     ctx: StageContext
     commands: Mapping[str, StageCommand]
     """The rendered sft, rl and eval commands of the stages this run executes."""
+
+    @property
+    def agent(self) -> str:
+        """The agent loop of the run's rollouts, which its prepared rows name (``spec.recipe`` decides)."""
+        return agent_name_for(self.run.spec.recipe)
+
+    @property
+    def uses_tools(self) -> bool:
+        """ReTool's rollouts call the code interpreter in the run's sandbox; the text-only baseline's
+        run verl's ``single_turn_agent``, with no tool and no sandbox."""
+        return uses_tools(self.run)
 
 
 def plan(run: RetoolRun, ctx: StageContext) -> Plan:

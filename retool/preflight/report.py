@@ -31,7 +31,9 @@ class Report:
     namespace: str
     stages: tuple[str, ...]
     tokenizer: str
-    sandbox_url: str
+    recipe: str
+    sandbox_url: str | None
+    """None for a run without a sandbox (recipe text-only)."""
     results: tuple[CheckResult, ...]
     seconds: float
     facts: Mapping[str, Any] = field(default_factory=dict)
@@ -55,6 +57,7 @@ class Report:
             "namespace": self.namespace,
             "stages": list(self.stages),
             "tokenizer": self.tokenizer,
+            "recipe": self.recipe,
             "sandbox_url": self.sandbox_url,
             "passed": self.passed,
             "exit_code": self.exit_code,
@@ -69,10 +72,11 @@ class Report:
 
     def to_markdown(self) -> str:
         verdict = "passed" if self.passed else f"FAILED (exit {self.exit_code}): {self.failure}"
+        sandbox = f"sandbox {self.sandbox_url}" if self.sandbox_url else "no sandbox"
         lines = [
             f"# Preflight of {self.namespace}/{self.run}: {verdict}",
             "",
-            f"Stages checked: {', '.join(self.stages) or 'none'}; tokenizer `{self.tokenizer}`; sandbox {self.sandbox_url}; {self.seconds:.1f} s.",
+            f"Stages checked: {', '.join(self.stages) or 'none'}; recipe {self.recipe}; tokenizer `{self.tokenizer}`; {sandbox}; {self.seconds:.1f} s.",
             "",
             "| check | scope | result | summary |",
             "|---|---|---|---|",

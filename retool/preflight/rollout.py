@@ -1,43 +1,76 @@
 """What a scripted rollout must look like once verl's agent loop has run it.
 
-Every scripted episode calls the interpreter once and answers with what it printed, so each sample
-of the agent loop's output must show: two assistant turns and one tool turn (``__num_turns__`` 4),
-the sandbox's output in the response with ``response_mask`` 0 (context, not trained on) and never
-among the tokens with mask 1, and the reward of a right answer in ``rm_scores`` at the last token.
+A ReTool episode calls the interpreter once and answers with what it printed, so each sample of the
+agent loop's output must show: two assistant turns and one tool turn (``__num_turns__`` 4), the
+sandbox's output in the response with ``response_mask`` 0 (context, not trained on) and never among
+the tokens with mask 1. A text-only episode is one answer through verl's ``single_turn_agent``
+(``__num_turns__`` 2): one request to the model, no tool schema in the prompt and every response
+token trained on. Either way the reward of a right answer is in ``rm_scores`` at the last token,
+and verl ran every sample with the agent loop the run's recipe uses.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from verl import DataProto
 
+from retool.data.schema import AGENT_NAME, TEXT_AGENT_NAME
 from retool.preflight.agent import Transcript
 from retool.preflight.episodes import OUTPUT_LABEL
+from retool.recipe.tool.config import TOOL_NAME
 
-SCRIPTED_TURNS = 4
-"""verl's ``num_turns`` of a scripted episode: the prompt, the tool call, the tool turn, the answer."""
 MAX_LISTED = 5
 
 
-def sample_problems(output: DataProto, index: int, tokenizer: Any, right_score: float) -> list[str]:
+@dataclass(frozen=True)
+class Shape:
+    """What every scripted rollout of an agent loop must show."""
+
+    agent: str
+    turns: int
+    """verl's ``num_turns`` of a scripted episode."""
+    turns_text: str
+    requests: int
+    """Requests one rollout sends the model."""
+    calls_tool: bool
+
+
+TOOL_ROLLOUT = Shape(AGENT_NAME, 4, "prompt, tool call, tool output, answer", 2, True)
+SINGLE_TURN_ROLLOUT = Shape(TEXT_AGENT_NAME, 2, "prompt, answer", 1, False)
+
+
+def shape_of(uses_tools: bool) -> Shape:
+    return TOOL_ROLLOUT if uses_tools else SINGLE_TURN_ROLLOUT
+
+
+def sample_problems(output: DataProto, index: int, tokenizer: Any, right_score: float, shape: Shape = TOOL_ROLLOUT) -> list[str]:
     batch = output.batch
     problems = []
     turns = int(output.non_tensor_batch["__num_turns__"][index])
-    if turns != SCRIPTED_TURNS:
-        problems.append(f"{turns} turns instead of {SCRIPTED_TURNS} (prompt, tool call, tool output, answer)")
+    if turns != shape.turns:
+        problems.append(f"{turns} turns instead of {shape.turns} ({shape.turns_text})")
     prompt_length = batch["prompts"].shape[1]
     responses = batch["responses"][index]
     mask = batch["response_mask"][index].bool()
     attended = batch["attention_mask"][index, prompt_length:].bool()
-    tool_text = tokenizer.decode(responses[attended & ~mask].tolist())
-    model_text = tokenizer.decode(responses[mask].tolist())
-    if OUTPUT_LABEL not in tool_text:
-        problems.append(f"the sandbox's output is not in the tool turn (response_mask 0): {tool_text[:200]!r}")
-    if OUTPUT_LABEL in model_text:
-        problems.append("the sandbox's output is among the tokens the actor is trained on (response_mask 1)")
+    if shape.calls_tool:
+        tool_text = tokenizer.decode(responses[attended & ~mask].tolist())
+        model_text = tokenizer.decode(responses[mask].tolist())
+        if OUTPUT_LABEL not in tool_text:
+            problems.append(f"the sandbox's output is not in the tool turn (response_mask 0): {tool_text[:200]!r}")
+        if OUTPUT_LABEL in model_text:
+            problems.append("the sandbox's output is among the tokens the actor is trained on (response_mask 1)")
+    else:
+        untrained = int((attended & ~mask).sum())
+        if untrained:
+            problems.append(f"{untrained} response tokens have response_mask 0: a single-turn rollout trains on its whole response")
+        prompt = batch["prompts"][index][batch["attention_mask"][index, :prompt_length].bool()]
+        if TOOL_NAME in tokenizer.decode(prompt.tolist()):
+            problems.append(f"the prompt offers the {TOOL_NAME} tool: a text-only run's prompts carry no tool schema")
     if "rm_scores" not in batch.keys():  # noqa: SIM118  (TensorDict membership goes through keys())
         problems.append("no rm_scores: the agent loop did not score the rollout through the reward loop")
     else:
@@ -47,21 +80,40 @@ def sample_problems(output: DataProto, index: int, tokenizer: Any, right_score: 
     return problems
 
 
-def rollout_problems(outputs: Sequence[DataProto], transcripts: Sequence[Transcript], tokenizer: Any, right_score: float) -> tuple[list[str], dict[str, Any]]:
-    """Problems across every sample the agent loop produced, and counts for the report."""
+def rollout_problems(
+    outputs: Sequence[DataProto],
+    transcripts: Sequence[Transcript],
+    tokenizer: Any,
+    right_score: float,
+    shape: Shape = TOOL_ROLLOUT,
+    agents: Mapping[str, int] | None = None,
+) -> tuple[list[str], dict[str, Any]]:
+    """Problems across every sample the agent loop produced, and counts for the report.
+
+    ``agents``: samples per agent loop verl ran them with (``InProcessRollout.agents``)."""
     problems: list[str] = []
-    silent = [t for t in transcripts if t.turns < 2]
-    if silent:
-        problems.append(f"{len(silent)} rollouts stopped after the tool call: the rollout's tool parser found no call in the SFT-format turn, or a limit ended the episode")
-    unseen = [t for t in transcripts if t.tool_output_seen is False]
-    if unseen:
-        problems.append(f"{len(unseen)} rollouts never saw the sandbox's output; the tool turn read: {unseen[0].tool_turn_texts[-1][:300]!r}")
+    other_agents = {name: count for name, count in (agents or {}).items() if name != shape.agent}
+    if other_agents:
+        problems.append(f"verl ran {sum(other_agents.values())} rollouts with the agent loop {', '.join(map(repr, other_agents))}, the run's recipe uses {shape.agent!r}")
+    if shape.calls_tool:
+        silent = [t for t in transcripts if t.turns < shape.requests]
+        if silent:
+            problems.append(f"{len(silent)} rollouts stopped after the tool call: the rollout's tool parser found no call in the SFT-format turn, or a limit ended the episode")
+        unseen = [t for t in transcripts if t.tool_output_seen is False]
+        if unseen:
+            problems.append(f"{len(unseen)} rollouts never saw the sandbox's output; the tool turn read: {unseen[0].tool_turn_texts[-1][:300]!r}")
+    else:
+        repeated = [t for t in transcripts if t.turns != shape.requests]
+        if repeated:
+            problems.append(f"{len(repeated)} rollouts asked the model {repeated[0].turns} times; a single-turn rollout asks once")
     samples = 0
     for output in outputs:
         for index in range(len(output)):
             samples += 1
-            problems += [f"sample {samples}: {p}" for p in sample_problems(output, index, tokenizer, right_score)]
-    facts = {"samples": samples, "requests": len(transcripts), "tool_calls": sum(len(t.tool_turn_texts) for t in transcripts)}
+            problems += [f"sample {samples}: {p}" for p in sample_problems(output, index, tokenizer, right_score, shape)]
+    facts = {"agent_loop": shape.agent, "samples": samples, "requests": len(transcripts), "tool_calls": sum(len(t.tool_turn_texts) for t in transcripts)}
+    if agents:
+        facts["agents"] = dict(agents)
     if len(problems) > MAX_LISTED:
         problems = [*problems[:MAX_LISTED], f"... and {len(problems) - MAX_LISTED} more"]
     return problems, facts

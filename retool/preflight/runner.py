@@ -22,12 +22,12 @@ def run_preflight(target: Plan, options: PreflightOptions) -> Report:
     started = time.monotonic()
     options.work_dir.mkdir(parents=True, exist_ok=True)
     state = steps.State()
-    tokenizer = steps.tokenizer_check(state, options, trust_remote_code=target.run.spec.model.trust_remote_code)
+    tokenizer = steps.tokenizer_check(state, options, trust_remote_code=target.run.spec.model.trust_remote_code, tools=target.uses_tools)
     steps.config_checks(state, target, options)
     sft_dataset = steps.sft_check(state, target, options, tokenizer)
     ppo = {stage: state.configs[stage] for stage in PPO_STAGES if stage in state.configs}
     data = steps.data_checks(state, target, ppo, tokenizer)
-    tools = steps.tool_checks(state, ppo, options, sft_dataset)
+    tools = steps.tool_checks(state, target, ppo, options, sft_dataset)
     right_scores = steps.reward_checks(state, target, ppo, data)
     for stage, config in ppo.items():
         steps.rollout_checks(state, target, stage, config, options, tokenizer=tokenizer, data=data, tools=tools, right_scores=right_scores)
@@ -36,7 +36,8 @@ def run_preflight(target: Plan, options: PreflightOptions) -> Report:
         namespace=target.ctx.namespace,
         stages=tuple(target.commands),
         tokenizer=options.tokenizer,
-        sandbox_url=target.ctx.sandbox_url,
+        recipe=target.run.spec.recipe,
+        sandbox_url=target.ctx.sandbox_url if target.uses_tools else None,
         results=tuple(state.results),
         seconds=time.monotonic() - started,
         facts=state.facts,

@@ -25,14 +25,14 @@ from verl.utils import hf_tokenizer
 from verl.utils.config import validate_config
 from verl.utils.dataset.rl_dataset import collate_fn
 
-from retool.data.schema import code_interpreter_tool
+from retool.data.schema import TEXT_AGENT_NAME, code_interpreter_tool
 from retool.preflight import episodes
 from retool.preflight.agent import InProcessRollout, ScriptedServer
 from retool.preflight.checks import CheckResult
 from retool.preflight.data import Prompt, check_eval_data, check_rl_data, first_prompts
-from retool.preflight.plan import Plan, PreflightOptions
+from retool.preflight.plan import PPO_STAGES, Plan, PreflightOptions
 from retool.preflight.reward import AGENT_LOOP_COLUMNS, check_reward, forget_loaded_reward
-from retool.preflight.rollout import rollout_problems
+from retool.preflight.rollout import rollout_problems, shape_of
 from retool.preflight.sft import check_sft, plain
 from retool.preflight.tools import check_sandbox, check_tools, tool_schemas
 from retool.preflight.trainer import RecordingRollout, build_trainer, one_per_source, step_rows, training_step
@@ -99,7 +99,9 @@ def error_text(exc: BaseException) -> str:
 # ------------------------------------------------------------------------------ tokenizer, config
 
 
-def tokenizer_check(state: State, options: PreflightOptions, *, trust_remote_code: bool) -> Any:
+def tokenizer_check(state: State, options: PreflightOptions, *, trust_remote_code: bool, tools: bool) -> Any:
+    """``tokenizer``: it loads, has a chat template and an end-of-sequence token; for a run with the
+    tool (``tools``), the template also renders the tool schema and assistant tool calls."""
     source = options.tokenizer
     try:
         tokenizer = hf_tokenizer(source, trust_remote_code=trust_remote_code)
@@ -114,6 +116,14 @@ def tokenizer_check(state: State, options: PreflightOptions, *, trust_remote_cod
         state.add(CheckResult("tokenizer", "run", "failed", f"the tokenizer at {source} has no end-of-sequence token", details))
         return None
     question = "What is 1 + 1?"
+    if not tools:
+        try:
+            tokenizer.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True, tokenize=False)
+        except Exception as exc:
+            state.add(CheckResult("tokenizer", "run", "failed", f"the chat template failed on a user message: {error_text(exc)}", details))
+            return None
+        state.add(CheckResult("tokenizer", "run", "passed", f"{details['class']} with a chat template (recipe text-only: no tool schema needed)", details))
+        return tokenizer
     try:
         with_tools = tokenizer.apply_chat_template([{"role": "user", "content": question}], tools=[code_interpreter_tool()], add_generation_prompt=True, tokenize=False)
         call = tokenizer.apply_chat_template(plain(episodes.conversation(question, "2")[:2]), tokenize=False)
@@ -199,8 +209,15 @@ class StageData:
     val_prompts: list[Prompt]
 
 
-def tool_config_text(config: DictConfig) -> str:
-    return Path(str(config.actor_rollout_ref.rollout.multi_turn.tool_config_path)).read_text(encoding="utf-8")
+def tool_config_path(config: DictConfig) -> str | None:
+    """The stage's rendered tool config (a text-only stage renders none)."""
+    path = config.actor_rollout_ref.rollout.multi_turn.get("tool_config_path")
+    return str(path) if path else None
+
+
+def tool_config_text(config: DictConfig) -> str | None:
+    path = tool_config_path(config)
+    return Path(path).read_text(encoding="utf-8") if path else None
 
 
 def data_key(config: DictConfig) -> Any:
@@ -212,6 +229,7 @@ def data_key(config: DictConfig) -> Any:
 
 def data_checks(state: State, target: Plan, ppo: Mapping[str, DictConfig], tokenizer: Any) -> dict[str, StageData]:
     expected = [eval_set.name for eval_set in target.run.spec.data.eval]
+    recipe = target.run.spec.recipe
     data: dict[str, StageData] = {}
     for scope, config in groups(ppo, data_key):
         reason = state.blocked(scope, ["tokenizer", "config"])
@@ -219,8 +237,8 @@ def data_checks(state: State, target: Plan, ppo: Mapping[str, DictConfig], token
             state.skip("rl-data", scope, reason)
             state.skip("eval-data", scope, reason)
             continue
-        rl_result, train = timed(partial(check_rl_data, config, tokenizer, scope))
-        eval_result, val = timed(partial(check_eval_data, config, tokenizer, scope, expected))
+        rl_result, train = timed(partial(check_rl_data, config, tokenizer, scope, recipe))
+        eval_result, val = timed(partial(check_eval_data, config, tokenizer, scope, expected, recipe))
         state.add(rl_result)
         state.add(eval_result)
         state.facts.setdefault("rl_prompts_kept", rl_result.details.get("kept", len(train) if train is not None else 0))
@@ -233,7 +251,18 @@ def data_checks(state: State, target: Plan, ppo: Mapping[str, DictConfig], token
     return data
 
 
-def tool_checks(state: State, ppo: Mapping[str, DictConfig], options: PreflightOptions, sft_dataset: Any) -> dict[str, list[Any]]:
+TEXT_ONLY_TOOLS = f"recipe text-only: the rollouts run verl's {TEXT_AGENT_NAME} with no tool, so the rendered config has no tool config to build"
+TEXT_ONLY_SANDBOX = "recipe text-only: no code interpreter, so the run has no sandbox to call"
+
+
+def tool_checks(state: State, target: Plan, ppo: Mapping[str, DictConfig], options: PreflightOptions, sft_dataset: Any) -> dict[str, list[Any]]:
+    if not target.uses_tools:
+        # Shown as skipped, with the reason, so the report says why no tool or sandbox was checked.
+        scope = "+".join(stage for stage in PPO_STAGES if stage in target.commands)
+        if scope:
+            state.skip("tools", scope, TEXT_ONLY_TOOLS)
+            state.skip("sandbox", scope, TEXT_ONLY_SANDBOX)
+        return {}
     sft_tools = plain(sft_dataset.tools[0]) if sft_dataset is not None and sft_dataset.tools else None
     built: dict[str, list[Any]] = {}
     for scope, config in groups(ppo, tool_config_text):
@@ -242,7 +271,13 @@ def tool_checks(state: State, ppo: Mapping[str, DictConfig], options: PreflightO
             state.skip("tools", scope, reason)
             state.skip("sandbox", scope, reason)
             continue
-        result, tools = timed(partial(check_tools, str(config.actor_rollout_ref.rollout.multi_turn.tool_config_path), scope, sft_tools))
+        path = tool_config_path(config)
+        if path is None:
+            missing = "the rendered config has no actor_rollout_ref.rollout.multi_turn.tool_config_path: verl's tool agent would run without the code interpreter"
+            state.add(CheckResult("tools", scope, "failed", missing))
+            state.skip("sandbox", scope, f"needs tools[{scope}], which failed")
+            continue
+        result, tools = timed(partial(check_tools, path, scope, sft_tools))
         state.add(result)
         if result.failed:
             state.skip("sandbox", scope, f"needs tools[{scope}], which failed")
@@ -300,9 +335,10 @@ def episode_data_config(state: State, target: Plan) -> DictConfig:
 
 def scripted_episodes(state: State, target: Plan, stage: str, tokenizer: Any, prompts: Sequence[Prompt], tools: Sequence[Any], work_dir: Path) -> list[episodes.Episode]:
     problems = [(p.question, p.ground_truth) for p in prompts]
-    path = episodes.write_conversations(work_dir / stage / "episodes.parquet", problems, tools=tool_schemas(tools))
+    with_tool = target.uses_tools
+    path = episodes.write_conversations(work_dir / stage / "episodes.parquet", problems, tools=tool_schemas(tools), with_tool=with_tool)
     dataset = create_sft_dataset([str(path)], episode_data_config(state, target), tokenizer)
-    return episodes.episodes_from_sft(dataset, problems, [tokenizer.eos_token_id])
+    return episodes.episodes_from_sft(dataset, problems, [tokenizer.eos_token_id], with_tool=with_tool)
 
 
 def _failure_hint(text: str) -> str:
@@ -326,8 +362,10 @@ def rollout_checks(
     right_scores: Mapping[str, float],
 ) -> None:
     # A reward whose results do not fit the batch still scores: the rollout then shows what the trainer would do with it.
-    reason = state.blocked(stage, ["tokenizer", "config", "rl-data", "eval-data", "tools", "sandbox"])
-    if reason or stage not in data or stage not in tools or stage not in right_scores:
+    # A text-only run has no tool and no sandbox (both skipped with that reason): its rollouts need neither.
+    needs = ["tokenizer", "config", "rl-data", "eval-data", *(["tools", "sandbox"] if target.uses_tools else [])]
+    reason = state.blocked(stage, needs)
+    if reason or stage not in data or (target.uses_tools and stage not in tools) or stage not in right_scores:
         state.skip("rollout", stage, reason or "needs data, tools and reward, which did not load")
         state.skip("trainer-batch", stage, reason or "needs a rollout")
         return
@@ -339,7 +377,7 @@ def rollout_checks(
     prompts = ([*stage_data.train_prompts] if stage == "rl" else []) + ([*stage_data.val_prompts] if validate else [])
     started = time.monotonic()
     try:
-        scripted = scripted_episodes(state, target, stage, tokenizer, prompts, tools[stage], options.work_dir)
+        scripted = scripted_episodes(state, target, stage, tokenizer, prompts, tools.get(stage, []), options.work_dir)
     except Exception as exc:
         state.add(CheckResult("rollout", stage, "failed", f"the scripted turns could not be tokenized by verl's SFT dataset: {error_text(exc)}"))
         state.skip("trainer-batch", stage, f"needs rollout[{stage}], which failed")
@@ -383,7 +421,8 @@ def rollout_checks(
             if name == "validation":
                 metrics = dict(value)
     seconds = time.monotonic() - started
-    problems, counts = rollout_problems(recorder.outputs, list(server.transcripts.values()), tokenizer, right)
+    shape = shape_of(target.uses_tools)
+    problems, counts = rollout_problems(recorder.outputs, list(server.transcripts.values()), tokenizer, right, shape, rollout.agents)
     details.update(counts)
     details["seconds"] = round(seconds, 2)
     state.facts[f"{stage}_scripted_rollouts"] = counts["samples"]
@@ -392,8 +431,12 @@ def rollout_checks(
     if all_rollout:
         state.add(CheckResult("rollout", stage, "failed", all_rollout[0], {**details, "problems": all_rollout}))
     else:
-        sources = [p.data_source for p in prompts]
-        state.add(CheckResult("rollout", stage, "passed", f"{counts['samples']} scripted rollouts of {', '.join(sources)} called the sandbox and scored {right:g}", details))
+        sources = ", ".join(p.data_source for p in prompts)
+        if shape.calls_tool:
+            summary = f"{counts['samples']} scripted rollouts of {sources} called the sandbox and scored {right:g}"
+        else:
+            summary = f"{counts['samples']} scripted single-turn rollouts of {sources} (verl's {shape.agent}, no tool) scored {right:g}"
+        state.add(CheckResult("rollout", stage, "passed", summary, details))
     if metrics:
         batch_errors += validation_problems(metrics, config, [p.data_source for p in stage_data.val_prompts], right)
         dump = config.trainer.get("validation_data_dir")

@@ -6,7 +6,8 @@ same way on every attempt (bad data, a tokenizer without a chat template, a rewa
 the trainer's batch) ends the Job through its ``podFailurePolicy`` and the run fails at once, with
 the preflight's own reason from the container's termination message; a sandbox that does not
 answer yet (its own exit code) is retried like any failed attempt. Either way no RayJob is
-created before the preflight succeeded.
+created before the preflight succeeded. A text-only run has no sandbox: its preflight starts
+without one, and its Job gets no sandbox URL (the preflight then skips its tool and sandbox checks).
 """
 
 from __future__ import annotations
@@ -21,12 +22,15 @@ from retool_operator.reconcile import CreateChild, Observed, decide
 from retool_operator.runner import termination_message
 
 from retool.preflight.checks import BY_NAME, CHECKS, PERMANENT_EXIT_CODES
+from retool.runtime.context import ENV_SANDBOX_URL
+from retool.spec.names import sandbox_name, sandbox_url
 from retool.spec.status import RetoolRunStatus, StageStatus
-from tests.operator.emulator import JOBS, RAYJOBS, eventually, operator_requests, running_operator
+from tests.operator.emulator import DEPLOYMENTS, JOBS, RAYJOBS, eventually, operator_requests, running_operator
 from tests.operator.helpers import CONFIG, T0, job_status, run_of
 from tests.operator.test_integration import NS, Cluster, cluster, spec_doc, stage_of  # noqa: F401  (the fixture)
 
 PREFLIGHT = {"enabled": True}
+TEXT_ONLY = {"recipe": "text-only", "sft": {"enabled": False}}
 REASON = "preflight failed: tokenizer: Qwen/Qwen2.5-32B-Instruct has no chat template (exit 11)"
 
 
@@ -55,6 +59,26 @@ def test_prepare_done_starts_the_preflight_with_one_sandbox_replica() -> None:
     assert decision.create == [CreateChild("preflight", 1)]
     assert decision.status.phase == "Preflight"
     assert decision.sandbox_replicas == 1  # a few scripted rollouts, not maxConcurrent's 2 replicas
+
+
+def test_a_text_only_run_starts_its_preflight_without_a_sandbox() -> None:
+    run = run_of(preflight=PREFLIGHT, **TEXT_ONLY)
+    status = RetoolRunStatus(stages=[StageStatus(name="prepare", state="Running", attempt=1, job="demo-prepare-1")])
+    decision = decide(run, status, Observed(children={"demo-prepare-1": job_status("Complete")}), T0)
+    assert decision.create == [CreateChild("preflight", 1)]
+    assert decision.sandbox_replicas == 0 and decision.status.sandbox is None
+    assert "SandboxReady" not in {c.type for c in decision.status.conditions}, "nothing waits for a sandbox that is never created"
+
+
+@pytest.mark.parametrize(
+    ("spec", "url"),
+    [({}, sandbox_url("demo", "ml")), (TEXT_ONLY, None)],
+    ids=["a tool run's preflight gets the sandbox URL", "a text-only run's preflight gets none"],
+)
+def test_the_preflight_jobs_sandbox_url(spec: dict[str, Any], url: str | None) -> None:
+    job = build_stage_child(run_of(preflight=PREFLIGHT, **spec), "preflight", 1, config=CONFIG, tracking=Tracking())
+    env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env.get(ENV_SANDBOX_URL) == url
 
 
 def test_a_passed_preflight_starts_sft() -> None:
@@ -154,6 +178,20 @@ async def test_a_passed_preflight_hands_over_to_sft(cluster: Cluster) -> None:
         await cluster.child(RAYJOBS, "checked-sft-1")
         status = await cluster.status("checked")
         assert stage_of(status, "preflight")["state"] == "Succeeded"
+
+
+@pytest.mark.slow
+async def test_a_text_only_run_goes_through_preflight_to_rl_without_ever_creating_a_sandbox(cluster: Cluster) -> None:
+    async with running_operator(cluster.config):
+        await cluster.api.create(spec_doc("plain", preflight=PREFLIGHT, **TEXT_ONLY))
+        await cluster.finish(JOBS, "plain-prepare-1", job_status("Complete"))
+        job = await cluster.child(JOBS, "plain-preflight-1")
+        assert ENV_SANDBOX_URL not in {e["name"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+        await cluster.finish(JOBS, "plain-preflight-1", job_status("Complete"))
+        await cluster.child(RAYJOBS, "plain-rl-1")
+        status = await cluster.status("plain")
+        assert stage_of(status, "preflight")["state"] == "Succeeded" and "sandbox" not in status
+    assert sandbox_name("plain") not in await cluster.names(DEPLOYMENTS)
 
 
 def cluster_pods() -> Any:

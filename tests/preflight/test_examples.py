@@ -1,6 +1,8 @@
 """Every example passes the preflight on data prepared from tiny local sources, with Qwen's real
 tokenizer and our real sandbox: the same checks the preflight stage runs in a cluster, through
-``retool preflight`` (the CLI a user runs)."""
+``retool preflight`` (the CLI a user runs). The text-only example runs without a sandbox (none is
+given or started): its tool and sandbox checks are skipped with that reason, and its scripted
+rollouts go through verl's ``single_turn_agent``."""
 
 from __future__ import annotations
 
@@ -10,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from retool.cli import main
 from retool.preflight.checks import CHECKS
 from retool.preflight.report import REPORT_JSON, REPORT_MD
+from retool.preflight.steps import TEXT_ONLY_SANDBOX, TEXT_ONLY_TOOLS
 from retool.recipe.metrics import results_by_source, samples_from_rows, validation_metrics
 from retool.recipe.render.stages import enabled_stages
 from retool.tracking.evaluation import read_sample_rows
@@ -23,6 +27,15 @@ from tests.preflight.conftest import PreparedRun, example_name
 pytestmark = pytest.mark.slow
 
 NAMES = [example_name(p) for p in EXAMPLES]
+
+
+def example_spec(name: str) -> dict[str, Any]:
+    return yaml.safe_load(next(p for p in EXAMPLES if example_name(p) == name).read_text())["spec"]
+
+
+TOOL_NAMES = [name for name in NAMES if example_spec(name).get("recipe", "tool-integrated") == "tool-integrated"]
+TEXT_ONLY_NAMES = [name for name in NAMES if name not in TOOL_NAMES]
+SFT_NAMES = [name for name in NAMES if example_spec(name).get("sft", {}).get("enabled", True)]
 
 
 class Ran:
@@ -46,7 +59,9 @@ def ran(prepare: Callable[[str], PreparedRun], qwen_tokenizer: str, sandbox: str
         if name not in cache:
             prepared = prepare(name)
             report_dir = tmp_path_factory.mktemp(f"preflight-{name}")
-            code = main(["preflight", str(prepared.spec_file), "--tokenizer", qwen_tokenizer, "--sandbox-url", sandbox, "--report-dir", str(report_dir)])
+            # A text-only run needs no sandbox: none is given (and retool preflight starts none).
+            sandbox_args = ["--sandbox-url", sandbox] if name in TOOL_NAMES else []
+            code = main(["preflight", str(prepared.spec_file), "--tokenizer", qwen_tokenizer, *sandbox_args, "--report-dir", str(report_dir)])
             cache[name] = Ran(prepared, code, report_dir)
         return cache[name]
 
@@ -61,8 +76,10 @@ def test_every_example_passes_every_check_of_every_stage_it_runs(ran: Callable[[
     stages = [s for s in ("sft", "rl", "eval") if s in enabled_stages(result.prepared.run)]
     assert result.report["stages"] == stages
     statuses = {(c["check"], c["scope"]): c["status"] for c in result.report["checks"]}
-    assert not [key for key, status in statuses.items() if status in ("failed", "skipped")]
-    assert {check for check, _ in statuses} == {c.name for c in CHECKS}
+    assert not [key for key, status in statuses.items() if status == "failed"]
+    skipped = {c["check"]: c["summary"] for c in result.report["checks"] if c["status"] == "skipped"}
+    assert skipped == ({} if name in TOOL_NAMES else {"tools": TEXT_ONLY_TOOLS, "sandbox": TEXT_ONLY_SANDBOX})
+    assert {check for check, _ in statuses} == {c.name for c in CHECKS} - ({"sft-data"} if name not in SFT_NAMES else set())
     for stage in stages:
         result.check("config", stage)
     for stage in ("rl", "eval"):
@@ -73,7 +90,7 @@ def test_every_example_passes_every_check_of_every_stage_it_runs(ran: Callable[[
     assert markdown.startswith(f"# Preflight of {run.metadata.namespace or 'default'}/{run.metadata.name}: passed")
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", TOOL_NAMES)
 def test_one_scripted_rollout_per_data_source_calls_the_sandbox_and_earns_a_right_answers_reward(ran: Callable[[str], Ran], name: str) -> None:
     result = ran(name)
     run = result.prepared.run
@@ -85,6 +102,23 @@ def test_one_scripted_rollout_per_data_source_calls_the_sandbox_and_earns_a_righ
     evaluation = result.check("rollout", "eval")
     assert f"of {', '.join(eval_sets)} called the sandbox" in evaluation["summary"]
     assert evaluation["details"]["tool_calls"] == evaluation["details"]["requests"] >= len(eval_sets) * run.spec.eval.n
+    assert rl["details"]["agents"] == {"tool_agent": rl["details"]["samples"]}
+
+
+@pytest.mark.parametrize("name", TEXT_ONLY_NAMES)
+def test_a_text_only_run_rolls_out_through_verls_single_turn_agent_without_a_sandbox_and_earns_a_right_answers_reward(ran: Callable[[str], Ran], name: str) -> None:
+    result = ran(name)
+    run = result.prepared.run
+    assert result.report["recipe"] == "text-only" and result.report["sandbox_url"] is None
+    assert "; no sandbox;" in (result.report_dir / REPORT_MD).read_text()
+    for stage, sources, samples in (("rl", "math_dapo", run.spec.rl.rollout_n), ("eval", ", ".join(e.name for e in run.spec.data.eval), len(run.spec.data.eval) * run.spec.eval.n)):
+        rollout = result.check("rollout", stage)
+        assert rollout["summary"].endswith(f"of {sources} (verl's single_turn_agent, no tool) scored 1")
+        details = rollout["details"]
+        assert details["agents"] == {"single_turn_agent": details["samples"]} and details["agent_loop"] == "single_turn_agent"
+        assert details["samples"] == details["requests"] >= samples and details["tool_calls"] == 0
+    for check in ("rl-data", "eval-data"):
+        assert {agent for agents in result.check(check, "rl")["details"]["agents"].values() for agent in agents} == {"single_turn_agent"}
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -104,7 +138,7 @@ def test_the_retool_reward_joins_the_trainer_batch_and_eval_results_keep_their_d
     assert sorted(results_by_source(validation_metrics(*samples_from_rows(rows)))) == sorted(eval_sets)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", SFT_NAMES)
 def test_sft_token_lengths_are_reported_against_max_length(ran: Callable[[str], Ran], name: str) -> None:
     result = ran(name)
     sft = result.check("sft-data", "sft")

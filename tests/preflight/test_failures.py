@@ -22,11 +22,13 @@ import pytest
 import yaml
 
 from retool.data.schema import SFT_SCHEMA, code_interpreter_tool
-from retool.preflight.checks import BY_NAME
+from retool.preflight.checks import BY_NAME, PERMANENT_EXIT_CODES
 from retool.preflight.plan import Plan, PreflightOptions, plan
 from retool.preflight.report import Report
 from retool.preflight.runner import run_preflight
+from retool.preflight.steps import TEXT_ONLY_SANDBOX, TEXT_ONLY_TOOLS
 from retool.recipe.render.command import StageCommand
+from retool.runtime.paths import run_paths
 from retool.spec.validate import parse_run
 from tests.conftest import free_port
 from tests.data.helpers import RETOOL_TEXT
@@ -219,3 +221,58 @@ def test_an_override_verl_does_not_know(prepared: PreparedRun, qwen_tokenizer: s
     report = preflight(only(full, "eval", eval=overridden(full.commands["eval"], actor_rollout_ref__rollout__multi_turn__max_turns=8)), qwen_tokenizer, tmp_path)
     assert "Could not override 'actor_rollout_ref.rollout.multi_turn.max_turns'" in failed(report, "config[eval]")
     assert_exit(report, "config")
+
+
+TEXT_ONLY = "qwen32b-h200-text-only"
+
+
+@pytest.mark.parametrize(
+    ("run_example", "data_example", "found", "expected"),
+    [(TEXT_ONLY, EXAMPLE, "tool_agent", "single_turn_agent"), (EXAMPLE, TEXT_ONLY, "single_turn_agent", "tool_agent")],
+    ids=["a text-only run on data prepared for the tool agent", "a tool run on data prepared for the text-only baseline"],
+)
+def test_data_prepared_for_the_other_recipe(
+    prepare: Callable[[str], PreparedRun], qwen_tokenizer: str, sandbox: str, tmp_path: Path, run_example: str, data_example: str, found: str, expected: str
+) -> None:
+    """The rows load either way and would train the wrong loop (tool prompts without a tool, or a
+    ReTool run whose rollouts never see the interpreter): the agent each file names must be the recipe's."""
+    target, source = prepare(run_example), prepare(data_example)
+    paths = run_paths(source.run)
+    train, val = paths.rl_train, [paths.eval_set(e.name) for e in source.run.spec.data.eval]
+    full = plan(spec_with(target), target.context(sandbox))
+    report = preflight(only(full, "eval", eval=overridden(full.commands["eval"], data__train_files=train, data__val_files=val)), qwen_tokenizer, tmp_path)
+    recipe = target.run.spec.recipe
+    rl_rows = pq.read_metadata(train).num_rows
+    assert failed(report, "rl-data[eval]") == (
+        f"{train} was prepared for another recipe: its rows name the agent loop {found!r} ({rl_rows} of {rl_rows} rows), "
+        f"but recipe {recipe} runs {expected!r} (prepare the data again for this run: retool data prepare all --spec RUN.yaml)"
+    )
+    assert failed(report, "eval-data[eval]").startswith(f"{val[0]} was prepared for another recipe: its rows name the agent loop {found!r}")
+    assert [outcome(report)[label] for label in ("reward[eval]", "rollout[eval]", "trainer-batch[eval]")] == ["skipped"] * 3
+    assert_exit(report, "rl-data")
+    assert report.exit_code in PERMANENT_EXIT_CODES
+
+
+def test_a_text_only_run_skips_the_tool_and_sandbox_checks_with_the_reason(prepare: Callable[[str], PreparedRun], qwen_tokenizer: str, tmp_path: Path) -> None:
+    """No sandbox exists for the text-only baseline (the operator creates none and gives the stage no
+    URL): the report says why its tool and sandbox were not checked, and the rollouts need neither."""
+    prepared = prepare(TEXT_ONLY)
+    report = preflight(only(plan(spec_with(prepared), prepared.context("")), "eval"), qwen_tokenizer, tmp_path)
+    skipped = {r.label: r.summary for r in report.results if r.status == "skipped"}
+    assert skipped == {"tools[eval]": TEXT_ONLY_TOOLS, "sandbox[eval]": TEXT_ONLY_SANDBOX}
+    assert outcome(report)["rollout[eval]"] == outcome(report)["trainer-batch[eval]"] == "passed"
+    assert report.exit_code == 0 and report.sandbox_url is None
+
+
+def test_a_text_only_run_whose_prompts_offer_the_tool(prepare: Callable[[str], PreparedRun], qwen_tokenizer: str, tmp_path: Path) -> None:
+    """A chat template that always renders the tool (as if the rows still carried the schema) puts
+    the code interpreter into a text-only run's prompts: the single-turn rollout shows it."""
+    prepared = prepare(TEXT_ONLY)
+
+    def tool_always(config: dict[str, Any]) -> None:
+        config["chat_template"] = "{%- set tools = tools or [" + json.dumps(code_interpreter_tool()) + "] %}" + config["chat_template"]
+
+    tokenizer = tokenizer_copy(qwen_tokenizer, tmp_path / "tokenizer", tool_always)
+    report = preflight(only(plan(spec_with(prepared), prepared.context("")), "eval"), tokenizer, tmp_path / "work")
+    assert "the prompt offers the code_interpreter tool: a text-only run's prompts carry no tool schema" in failed(report, "rollout[eval]")
+    assert_exit(report, "rollout")

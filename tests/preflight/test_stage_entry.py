@@ -3,7 +3,8 @@
 
 The stage entry renders the preflight command, runs it and exits with its status; the report lands
 beside the rendered command in ``stages/preflight-<attempt>/`` on the PVC. (A passing preflight
-runs in-process for every example in ``test_examples``; here the cheap failure shows the path.) (With a parent MLflow
+runs in-process for every example in ``test_examples``; here the cheap failure shows the path, and a
+text-only run passes with the environment the operator gives it: no sandbox URL.) (With a parent MLflow
 run in the stage context the entry also opens the attempt's MLflow run, named after the stage's
 child object: that needs ``preflight`` among ``retool.spec.names.STAGES``, which the operator's
 stage machine adds; here the stage runs untracked.)
@@ -23,6 +24,7 @@ import yaml
 from retool.cli import main
 from retool.preflight.checks import BY_NAME
 from retool.preflight.report import REPORT_JSON, REPORT_MD
+from retool.preflight.steps import TEXT_ONLY_SANDBOX, TEXT_ONLY_TOOLS
 from retool.preflight.tracking import TAG_FAILURE, TAG_VERDICT
 from retool.runtime.context import StageContext
 from retool.runtime.paths import run_paths
@@ -35,7 +37,8 @@ pytestmark = pytest.mark.slow
 
 
 def stage_pod(prepared: PreparedRun, model: str, sandbox: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
-    """Run the stage entry as the operator's Job does, for a copy of the run whose model is ``model``."""
+    """Run the stage entry as the operator's Job does, for a copy of the run whose model is ``model``
+    (``sandbox`` empty: no ``RETOOL_SANDBOX_URL``, as for a text-only run)."""
     document = yaml.safe_load(prepared.spec_file.read_text())
     document["spec"]["model"]["base"] = model
     document["spec"]["eval"]["n"] = 4
@@ -61,6 +64,14 @@ def test_a_failing_preflight_stage_exits_with_its_checks_code_and_says_why(prepa
     assert (report_dir / REPORT_MD).read_text().startswith("# Preflight of retool/qwen7b-ascend: FAILED (exit 11)")
     statuses = {c["check"] for c in report["checks"] if c["status"] == "passed"}
     assert {"config", "tools", "sandbox"} <= statuses, "checks that do not need the tokenizer still run"
+
+
+def test_a_text_only_preflight_stage_passes_without_a_sandbox_url(prepare: Callable[[str], PreparedRun], qwen_tokenizer: str, tmp_path: Path) -> None:
+    proc, report_dir = stage_pod(prepare("qwen32b-h200-text-only"), qwen_tokenizer, "", tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((report_dir / REPORT_JSON).read_text())
+    assert report["passed"] and report["recipe"] == "text-only" and report["sandbox_url"] is None and report["stages"] == ["rl", "eval"]
+    assert {c["check"]: c["summary"] for c in report["checks"] if c["status"] == "skipped"} == {"tools": TEXT_ONLY_TOOLS, "sandbox": TEXT_ONLY_SANDBOX}
 
 
 @pytest.fixture(scope="module")

@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
 from retool import stage
+from retool.data.schema import RL_SCHEMA, rl_row
 from retool.preflight import command as preflight_command
 from retool.preflight.checks import BY_NAME, CHECKS, EXIT_OK, CheckResult, exit_code, failure_message, first_failure
-from retool.preflight.data import Prompt
+from retool.preflight.data import Prompt, agent_mismatch
 from retool.preflight.episodes import expected_output, through_end_of_turn, tool_code, trained_spans
 from retool.preflight.report import Report, write_report, write_termination_message
 from retool.preflight.reward import shape_problems
@@ -53,7 +56,17 @@ def test_the_report_renders_the_verdict_every_check_and_the_details(tmp_path: Pa
         CheckResult("sft-data", "sft", "failed", "row 3 trains on | nothing", {"p50": 120, "problems": ["a"] * 10}),
         result("rollout", "skipped", "eval", "needs sft"),
     )
-    report = Report(run="r", namespace="ns", stages=("sft", "eval"), tokenizer="/t", sandbox_url="http://s", results=results, seconds=3.2, facts={"sft_tokens_p50": 120})
+    report = Report(
+        run="r",
+        namespace="ns",
+        stages=("sft", "eval"),
+        tokenizer="/t",
+        recipe="tool-integrated",
+        sandbox_url="http://s",
+        results=results,
+        seconds=3.2,
+        facts={"sft_tokens_p50": 120},
+    )
     markdown = report.to_markdown()
     assert markdown.startswith("# Preflight of ns/r: FAILED (exit 12): preflight check sft-data[sft] failed: row 3 trains on | nothing")
     assert "| sft-data | sft | FAIL | row 3 trains on \\| nothing |" in markdown
@@ -75,7 +88,7 @@ def test_the_termination_message_is_written_only_where_kubernetes_created_the_fi
 
 def test_report_figures_become_mlflow_metrics() -> None:
     facts = {"sft_tokens_p99": 900, "flag": True, "note": "x"}
-    report = Report(run="r", namespace="n", stages=(), tokenizer="t", sandbox_url="s", results=(result("tools"),), seconds=1.234, facts=facts)
+    report = Report(run="r", namespace="n", stages=(), tokenizer="t", recipe="tool-integrated", sandbox_url="s", results=(result("tools"),), seconds=1.234, facts=facts)
     assert metrics_of(report) == {"preflight/sft_tokens_p99": 900.0, "preflight/seconds": 1.23, "preflight/failed_checks": 1.0, "preflight/exit_code": 15.0}
 
 
@@ -252,3 +265,55 @@ def test_the_scripted_server_replays_the_episode_of_the_longest_question_its_pro
     assert server.transcripts["r2"].tool_turn_texts == ["<tool>Sandbox error</tool>"]
     with pytest.raises(LookupError, match="no scripted episode"):
         turn("r3", "user: something else")
+
+
+def rl_file(path: Path, agents: list[str | None], *, with_column: bool = True) -> str:
+    rows = [rl_row(data_source="s", question=f"q{i}", ground_truth="1", index=i, split="train", source_id=None) | {"agent_name": a} for i, a in enumerate(agents)]
+    table = pa.Table.from_pylist(rows, schema=RL_SCHEMA)
+    pq.write_table(table if with_column else table.drop(["agent_name"]), path)
+    return str(path)
+
+
+TOOL, TEXT = "tool_agent", "single_turn_agent"
+
+
+@pytest.mark.parametrize(
+    ("recipe", "files", "found"),
+    [
+        ("text-only", [[TEXT, TEXT]], None),
+        ("tool-integrated", [[TOOL, TOOL]], None),
+        ("text-only", [[TOOL, TOOL, TOOL]], "'tool_agent' (3 of 3 rows)"),
+        ("tool-integrated", [[TOOL, TOOL, TEXT]], "'single_turn_agent' (1 of 3 rows)"),
+        ("tool-integrated", [[None, None]], None),
+        ("text-only", [[None]], "'tool_agent' (1 of 1 rows)"),
+        ("tool-integrated", [[TOOL], [TEXT, TEXT]], "'single_turn_agent' (2 of 2 rows)"),
+    ],
+    ids=[
+        "text-only rows in a text-only run",
+        "tool rows in a tool run",
+        "tool rows in a text-only run",
+        "a few text-only rows in a tool run",
+        "rows naming no agent go to the tool agent, as the dataset class routes them",
+        "rows naming no agent are wrong for a text-only run",
+        "the second of two files prepared for the other recipe",
+    ],
+)
+def test_prepared_rows_must_name_the_recipes_agent_loop(tmp_path: Path, recipe: str, files: list[list[str | None]], found: str | None) -> None:
+    paths = [rl_file(tmp_path / f"{i}.parquet", agents) for i, agents in enumerate(files)]
+    problem, agents = agent_mismatch(paths if len(paths) > 1 else paths[0], recipe)
+    assert list(agents) == paths
+    if found is None:
+        assert problem is None
+    else:
+        expected = TOOL if recipe == "tool-integrated" else TEXT
+        assert problem == (
+            f"{paths[-1]} was prepared for another recipe: its rows name the agent loop {found}, but recipe {recipe} runs {expected!r} "
+            "(prepare the data again for this run: retool data prepare all --spec RUN.yaml)"
+        )
+
+
+def test_a_file_without_agent_names_goes_to_the_tool_agent_and_an_unreadable_one_is_left_to_loading(tmp_path: Path) -> None:
+    path = rl_file(tmp_path / "old.parquet", [TOOL, TOOL], with_column=False)
+    assert agent_mismatch(path, "tool-integrated") == (None, {path: {TOOL: 2}})
+    assert "its rows name the agent loop 'tool_agent' (2 of 2 rows)" in (agent_mismatch(path, "text-only")[0] or "")
+    assert agent_mismatch(str(tmp_path / "missing.parquet"), "text-only") == (None, {})

@@ -28,6 +28,7 @@ from retool.spec.names import RAY_STAGES, sandbox_url, stage_child_name
 from retool_operator import constants as c
 from retool_operator.builders.meta import Tracking, experiment_name, labels, object_meta, run_namespace
 from retool_operator.builders.pods import SUBMITTER, RunPodSettings, pod_template, run_pod_settings, stage_pod_settings
+from retool_operator.builders.sandbox import uses_sandbox
 from retool_operator.builders.scheduling import queued, scheduling_labels
 from retool_operator.builders.storage import stage_volumes
 from retool_operator.config import OperatorConfig
@@ -109,7 +110,8 @@ def _stage_env(
     context = StageContext(
         run_name=run.metadata.name,
         namespace=run_namespace(run),
-        sandbox_url=sandbox_url(run.metadata.name, run_namespace(run)) if run.spec.recipe == "tool-integrated" else "",
+        # A run without a sandbox (text-only) gets no URL: its stages, the preflight included, call none.
+        sandbox_url=sandbox_url(run.metadata.name, run_namespace(run)) if uses_sandbox(run) else "",
         attempt=attempt,
         run_uid=run.metadata.model_extra.get("uid") if run.metadata.model_extra else None,
         image=image,
