@@ -102,16 +102,23 @@ def load(config: DictConfig, tokenizer: Any, files: Any, *, is_train: bool) -> A
     return create_rl_dataset(files, config.data, tokenizer, None, is_train=is_train, max_samples=config.data.get(key, -1))
 
 
+def _load_for_recipe(check: str, config: DictConfig, tokenizer: Any, files: Any, scope: str, recipe: str, *, is_train: bool) -> tuple[CheckResult | None, Any, Any]:
+    """(failure, dataset, agents): the files name the recipe's agent loop and verl's create_rl_dataset loads them."""
+    mismatch, agents = agent_mismatch(files, recipe)
+    if mismatch:
+        return CheckResult(check, scope, "failed", mismatch, {"files": file_list(files), "agents": agents, "expected_agent": agent_name_for(recipe)}), None, agents
+    try:
+        return None, load(config, tokenizer, files, is_train=is_train), agents
+    except Exception as exc:
+        return CheckResult(check, scope, "failed", f"verl's create_rl_dataset failed on {files}: {type(exc).__name__}: {exc}"), None, agents
+
+
 def check_rl_data(config: DictConfig, tokenizer: Any, scope: str, recipe: str) -> tuple[CheckResult, Any]:
     """``rl-data``: the training prompts name the recipe's agent loop; at least one batch survives the length filter."""
     files = config.data.train_files
-    mismatch, agents = agent_mismatch(files, recipe)
-    if mismatch:
-        return CheckResult("rl-data", scope, "failed", mismatch, {"files": file_list(files), "agents": agents, "expected_agent": agent_name_for(recipe)}), None
-    try:
-        dataset = load(config, tokenizer, files, is_train=True)
-    except Exception as exc:
-        return CheckResult("rl-data", scope, "failed", f"verl's create_rl_dataset failed on {files}: {type(exc).__name__}: {exc}"), None
+    failure, dataset, agents = _load_for_recipe("rl-data", config, tokenizer, files, scope, recipe, is_train=True)
+    if failure is not None:
+        return failure, None
     details = {"files": str(files), **_filter_details(dataset), "data_sources": dict(sources_of(dataset)), "agents": agents}
     batch = int(config.data.get("gen_batch_size") or config.data.train_batch_size)
     if len(dataset) < batch:
@@ -133,13 +140,9 @@ def check_rl_data(config: DictConfig, tokenizer: Any, scope: str, recipe: str) -
 def check_eval_data(config: DictConfig, tokenizer: Any, scope: str, expected_sources: Sequence[str], recipe: str) -> tuple[CheckResult, Any]:
     """``eval-data``: every eval set names the recipe's agent loop and keeps prompts after the length filter."""
     files = config.data.val_files
-    mismatch, agents = agent_mismatch(files, recipe)
-    if mismatch:
-        return CheckResult("eval-data", scope, "failed", mismatch, {"files": file_list(files), "agents": agents, "expected_agent": agent_name_for(recipe)}), None
-    try:
-        dataset = load(config, tokenizer, files, is_train=False)
-    except Exception as exc:
-        return CheckResult("eval-data", scope, "failed", f"verl's create_rl_dataset failed on {files}: {type(exc).__name__}: {exc}"), None
+    failure, dataset, agents = _load_for_recipe("eval-data", config, tokenizer, files, scope, recipe, is_train=False)
+    if failure is not None:
+        return failure, None
     counts = sources_of(dataset)
     details = {"files": file_list(files), **_filter_details(dataset), "data_sources": dict(counts), "agents": agents}
     missing = [name for name in expected_sources if counts.get(name, 0) == 0]
