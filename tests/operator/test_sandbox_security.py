@@ -141,7 +141,10 @@ def test_user_namespace_pods_keep_to_what_host_users_false_allows() -> None:
     # Every uid the server hands out (UID_BASE + slot, at most SANDBOX_MAX_WORKERS slots) is inside the range the kubelet maps.
     top_uid = SandboxSettings(_env_file=None).uid_base + SANDBOX_MAX_WORKERS - 1
     assert top_uid < KUBELET_USERNS_IDS
-    assert "procMount" not in pod["containers"][0]["securityContext"]  # baseline refuses Unmasked before 1.35
+    # A private /proc per worker needs an unmasked /proc: set where the pod is privileged anyway
+    # (SYS_ADMIN), never in the baseline shape (baseline refuses Unmasked before 1.35).
+    assert pod["containers"][0]["securityContext"]["procMount"] == "Unmasked"
+    assert "procMount" not in sandbox_pod(USERNS_BASELINE)["containers"][0]["securityContext"]
 
 
 @pytest.mark.parametrize(

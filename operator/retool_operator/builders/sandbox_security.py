@@ -75,16 +75,22 @@ def sandbox_security(*, user_namespaces: bool, sys_admin: bool = True) -> Sandbo
             },
         )
     add = [NAMESPACE_CAPABILITY, *USERNS_CAPABILITIES] if sys_admin else list(USERNS_CAPABILITIES)
+    container: dict[str, Any] = {
+        "runAsNonRoot": False,
+        "runAsUser": 0,
+        "runAsGroup": 0,
+        "readOnlyRootFilesystem": True,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"], "add": add},
+        "seccompProfile": seccomp,
+    }
+    if sys_admin:
+        # The kernel mounts a fresh /proc in a worker's pid namespace only where the container's
+        # /proc is not partly masked; Unmasked is allowed for hostUsers: false pods (ProcMountType,
+        # dropped where that gate is off) and, like SYS_ADMIN, is within the privileged level only.
+        container["procMount"] = "Unmasked"
     return SandboxSecurity(
         host_users=False,
         pod={"runAsNonRoot": False, "runAsUser": 0, "runAsGroup": 0, "seccompProfile": seccomp},
-        container={
-            "runAsNonRoot": False,
-            "runAsUser": 0,
-            "runAsGroup": 0,
-            "readOnlyRootFilesystem": True,
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"], "add": add},
-            "seccompProfile": seccomp,
-        },
+        container=container,
     )
