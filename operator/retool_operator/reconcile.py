@@ -287,9 +287,16 @@ def _failed_attempt(
 
 
 def _with_isolation(
-    conditions: list[Condition], status: RetoolRunStatus, seen: IsolationObservation | None, *, now: dt.datetime, generation: int | None
+    conditions: list[Condition],
+    status: RetoolRunStatus,
+    seen: IsolationObservation | None,
+    events: list[Event],
+    *,
+    now: dt.datetime,
+    generation: int | None,
 ) -> tuple[list[Condition], SandboxIsolationStatus | None]:
-    """The SandboxIsolation condition and status.sandbox.isolation from this pass's /readyz reads.
+    """The SandboxIsolation condition and status.sandbox.isolation from this pass's /readyz reads
+    (and a Warning Event when the condition turns False).
 
     While no replica can be read (scaled to zero, starting, unreachable) the last observation and
     its condition stay: after rl the status still says what isolation rl ran with. Until a first
@@ -304,6 +311,8 @@ def _with_isolation(
     conditions = set_condition(
         conditions, type_=c.COND_SANDBOX_ISOLATION, status=cond.status, reason=cond.reason, message=cond.message, now=now, generation=generation
     )
+    if cond.status is False and (before is None or before.status != "False" or before.reason != cond.reason):
+        events.append(Event("Warning", cond.reason, f"sandbox: {cond.message}"))
     return conditions, summary or previous
 
 
@@ -463,7 +472,7 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
     )
     isolation = None
     if uses_sandbox(run):
-        conditions, isolation = _with_isolation(conditions, status, observed.sandbox_isolation, now=now, generation=generation)
+        conditions, isolation = _with_isolation(conditions, status, observed.sandbox_isolation, events, now=now, generation=generation)
     else:
         conditions = [cond for cond in conditions if cond.type != c.COND_SANDBOX_ISOLATION]
     if claim_check is not None:

@@ -171,7 +171,11 @@ def test_status_shows_isolation_and_keeps_the_last_one_when_scaled_down() -> Non
     assert {x.type: x for x in later.conditions}["SandboxIsolation"] == cond
     # A weak replica turns the condition False.
     weak = IsolationObservation([parse_readyz("demo-sandbox-c", WEAK)])
-    worse = decide(run, later, Observed(children=children, sandbox_isolation=weak), T0 + dt.timedelta(minutes=6)).status
+    decision = decide(run, later, Observed(children=children, sandbox_isolation=weak), T0 + dt.timedelta(minutes=6))
+    worse = decision.status
+    assert [(e.type, e.reason) for e in decision.events] == [("Warning", "WeakIsolation")]
+    again = decide(run, worse, Observed(children=children, sandbox_isolation=weak), T0 + dt.timedelta(minutes=7))
+    assert again.events == [] and again.status == worse  # nothing new: no event, no status write
     cond = {x.type: x for x in worse.conditions}["SandboxIsolation"]
     assert (cond.status, cond.reason) == ("False", "WeakIsolation")
     assert worse.sandbox is not None and worse.sandbox.isolation is not None and worse.sandbox.isolation.weak_replicas == ["demo-sandbox-c"]

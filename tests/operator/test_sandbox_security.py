@@ -10,6 +10,7 @@ RuntimeDefault seccomp profile's rule that namespace syscalls need CAP_SYS_ADMIN
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -80,16 +81,21 @@ def env_of(pod: dict[str, Any]) -> dict[str, str | None]:
 
 
 @pytest.mark.parametrize(
-    ("isolation", "expected"),
-    [("strict", "true"), ("auto", "false")],
-    ids=["strict makes a replica refuse to be ready without strong isolation", "auto serves and reports"],
+    ("sandbox", "require", "runtime_class"),
+    [({"isolation": "strict", "runtimeClassName": "gvisor"}, True, "gvisor"), ({}, False, None)],
+    ids=["strict makes a replica refuse to be ready without strong isolation, under its RuntimeClass", "auto serves and reports"],
 )
-def test_isolation_mode_reaches_the_server_setting(isolation: str, expected: str) -> None:
-    env = env_of(sandbox_pod(sandbox={"isolation": isolation}))
-    assert env["RETOOL_SANDBOX_REQUIRE_ISOLATION"] == expected
-    # The name is the server's own setting (pydantic-settings reads it back the same way).
-    assert SandboxSettings(_env_file=None, **{"require_isolation": expected}).require_isolation is (expected == "true")
-    assert "require_isolation" in SandboxSettings.model_fields and SandboxSettings.model_config["env_prefix"] == "RETOOL_SANDBOX_"
+def test_the_servers_own_settings_read_what_the_deployment_sets(
+    sandbox: dict[str, Any], require: bool, runtime_class: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in [k for k in os.environ if k.startswith("RETOOL_SANDBOX_")]:
+        monkeypatch.delenv(name)
+    for name, value in env_of(sandbox_pod(sandbox=sandbox)).items():
+        if value is not None:
+            monkeypatch.setenv(name, value)
+    settings = SandboxSettings(_env_file=None)
+    assert (settings.require_isolation, settings.runtime_class) == (require, runtime_class)
+    assert settings.max_run_timeout_s == 30 and settings.tmp_root == "/tmp"
 
 
 def test_runtime_class_goes_on_the_pod_and_into_the_servers_report() -> None:
@@ -177,3 +183,33 @@ def test_the_network_policy_admits_the_operator_pods_only_when_the_deployment_na
         "ports": [{"protocol": "TCP", "port": 8080}],
     }
     assert "egress" not in policy["spec"]
+
+
+def test_the_user_namespace_shape_grants_what_the_sandbox_tests_run_with() -> None:
+    """tests/sandbox proves the isolation of a server started as ``podlike``'s k8s-userns kind (root of
+    a user namespace with exactly these capabilities, no_new_privs): the operator grants the same."""
+    from tests.sandbox import podlike
+
+    sc = sandbox_pod(USERNS)["containers"][0]["securityContext"]
+    assert set(sc["capabilities"]["add"]) == {cap.upper() for cap in podlike.K8S_USERNS_CAPS}
+    assert sc["allowPrivilegeEscalation"] is False and sc["runAsUser"] == 0
+
+
+@pytest.mark.slow
+def test_a_server_in_that_shape_reports_namespaces_and_own_uids_to_the_operator() -> None:
+    """A real server started as the user-namespace pod runs (tests/sandbox/podlike.py): its /readyz, read
+    through the operator's parser, is strong with per-worker namespaces and a uid per execution, and
+    it is not flagged as root of the node (it is root of its own user namespace only)."""
+    import httpx
+    from retool_operator.isolation import parse_readyz
+
+    from tests.sandbox.conftest import start_server, stop_server
+
+    server = start_server(1, kind="k8s-userns")
+    try:
+        report = parse_readyz("pod", httpx.get(f"{server.url}/readyz", timeout=10).json())
+    finally:
+        stop_server(server)
+    assert report.strong is True and report.root_on_node is False
+    assert report.mode == "root-namespaces"
+    assert {"uid-per-execution", "pid-namespace", "network-namespace", "mount-namespace"} <= set(report.layers)
