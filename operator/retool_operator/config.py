@@ -49,11 +49,30 @@ class OperatorConfig(BaseSettings):
     resync_seconds: float = Field(30.0, gt=0, description="Re-derive every run's status from its children at least this often.")
     mlflow_retry_seconds: float = Field(30.0, gt=0, description="Wait before retrying an unreachable MLflow server.")
     mlflow_grace_seconds: float = Field(300.0, ge=0, description="Start stages without a parent MLflow run once MLflow has been unreachable this long.")
+    sandbox_user_namespaces: bool = Field(
+        False,
+        description=(
+            "Run every sandbox pod in its own user namespace (hostUsers: false) as root of that namespace, so each execution gets its own uid;"
+            " needs UserNamespacesSupport (on by default since Kubernetes 1.33), containerd >= 2.0 or CRI-O >= 1.25 and Linux >= 6.3 on the nodes."
+            " false: a non-root pod (uid 10001, no capabilities) isolated by Landlock and seccomp."
+        ),
+    )
+    sandbox_sys_admin: bool = Field(
+        True,
+        description=(
+            "With sandbox_user_namespaces: add SYS_ADMIN (valid only inside the pod's user namespace) so every sandbox worker gets its own pid,"
+            " network and mount namespaces; needs the run namespace's Pod Security level at privileged. false keeps to what baseline admits."
+        ),
+    )
+    own_namespace: str = Field("", description="Namespace of the operator's pods (the chart sets it): the sandbox NetworkPolicy admits them to read /readyz.")
+    own_pod_selector: str = Field(
+        "", description="key=value[,key=value] labels of the operator's pods (the chart sets them); with own_namespace, the pods each sandbox admits on its port."
+    )
     sandbox_max_replicas: int = Field(
         256, ge=1, le=MAX_SANDBOX_REPLICAS, description="Sandbox replicas one RetoolRun may ask for (ceil(maxConcurrent / perReplicaConcurrency)); admission refuses more."
     )
 
-    @field_validator("ascend_node_selector", "metrics_scraper_namespaces")
+    @field_validator("ascend_node_selector", "metrics_scraper_namespaces", "own_pod_selector")
     @classmethod
     def _selector_is_pairs(cls, value: str) -> str:
         parse_selector(value)
@@ -70,6 +89,12 @@ class OperatorConfig(BaseSettings):
     @property
     def metrics_scraper_selector(self) -> dict[str, str]:
         return parse_selector(self.metrics_scraper_namespaces)
+
+    @property
+    def own_pods(self) -> tuple[str, dict[str, str]] | None:
+        """(namespace, pod labels) of the operator's own pods, when the deployment said (else None)."""
+        labels = parse_selector(self.own_pod_selector)
+        return (self.own_namespace, labels) if self.own_namespace and labels else None
 
 
 def parse_selector(text: str) -> dict[str, str]:

@@ -113,6 +113,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     if reconciler is not None:
         reconciler.shutdown()
         await reconciler.client.close()
+        await reconciler.isolation.close()
 
 
 @kopf.on.create(*RUN_RESOURCE)

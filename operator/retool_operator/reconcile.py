@@ -21,10 +21,11 @@ from typing import Any, Literal
 from retool.runtime.paths import run_paths
 from retool.spec.model import RetoolRun
 from retool.spec.names import RAY_STAGES, STAGES, sandbox_url, stage_child_name
-from retool.spec.status import MLflowStatus, RetoolRunStatus, SandboxStatus, StageStatus
+from retool.spec.status import Condition, MLflowStatus, RetoolRunStatus, SandboxIsolationStatus, SandboxStatus, StageStatus
 from retool_operator import constants as c
 from retool_operator.builders import desired_sandbox_replicas, queued, run_namespace, uses_sandbox
 from retool_operator.claims import ClaimCheck, ClaimObservation, check_claim, storage_status
+from retool_operator.isolation import IsolationObservation, isolation_condition
 from retool_operator.status import current_stage, headline_score, parse_time, phase_of, pipeline_conditions, progress_of, rfc3339, set_condition
 
 ChildState = Literal["missing", "running", "succeeded", "failed", "suspended"]
@@ -115,6 +116,8 @@ class Observed:
     claim: ClaimObservation | None = None  # None: not read this pass (no storage gate)
     workloads: dict[str, list[dict[str, Any]] | None] = field(default_factory=dict)
     """Kueue Workloads of a queued child, by child name; None when the cluster serves no Workload API."""
+    sandbox_isolation: IsolationObservation | None = None
+    """What the sandbox pods' /readyz said this pass; None when there were no pods to ask."""
 
 
 @dataclass(frozen=True)
@@ -283,6 +286,36 @@ def _failed_attempt(
     return updated, f"stage {name} failed: {text}", Event("Warning", c.REASON_STAGE_FAILED, f"stage {name} failed: {text}"), None
 
 
+def _with_isolation(
+    conditions: list[Condition],
+    status: RetoolRunStatus,
+    seen: IsolationObservation | None,
+    events: list[Event],
+    *,
+    now: dt.datetime,
+    generation: int | None,
+) -> tuple[list[Condition], SandboxIsolationStatus | None]:
+    """The SandboxIsolation condition and status.sandbox.isolation from this pass's /readyz reads
+    (and a Warning Event when the condition turns False).
+
+    While no replica can be read (scaled to zero, starting, unreachable) the last observation and
+    its condition stay: after rl the status still says what isolation rl ran with. Until a first
+    observation the condition is Unknown, with the read errors when there were any.
+    """
+    previous = status.sandbox.isolation if status.sandbox else None
+    summary = seen.summary if seen else None
+    before = next((cond for cond in conditions if cond.type == c.COND_SANDBOX_ISOLATION), None)
+    if summary is None and before is not None and before.status != "Unknown":
+        return conditions, previous
+    cond = isolation_condition(summary, seen.errors if seen else [])
+    conditions = set_condition(
+        conditions, type_=c.COND_SANDBOX_ISOLATION, status=cond.status, reason=cond.reason, message=cond.message, now=now, generation=generation
+    )
+    if cond.status is False and (before is None or before.status != "False" or before.reason != cond.reason):
+        events.append(Event("Warning", cond.reason, f"sandbox: {cond.message}"))
+    return conditions, summary or previous
+
+
 def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.datetime, *, sandbox_autoscaled: bool = False) -> Decision:
     """The next status and the actions that get the cluster there.
 
@@ -437,6 +470,11 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
         now=now,
         generation=generation,
     )
+    isolation = None
+    if uses_sandbox(run):
+        conditions, isolation = _with_isolation(conditions, status, observed.sandbox_isolation, events, now=now, generation=generation)
+    else:
+        conditions = [cond for cond in conditions if cond.type != c.COND_SANDBOX_ISOLATION]
     if claim_check is not None:
         ready = claim_check.state == "ready"
         conditions = set_condition(
@@ -454,6 +492,7 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
             replicas=replicas if replicas is not None else observed.sandbox_ready_replicas,
             ready_replicas=observed.sandbox_ready_replicas,
             url=sandbox_url(run.metadata.name, run_namespace(run)),
+            isolation=isolation,
         )
         if uses_sandbox(run)
         else None,

@@ -36,7 +36,9 @@ from retool_operator.builders import (
 from retool_operator.builders.stages import STAGE_CONTAINER
 from retool_operator.claims import ClaimObservation
 from retool_operator.config import OperatorConfig
+from retool_operator.isolation import IsolationObservation
 from retool_operator.kube import KINDS, ApiError, Kind, KubeClient
+from retool_operator.readyz import IsolationReader
 from retool_operator.reconcile import Decision, Event, Observed, child_outcome, decide
 from retool_operator.status import dump, invalid_spec_status, load, phase_of, with_refusals, with_spec_warnings
 from retool_operator.tracking import ensure_parent_run, eval_results, tracking_target
@@ -112,6 +114,7 @@ class Reconciler:
         post_event: EventSink,
         parent_factory: Callable[..., Any] | None = None,
         now: Callable[[], dt.datetime] = utcnow,
+        isolation: IsolationReader | None = None,
     ):
         self.client = client
         self.config = config
@@ -122,6 +125,7 @@ class Reconciler:
         self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self._mlflow_down_since: dict[tuple[str, str], float] = {}
         self._parent_factory = parent_factory
+        self.isolation = isolation or IsolationReader()
         self.passes = 0
 
     # ------------------------------------------------------------ scheduling
@@ -173,6 +177,7 @@ class Reconciler:
         if timer is not None:
             timer.cancel()
         self._mlflow_down_since.pop(key, None)
+        self.isolation.forget(namespace, name)
         self.client.forget(namespace, {sandbox_name(name), f"{name}-spec"})
 
     # ------------------------------------------------------------ one pass
@@ -341,20 +346,38 @@ class Reconciler:
         active: dict[str, list[str]] = {}
         if may_create(status, children):
             active = await self._active_pods(namespace, run.metadata.name)
-        ready, autoscaled = 0, False
+        ready, autoscaled, isolation = 0, False, None
         if uses_sandbox(run):
             deployment = await self.client.get(DEPLOYMENTS, namespace, sandbox_name(run.metadata.name))
             ready = int(((deployment or {}).get("status") or {}).get("readyReplicas") or 0)
             autoscaled = await self.client.get(HPAS, namespace, sandbox_name(run.metadata.name)) is not None
+            isolation = await self._sandbox_isolation(namespace, run.metadata.name, deployment)
         claim: ClaimObservation | None = None
         if not any(s.attempt > 0 for s in status.stages) or status.storage is None or status.storage.phase != "Bound":
             spec = run_claim(run, self.config)
             claim = ClaimObservation(spec, await self.client.get(CLAIMS, namespace, spec.name))
         details = await self._failure_details(namespace, run.metadata.name, status, children)
         observed = Observed(
-            children=children, active_pods=active, failure_details=details, sandbox_ready_replicas=ready, mlflow=mlflow, claim=claim, workloads=workloads
+            children=children,
+            active_pods=active,
+            failure_details=details,
+            sandbox_ready_replicas=ready,
+            mlflow=mlflow,
+            claim=claim,
+            workloads=workloads,
+            sandbox_isolation=isolation,
         )
         return observed, autoscaled
+
+    async def _sandbox_isolation(self, namespace: str, run_name: str, deployment: dict[str, Any] | None) -> IsolationObservation | None:
+        """The isolation the sandbox pods report in /readyz; None while the sandbox has no pods."""
+        spec, st = (deployment or {}).get("spec") or {}, (deployment or {}).get("status") or {}
+        if not int(st.get("replicas") or 0) and not int(spec.get("replicas") or 0):
+            return None
+        pods = await self.client.list(PODS, namespace, label_selector=f"{c.LABEL_RUN}={run_name},{c.LABEL_ROLE}={c.COMPONENT_SANDBOX}")
+        if not pods:
+            return None
+        return IsolationObservation(await self.isolation.read(namespace, run_name, pods))
 
     async def _workloads(self, namespace: str, child: dict[str, Any]) -> list[dict[str, Any]] | None:
         """The Kueue Workloads of a child (by its uid), None when the cluster serves no Workload API."""

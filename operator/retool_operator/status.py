@@ -27,10 +27,10 @@ def parse_time(text: str | None) -> dt.datetime | None:
 
 
 def set_condition(
-    conditions: list[Condition], *, type_: str, status: bool, reason: str, message: str, now: dt.datetime, generation: int | None
+    conditions: list[Condition], *, type_: str, status: bool | None, reason: str, message: str, now: dt.datetime, generation: int | None
 ) -> list[Condition]:
-    """``conditions`` with ``type_`` set; lastTransitionTime moves only when the status flips."""
-    value = "True" if status else "False"
+    """``conditions`` with ``type_`` set (``status`` None: Unknown); lastTransitionTime moves only when the status flips."""
+    value = "Unknown" if status is None else "True" if status else "False"
     out: list[Condition] = []
     found = False
     for cond in conditions:

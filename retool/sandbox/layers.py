@@ -38,13 +38,15 @@ class Probes:
     namespace_error: str | None
     landlock_abi: int
     seccomp_error: str | None
+    host_userns: bool = False
+    """The server is in the node's own user namespace (its uid map is the whole identity range), not a pod's."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Probes:
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,8 @@ class Plan:
     seccomp: bool
     kernel_landlock_abi: int = 0
     runtime_class: str | None = None
+    root_on_node: bool = False
+    """The server is root of the node's user namespace, outside any sandboxing runtime."""
     problems: tuple[str, ...] = field(default=())
 
     @property
@@ -118,6 +122,12 @@ def decide(probes: Probes, *, namespaces: str = "auto", landlock_max_abi: int | 
             problems.append(
                 f"Landlock ABI {abi} has no signal scope (needs 6, Linux 6.12): executions may signal only their own main process and process group"
             )
+    root_on_node = probes.euid == 0 and probes.host_userns and runtime_class is None
+    if root_on_node:
+        problems.append(
+            "the server is root of the node's user namespace (no pod user namespace: hostUsers: false dropped by the API server"
+            " or ignored by the runtime, or a root container): executions stay isolated, but a breakout of the server would be root on the node"
+        )
     use_seccomp = seccomp and probes.seccomp_error is None
     if not seccomp:
         problems.append("seccomp turned off by configuration (RETOOL_SANDBOX_SECCOMP=false)")
@@ -131,6 +141,7 @@ def decide(probes: Probes, *, namespaces: str = "auto", landlock_max_abi: int | 
         seccomp=use_seccomp,
         kernel_landlock_abi=probes.landlock_abi,
         runtime_class=runtime_class,
+        root_on_node=root_on_node,
         problems=tuple(problems),
     )
 
@@ -200,5 +211,6 @@ def describe(plan: Plan) -> dict[str, Any]:
         "private_tmp": plan.private_tmp,
         "privilege_drop": plan.uid_per_execution,
         "runtime_class": plan.runtime_class,
+        "root_on_node": plan.root_on_node,
         "problems": list(plan.problems),
     }

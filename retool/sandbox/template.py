@@ -80,7 +80,22 @@ def probe(settings: dict[str, Any]) -> layers.Probes:
         namespace_error="; ".join(errors) or None,
         landlock_abi=landlock.kernel_abi(),
         seccomp_error=seccomp.probe(),
+        host_userns=in_initial_user_namespace(),
     )
+
+
+IDENTITY_UID_MAP = ["0", "0", "4294967295"]
+
+
+def in_initial_user_namespace() -> bool:
+    """Whether this process is in the node's own user namespace: only there does the uid map cover
+    every uid one to one (a pod's user namespace maps 65536 ids onto an unprivileged range)."""
+    try:
+        with open("/proc/self/uid_map") as handle:
+            lines = [line.split() for line in handle.read().splitlines() if line.strip()]
+    except OSError:
+        return False
+    return lines == [IDENTITY_UID_MAP]
 
 
 def _try_namespaces(mode: str) -> tuple[bool, bool, str]:

@@ -44,7 +44,7 @@ class StageStatus(SpecModel):
 
 
 class Condition(SpecModel):
-    type: str = Field(..., description="Condition type, e.g. Ready, Reconciling, Stalled, Succeeded, Failed, Suspended, SpecValid, SandboxReady.")
+    type: str = Field(..., description="Condition type, e.g. Ready, Reconciling, Stalled, Succeeded, Failed, Suspended, SpecValid, SandboxReady, SandboxIsolation.")
     status: Literal["True", "False", "Unknown"] = Field(..., description="True, False or Unknown.")
     reason: str = Field(..., description="One-word CamelCase reason.")
     message: str = Field("", description="Human-readable details.")
@@ -52,10 +52,30 @@ class Condition(SpecModel):
     observed_generation: int | None = Field(None, description="metadata.generation the condition was computed from.")
 
 
+class SandboxIsolationStatus(SpecModel):
+    """What the sandbox replicas report in /readyz ``isolation`` (read by the operator), summed up."""
+
+    strong: bool = Field(False, description="Every observed replica's isolation is strong: each way out of an execution is closed by a kernel-enforced layer.")
+    mode: str | None = Field(None, description="Namespace mode of the replicas: root-namespaces, user-namespaces or none (mixed when they differ).")
+    layers: list[str] = Field(
+        default_factory=list, description="Isolation layers in force on every observed replica (e.g. uid-per-execution, pid-namespace, landlock-filesystem, seccomp)."
+    )
+    runtime_class: str | None = Field(None, description="RuntimeClass the replicas report running under (spec.sandbox.runtimeClassName).")
+    replicas: int = Field(0, ge=0, description="Replicas whose /readyz the operator read.")
+    weak_replicas: list[str] = Field(default_factory=list, description="Pods whose isolation is not strong (at most 10).")
+    root_on_node: list[str] = Field(
+        default_factory=list, description="Pods whose server runs as root of the node's user namespace: their hostUsers: false did not take effect (at most 10)."
+    )
+    problems: list[str] = Field(default_factory=list, description="What the replicas say is missing, each once (at most 10).")
+
+
 class SandboxStatus(SpecModel):
     replicas: int = Field(0, ge=0, description="Desired sandbox replicas.")
     ready_replicas: int = Field(0, ge=0, description="Ready sandbox replicas.")
     url: str | None = Field(None, description="In-cluster URL of the sandbox Service.")
+    isolation: SandboxIsolationStatus | None = Field(
+        None, description="Isolation of the replicas, from their /readyz (the last one observed while the sandbox is scaled to zero)."
+    )
 
 
 class MLflowStatus(SpecModel):
@@ -90,7 +110,8 @@ class RetoolRunStatus(SpecModel):
         description=(
             "Standard metav1.Condition list, one per type (a list-map keyed by type, as server-side apply and kstatus expect): "
             "Ready (True once every stage succeeded), Reconciling (True while the pipeline works), Stalled (True when it cannot go on: "
-            "a failed stage, an invalid spec, a child the API server refuses), Succeeded, Failed, Suspended, SpecValid, SandboxReady."
+            "a failed stage, an invalid spec, a child the API server refuses), Succeeded, Failed, Suspended, SpecValid, SandboxReady, "
+            "SandboxIsolation (True when every sandbox replica reports strong isolation), StorageReady."
         ),
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )

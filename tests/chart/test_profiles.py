@@ -27,6 +27,11 @@ def test_default_operator_configuration_follows_the_contract(rendered) -> None:
         "RETOOL_OPERATOR_NVIDIA_RESOURCE_NAME": "nvidia.com/gpu",
         "RETOOL_OPERATOR_ASCEND_RESOURCE_NAME": "huawei.com/Ascend910",
         "RETOOL_OPERATOR_ASCEND_NODE_SELECTOR": "accelerator=huawei-Ascend910",
+        # auto: `helm template` assumes the helm client's Kubernetes version (1.35 for the pinned helm), >= 1.33.
+        "RETOOL_OPERATOR_SANDBOX_USER_NAMESPACES": "true",
+        "RETOOL_OPERATOR_SANDBOX_SYS_ADMIN": "true",
+        "RETOOL_OPERATOR_OWN_NAMESPACE": NS,
+        "RETOOL_OPERATOR_OWN_POD_SELECTOR": f"app.kubernetes.io/component=operator,app.kubernetes.io/instance={REL},app.kubernetes.io/name=retool",
         "RETOOL_OPERATOR_METRICS_SCRAPER_NAMESPACES": "",
         "RETOOL_OPERATOR_DEFAULT_STORAGE_CLASS": "",
         "RETOOL_OPERATOR_BATCH_SCHEDULER": "",

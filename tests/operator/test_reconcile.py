@@ -305,6 +305,7 @@ def test_status_fields_and_conditions_keep_transition_times() -> None:
         "Succeeded": "False",
         "Suspended": "False",
         "SandboxReady": "False",
+        "SandboxIsolation": "Unknown",  # no replica has reported its isolation yet
     }
     later = decide(run, status, Observed(children={"demo-prepare-1": job_status(None)}), T0 + dt.timedelta(hours=1))
     assert [c.last_transition_time for c in later.status.conditions] == [c.last_transition_time for c in status.conditions]

@@ -159,6 +159,40 @@ def test_plan_explains_what_is_missing() -> None:
     assert layers.guards(weak)["filesystem"] == [] and weak.deny_chmod and weak.needs_sweep
 
 
+ROOT_ON_NODE = {
+    "root in the node's user namespace (hostUsers: false dropped or ignored)": (probes(euid=0, uid_switch=True, host_userns=True), None, True),
+    "root of a pod's own user namespace": (probes(euid=0, uid_switch=True, host_userns=False), None, False),
+    "root under a sandboxing RuntimeClass (its own kernel)": (probes(euid=0, uid_switch=True, host_userns=True), "gvisor", False),
+    "the non-root pod in the node's user namespace": (probes(host_userns=True), None, False),
+}
+
+
+@pytest.mark.parametrize(("found", "runtime_class", "flagged"), ROOT_ON_NODE.values(), ids=ROOT_ON_NODE.keys())
+def test_a_root_server_outside_a_pod_user_namespace_is_reported(found: layers.Probes, runtime_class: str | None, flagged: bool) -> None:
+    """The operator's user-namespace pods run as uid 0: where the cluster dropped or ignored hostUsers the
+    replica says so; the executions' own isolation, and so ``strong``, does not change."""
+    plan = layers.decide(found, runtime_class=runtime_class)
+    described = layers.describe(plan)
+    assert described["root_on_node"] is flagged
+    assert any("root of the node" in p for p in plan.problems) is flagged
+    in_pod_userns = layers.decide(layers.Probes(**{**found.as_dict(), "host_userns": False}), runtime_class=runtime_class)
+    assert described["strong"] is layers.is_strong(in_pod_userns)
+    assert layers.Probes.from_dict(found.as_dict()) == found
+    assert layers.Plan.from_dict(plan.as_dict()) == plan
+
+
+def test_the_uid_map_tells_the_nodes_user_namespace_from_a_pods() -> None:
+    from retool.sandbox.template import in_initial_user_namespace
+
+    with open("/proc/self/uid_map") as handle:
+        here = handle.read().split()
+    assert in_initial_user_namespace() is (here == ["0", "0", "4294967295"])
+    inside = in_child(lambda: (isolation.enter_user_namespace(0), in_initial_user_namespace())[1])
+    if isinstance(inside, str):
+        pytest.skip(f"cannot create a user namespace here: {inside}")
+    assert inside is False  # a user namespace maps a range, never the whole identity
+
+
 @pytest.mark.parametrize(("failures", "low", "high"), [(0, 0, 0), (1, 0.04, 0.06), (2, 0.09, 0.11), (6, 1.5, 1.7), (40, RESTART_CAP_S, RESTART_CAP_S)])
 def test_restart_backoff(failures: int, low: float, high: float) -> None:
     assert low <= restart_delay(failures) <= high

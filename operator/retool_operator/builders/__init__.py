@@ -12,6 +12,7 @@ One module per child kind, and one pod path:
 - :mod:`.scheduling`: the labels (and initial suspension) that hand a child to Kueue or to
   KubeRay's batch scheduler;
 - :mod:`.sandbox`: the sandbox Deployment, Service, NetworkPolicy and PDB;
+- :mod:`.sandbox_security`: the sandbox pod's privileges (non-root, or root of its own user namespace);
 - :mod:`.stages`: the Job or RayJob of one attempt of a stage;
 - :mod:`.mlflow`: the operator-managed MLflow tracker of a namespace.
 
@@ -26,7 +27,6 @@ from retool_operator.builders.mlflow import build_mlflow, managed_mlflow_uri
 from retool_operator.builders.pods import PodSettings, RunPodSettings, pod_template, run_pod_settings
 from retool_operator.builders.run_spec import build_spec_configmap, run_document, spec_configmap_name
 from retool_operator.builders.sandbox import (
-    SANDBOX_RUN_AS_USER,
     build_sandbox,
     build_sandbox_deployment,
     build_sandbox_network_policy,
@@ -35,6 +35,7 @@ from retool_operator.builders.sandbox import (
     desired_sandbox_replicas,
     uses_sandbox,
 )
+from retool_operator.builders.sandbox_security import SANDBOX_RUN_AS_USER, SandboxSecurity, sandbox_security
 from retool_operator.builders.scheduling import queued, scheduling_labels, scheduling_problems
 from retool_operator.builders.stages import JOB_RESOURCES, build_stage_child, build_stage_job, build_stage_rayjob, stage_command
 from retool_operator.builders.storage import Claim, build_claim, claim_name, default_claim_size, run_claim
@@ -45,6 +46,7 @@ __all__ = [
     "Claim",
     "PodSettings",
     "RunPodSettings",
+    "SandboxSecurity",
     "Tracking",
     "build_claim",
     "build_mlflow",
@@ -70,6 +72,7 @@ __all__ = [
     "run_document",
     "run_namespace",
     "run_pod_settings",
+    "sandbox_security",
     "scheduling_labels",
     "scheduling_problems",
     "selector_labels",

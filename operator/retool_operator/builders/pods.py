@@ -212,12 +212,16 @@ def stage_pod_settings(
 def sandbox_pod_settings(
     *,
     labels: Mapping[str, str],
-    run_as_user: int,
+    security_context: Mapping[str, Any],
+    host_users: bool | None = None,
+    runtime_class_name: str | None = None,
     run: RunPodSettings | None = None,
     node_selector: Mapping[str, str] | None = None,
     tolerations: Sequence[Obj] = (),
 ) -> PodSettings:
-    """The sandbox replicas: no API credentials, no service links, a non-root uid of the image.
+    """The sandbox replicas: no API credentials, no service links; the privileges of
+    ``builders.sandbox_security`` (a non-root uid, or root of the pod's own user namespace) and the
+    spec's RuntimeClass.
 
     Of the run's pod settings only what cannot hand untrusted code anything applies: image pull
     secrets (used by the kubelet), labels and annotations. Never the service account, the
@@ -232,7 +236,9 @@ def sandbox_pod_settings(
         tolerations=tuple(tolerations),
         automount_service_account_token=False,
         enable_service_links=False,
-        security_context={"runAsNonRoot": True, "runAsUser": run_as_user, "fsGroup": run_as_user, "seccompProfile": {"type": "RuntimeDefault"}},
+        host_users=host_users,
+        runtime_class_name=runtime_class_name,
+        security_context=dict(security_context),
     )
 
 

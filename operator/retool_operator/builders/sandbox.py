@@ -21,12 +21,14 @@ from retool.spec.rules import sandbox_replicas
 from retool_operator import constants as c
 from retool_operator.builders.meta import labels, object_meta, run_namespace, selector_labels
 from retool_operator.builders.pods import pod_template, run_pod_settings, sandbox_pod_settings
+from retool_operator.builders.sandbox_security import sandbox_security
 from retool_operator.config import OperatorConfig
 
-SANDBOX_RUN_AS_USER = 10001  # the sandbox image's USER
 SANDBOX_STAGES = frozenset({"preflight", "rl", "eval"})
 """The stages whose rollouts call the sandbox (preflight: a few scripted rollouts, one replica)."""
 PREFLIGHT_REPLICAS = 1
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+"""Every namespace carries its own name under this label (the API server sets it, Kubernetes >= 1.22)."""
 
 
 def uses_sandbox(run: RetoolRun) -> bool:
@@ -50,10 +52,33 @@ def _quantities(resources: Any) -> dict[str, dict[str, str]]:
     return {k: {rk: str(rv) for rk, rv in v.items()} for k, v in data.items() if v}
 
 
+def sandbox_env(run: RetoolRun) -> list[dict[str, Any]]:
+    """The server's settings (``retool.sandbox.settings``, RETOOL_SANDBOX_*) that come from the spec.
+
+    The per-execution limits become the server's defaults and caps, so a client cannot ask for more
+    than the replica is sized for; ``isolation: strict`` becomes REQUIRE_ISOLATION (a replica whose
+    isolation is not strong stays not-ready and runs nothing); the RuntimeClass is passed on so
+    /readyz says what the replica runs under.
+    """
+    sandbox = run.spec.sandbox
+    env: list[dict[str, Any]] = [
+        {"name": "RETOOL_SANDBOX_DEFAULT_MEMORY_LIMIT_MB", "value": str(sandbox.memory_limit_mb)},
+        {"name": "RETOOL_SANDBOX_MAX_MEMORY_LIMIT_MB", "value": str(sandbox.memory_limit_mb)},
+        {"name": "RETOOL_SANDBOX_MAX_RUN_TIMEOUT_S", "value": str(sandbox.timeout_seconds)},
+        {"name": "RETOOL_SANDBOX_TMP_ROOT", "value": "/tmp"},
+        {"name": "RETOOL_SANDBOX_REQUIRE_ISOLATION", "value": "true" if sandbox.isolation == "strict" else "false"},
+    ]
+    if sandbox.runtime_class_name:
+        env.append({"name": "RETOOL_SANDBOX_RUNTIME_CLASS", "value": sandbox.runtime_class_name})
+    env.append({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
+    return env
+
+
 def build_sandbox_deployment(run: RetoolRun, *, config: OperatorConfig, replicas: int | None) -> dict[str, Any]:
     """The Deployment; ``replicas=None`` leaves the field to an HPA (absent from create and patches)."""
     name = sandbox_name(run.metadata.name)
     sandbox = run.spec.sandbox
+    security = sandbox_security(user_namespaces=config.sandbox_user_namespaces, sys_admin=config.sandbox_sys_admin)
     lbls = labels(run.metadata.name, c.COMPONENT_SANDBOX)
     probe = {"periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 3}
     container = {
@@ -61,32 +86,18 @@ def build_sandbox_deployment(run: RetoolRun, *, config: OperatorConfig, replicas
         "image": sandbox.image or config.sandbox_image,
         "command": ["retool", "sandbox", "serve", "--host", "0.0.0.0", "--port", str(SANDBOX_PORT), "--workers", str(sandbox.per_replica_concurrency)],
         "ports": [{"name": "http", "containerPort": SANDBOX_PORT, "protocol": "TCP"}],
-        # retool.sandbox.settings (RETOOL_SANDBOX_*): the spec's per-execution limits become the
-        # server's defaults and caps, so a client cannot ask for more than the replica is sized for.
-        "env": [
-            {"name": "RETOOL_SANDBOX_DEFAULT_MEMORY_LIMIT_MB", "value": str(sandbox.memory_limit_mb)},
-            {"name": "RETOOL_SANDBOX_MAX_MEMORY_LIMIT_MB", "value": str(sandbox.memory_limit_mb)},
-            {"name": "RETOOL_SANDBOX_MAX_RUN_TIMEOUT_S", "value": str(sandbox.timeout_seconds)},
-            {"name": "RETOOL_SANDBOX_TMP_ROOT", "value": "/tmp"},
-            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-        ],
+        "env": sandbox_env(run),
         "resources": _quantities(sandbox.resources),
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": SANDBOX_PORT}, "initialDelaySeconds": 2, **probe},
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": SANDBOX_PORT}, "initialDelaySeconds": 10, **probe},
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": SANDBOX_RUN_AS_USER,
-            "runAsGroup": SANDBOX_RUN_AS_USER,
-            "readOnlyRootFilesystem": True,
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": security.container,
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
     settings = sandbox_pod_settings(
         labels=lbls,
-        run_as_user=SANDBOX_RUN_AS_USER,
+        security_context=security.pod,
+        host_users=security.host_users,
+        runtime_class_name=sandbox.runtime_class_name,
         run=run_pod_settings(run),
         node_selector=sandbox.node_selector,
         tolerations=[t.model_dump(by_alias=True, exclude_none=True) for t in sandbox.tolerations],
@@ -118,9 +129,17 @@ def build_sandbox_service(run: RetoolRun) -> dict[str, Any]:
     }
 
 
-def build_sandbox_network_policy(run: RetoolRun, *, scraper_namespaces: dict[str, str] | None = None) -> dict[str, Any]:
+def build_sandbox_network_policy(
+    run: RetoolRun, *, scraper_namespaces: dict[str, str] | None = None, operator_pods: tuple[str, dict[str, str]] | None = None
+) -> dict[str, Any]:
     """No egress at all; ingress only from this run's stage pods (Ray head, workers, Jobs) and,
-    when ``scraper_namespaces`` (namespace labels) is given, from the metrics scraper there.
+    when ``scraper_namespaces`` (namespace labels) is given, from the metrics scraper there, and,
+    when ``operator_pods`` (namespace, pod labels) is given, from the operator's own pods, which read
+    each replica's /readyz for the run's status (``retool_operator.isolation``).
+
+    The operator's rule names its namespace by ``kubernetes.io/metadata.name`` (set by the API
+    server on every namespace) and its pods by their labels in one peer, so both must match: no
+    other pod of the operator's namespace, and no pod with those labels elsewhere, gets in.
 
     Egress is denied by listing "Egress" in policyTypes with no egress rule. ``egress: []`` would
     say the same, but the API server drops empty lists when it stores an object, so the stored
@@ -135,6 +154,10 @@ def build_sandbox_network_policy(run: RetoolRun, *, scraper_namespaces: dict[str
     if scraper_namespaces:
         # /metrics is served on the same port as the API: the scraper may reach that port only.
         ingress.append({"from": [{"namespaceSelector": {"matchLabels": dict(scraper_namespaces)}}], "ports": [{"protocol": "TCP", "port": SANDBOX_PORT}]})
+    if operator_pods:
+        namespace, pod_labels = operator_pods
+        peer = {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: namespace}}, "podSelector": {"matchLabels": dict(pod_labels)}}
+        ingress.append({"from": [peer], "ports": [{"protocol": "TCP", "port": SANDBOX_PORT}]})
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -163,7 +186,7 @@ def build_sandbox(run: RetoolRun, *, config: OperatorConfig, replicas: int | Non
         return []
     return [
         build_sandbox_service(run),
-        build_sandbox_network_policy(run, scraper_namespaces=config.metrics_scraper_selector),
+        build_sandbox_network_policy(run, scraper_namespaces=config.metrics_scraper_selector, operator_pods=config.own_pods),
         build_sandbox_pdb(run),
         build_sandbox_deployment(run, config=config, replicas=replicas),
     ]
