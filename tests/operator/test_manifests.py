@@ -5,6 +5,7 @@ the shared check tool's logic (defaults, types, enums, and fields the API server
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ K8S_VERSION = "1.33.0"
 pytestmark = pytest.mark.skipif(not CHECK_TOOL.exists() or not KUBERAY_SCHEMAS.exists(), reason="shared schemas and check tool not present")
 
 
+@functools.cache
 def _check_tool() -> Any:
     spec = importlib.util.spec_from_file_location("check_manifests", CHECK_TOOL)
     assert spec is not None and spec.loader is not None
@@ -33,9 +35,16 @@ def _check_tool() -> Any:
     return module
 
 
+@functools.cache
+def kuberay_schemas() -> dict[tuple[str, str], dict]:
+    """The KubeRay CRD schemas, read once per test process (reading them takes seconds). Callers
+    only read the mapping."""
+    return _check_tool().crd_schemas(str(KUBERAY_SCHEMAS))
+
+
 @pytest.fixture(scope="module")
 def ray_schemas() -> dict[tuple[str, str], dict]:
-    return _check_tool().crd_schemas(str(KUBERAY_SCHEMAS))
+    return kuberay_schemas()
 
 
 def problems_of(objects: list[dict[str, Any]], ray_schemas: dict, tmp_path: Path) -> list[str]:

@@ -103,7 +103,7 @@ def test_command_line_reads_stdin() -> None:
 def test_manifests_view_prints_the_operators_objects_and_they_validate(example: Path, tmp_path: Path) -> None:
     """`retool render --manifests` (a subprocess, as a pull-request check would run it) against the
     Kubernetes and KubeRay schemas."""
-    from tests.operator.test_manifests import _check_tool, problems_of
+    from tests.operator.test_manifests import kuberay_schemas, problems_of
 
     doc = yaml.safe_load(example.read_text())
     gang = ((doc["spec"].get("scheduling") or {}).get("gang") or {}).get("enabled")
@@ -115,7 +115,7 @@ def test_manifests_view_prints_the_operators_objects_and_they_validate(example: 
     sandbox = {"Deployment", "Service", "NetworkPolicy", "PodDisruptionBudget"} if doc["spec"].get("recipe", "tool-integrated") == "tool-integrated" else set()
     assert kinds[:1] == ["ConfigMap"] and sandbox | {"RayJob", "Job"} <= set(kinds)
     assert ("PersistentVolumeClaim" in kinds) == ("claimName" not in (doc["spec"].get("storage") or {}).get("pvc", {}))
-    assert problems_of(objects, _check_tool().crd_schemas(str(KUBERAY_SCHEMAS)), tmp_path) == []
+    assert problems_of(objects, kuberay_schemas(), tmp_path) == []
 
 
 def test_manifests_view_of_one_stage_has_only_that_stage_child(capsys: pytest.CaptureFixture[str]) -> None:
