@@ -35,3 +35,29 @@ def free_port() -> int:
 @pytest.fixture
 def python() -> str:
     return sys.executable
+
+
+SAME_WORKER: dict[str, str] = {
+    path: "operator-cluster"
+    for path in (
+        "tests/operator/test_integration.py",
+        "tests/operator/test_integration_cluster.py",
+        "tests/operator/test_integration_isolation.py",
+        "tests/operator/test_integration_tracking.py",
+        "tests/operator/test_preflight_stage.py",
+        "tests/operator/test_zz_rbac.py",
+    )
+}
+"""Test files that must share one process: the operator's emulator modules record every request the
+operator makes, and test_zz_rbac (last in the group) checks the grants against all of them."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist with ``--dist loadgroup`` (``make test``) every test file runs whole on one
+    worker, so its module-scoped servers start once, and ``SAME_WORKER`` files share one. Without
+    xdist the marks are inert."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            path = item.nodeid.split("::", 1)[0]
+            item.add_marker(pytest.mark.xdist_group(SAME_WORKER.get(path, path)))

@@ -13,7 +13,8 @@ from retool_operator.permissions import NOT_REQUESTED, RULES
 
 from tests.operator.test_integration import USED, USED_BY
 
-INTEGRATION_MODULES = frozenset({"test_integration", "test_integration_cluster", "test_integration_tracking"})
+INTEGRATION_MODULES = frozenset({"test_integration", "test_integration_cluster", "test_integration_isolation", "test_integration_tracking", "test_preflight_stage"})
+"""tests/conftest.py SAME_WORKER keeps them in one process under pytest-xdist."""
 
 
 def test_rbac_grants_nothing_the_operator_does_not_use() -> None:
