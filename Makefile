@@ -25,12 +25,12 @@ $(STAMP): pyproject.toml
 	$(PIP) install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# Two workers (CI has two cores); each takes a whole test file at a time (tests/conftest.py), so
-# module-scoped servers start once. TEST_WORKERS=0 runs everything in one process.
+# Two workers (CI has two cores); each takes a whole test file (or a group, tests/conftest.py) at a
+# time, so module-scoped servers start once. TEST_WORKERS=0 runs everything in one process.
 TEST_WORKERS ?= 2
 
 test: install helm ## install what is missing, then run the whole suite
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint: install ## ruff
 	$(VENV)/bin/ruff check retool operator tests bench

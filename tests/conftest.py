@@ -6,6 +6,7 @@ import os
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,6 +38,7 @@ def python() -> str:
     return sys.executable
 
 
+
 SAME_WORKER: dict[str, str] = {
     path: "operator-cluster"
     for path in (
@@ -50,14 +52,41 @@ SAME_WORKER: dict[str, str] = {
 }
 """Test files that must share one process: the operator's emulator modules record every request the
 operator makes, and test_zz_rbac (last in the group) checks the grants against all of them."""
+SAME_WORKER_DIRECTORIES = ("tests/sandbox/",)
+"""Directories run by one worker, file after file: the sandbox suites start servers that fork-bomb,
+fill memory and sweep scratch space, and are not run beside each other."""
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist with ``--dist loadgroup`` (``make test``) every test file runs whole on one
-    worker, so its module-scoped servers start once, and ``SAME_WORKER`` files share one. Without
-    xdist the marks are inert."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            path = item.nodeid.split("::", 1)[0]
-            item.add_marker(pytest.mark.xdist_group(SAME_WORKER.get(path, path)))
+def worker_group(path: str) -> str:
+    """The unit of work of a test file under ``make test`` (pytest-xdist, ``--dist loadfile``)."""
+    return SAME_WORKER.get(path) or next((d for d in SAME_WORKER_DIRECTORIES if path.startswith(d)), path)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile``, with the groups of ``worker_group``: each test file runs whole on one worker
+    (its module-scoped servers start once), and the files of one group run in one worker, in order."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class GroupedFileScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid.split("::", 1)[0])
+
+    return GroupedFileScheduling(config, log)
+
+
+XDIST_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+"""This pytest-xdist worker's index (0 without xdist)."""
+SANDBOX_UID_STRIDE = 1500
+
+
+def sandbox_uid_base(base: int = 60000) -> int:
+    """Execution uids for a sandbox server this worker starts. The kernel counts RLIMIT_NPROC per uid
+    and the scratch sweep removes files by uid, so servers of two workers running at once must not
+    share execution uids (in a cluster every replica has its own user namespace or pod)."""
+    return base + SANDBOX_UID_STRIDE * XDIST_WORKER
+
+
+os.environ.setdefault("RETOOL_SANDBOX_UID_BASE", str(sandbox_uid_base()))

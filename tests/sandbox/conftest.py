@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import free_port, repo_env
+from tests.conftest import free_port, repo_env, sandbox_uid_base
 from tests.sandbox import podlike
 
 SECRET = f"s3cr3t-{uuid.uuid4().hex}"
@@ -128,7 +128,7 @@ def stop_server(server: RunningServer) -> None:
         kill_tree(server.process)
 
 
-SERVER_UID_BASE = 61000
+SERVER_UID_BASE = sandbox_uid_base(61000)
 """Execution uids of the ``server`` fixture: distinct from the default (60000) that sandbox servers
 of other test packages use, so leftover-process checks see only this server's executions."""
 

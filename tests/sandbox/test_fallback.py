@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.conftest import sandbox_uid_base
 from tests.sandbox.conftest import RunningServer, descendants, processes_of_uids, start_server, stop_server
 from tests.sandbox.test_cross_execution import FIND_AND_TAMPER, KILL_EVERYONE, LOOPBACK, cwd_holding, post, stdout
 
@@ -32,7 +33,7 @@ pytestmark = pytest.mark.slow
 FALLBACKS = {
     "pod on Linux 6.8 (Landlock ABI 4)": ("pod", 10021, {"RETOOL_SANDBOX_LANDLOCK_MAX_ABI": "4", "RETOOL_SANDBOX_REQUIRE_ISOLATION": "true"}),
     "pod on Linux 5.10 (no Landlock)": ("pod", 10022, {"RETOOL_SANDBOX_LANDLOCK_MAX_ABI": "0"}),
-    "root without namespaces": (None, 0, {"RETOOL_SANDBOX_NAMESPACES": "off", "RETOOL_SANDBOX_UID_BASE": "62000"}),
+    "root without namespaces": (None, 0, {"RETOOL_SANDBOX_NAMESPACES": "off", "RETOOL_SANDBOX_UID_BASE": str(sandbox_uid_base(62000))}),
 }
 
 
