@@ -120,7 +120,15 @@ def prepare(kind: str, uid: int, argv: list[str]) -> None:
         _expose(target)
     scratch = {"/tmp": "size=512m", "/var/tmp": "size=64m", "/dev/shm": "size=64m"}
     for path, size in scratch.items():
+        # A checkout or venv under a scratch directory (a clone in /tmp) stays visible: it is bound
+        # back into the pod's fresh tmpfs, as the image's own files are outside the pod's emptyDirs.
+        inside = [os.path.realpath(t) for t in EXPOSED if os.path.realpath(t).startswith(path.rstrip("/") + "/")]
+        kept = [(target, os.open(target, os.O_PATH)) for target in inside]
         isolation.mount("tmpfs", path, "tmpfs", isolation.MS_NOSUID | isolation.MS_NODEV, f"mode=1777,{size}")
+        for target, fd in kept:
+            os.makedirs(target, mode=0o755, exist_ok=True)
+            isolation.mount(f"/proc/self/fd/{fd}", target, None, isolation.MS_BIND | isolation.MS_REC)
+            os.close(fd)
     if kind == "k8s-userns":
         caps = ",".join(["-all", *(f"+{cap}" for cap in K8S_USERNS_CAPS)])
         os.execvp("setpriv", ["setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}", "--no-new-privs", "--", *argv])
