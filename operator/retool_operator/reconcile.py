@@ -111,6 +111,8 @@ class Observed:
     failure_details: dict[str, str] = field(default_factory=dict)
     """Failed Job name -> its stage container's termination message (the reason the stage gave, or its last log lines)."""
     sandbox_ready_replicas: int = 0
+    sandbox_pods_refused: str | None = None
+    """The message of the sandbox Deployment's ReplicaFailure condition (pods refused at creation), if True."""
     mlflow: MLflowStatus | None = None
     results: dict[str, dict[str, float]] = field(default_factory=dict)
     claim: ClaimObservation | None = None  # None: not read this pass (no storage gate)
@@ -467,6 +469,7 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
         phase,
         waiting=waiting,
         sandbox=(replicas, observed.sandbox_ready_replicas) if uses_sandbox(run) else None,
+        sandbox_refused=observed.sandbox_pods_refused,
         now=now,
         generation=generation,
     )

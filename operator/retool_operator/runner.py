@@ -40,7 +40,7 @@ from retool_operator.isolation import IsolationObservation
 from retool_operator.kube import KINDS, ApiError, Kind, KubeClient
 from retool_operator.readyz import IsolationReader
 from retool_operator.reconcile import Decision, Event, Observed, child_outcome, decide
-from retool_operator.status import dump, invalid_spec_status, load, phase_of, with_refusals, with_spec_warnings
+from retool_operator.status import dump, invalid_spec_status, load, phase_of, replica_failure, with_refusals, with_spec_warnings
 from retool_operator.tracking import ensure_parent_run, eval_results, tracking_target
 from retool_operator.webhook import cluster_problems, spec_problems
 
@@ -346,10 +346,11 @@ class Reconciler:
         active: dict[str, list[str]] = {}
         if may_create(status, children):
             active = await self._active_pods(namespace, run.metadata.name)
-        ready, autoscaled, isolation = 0, False, None
+        ready, autoscaled, isolation, refused = 0, False, None, None
         if uses_sandbox(run):
             deployment = await self.client.get(DEPLOYMENTS, namespace, sandbox_name(run.metadata.name))
             ready = int(((deployment or {}).get("status") or {}).get("readyReplicas") or 0)
+            refused = replica_failure(deployment)
             autoscaled = await self.client.get(HPAS, namespace, sandbox_name(run.metadata.name)) is not None
             isolation = await self._sandbox_isolation(namespace, run.metadata.name, deployment)
         claim: ClaimObservation | None = None
@@ -362,6 +363,7 @@ class Reconciler:
             active_pods=active,
             failure_details=details,
             sandbox_ready_replicas=ready,
+            sandbox_pods_refused=refused,
             mlflow=mlflow,
             claim=claim,
             workloads=workloads,

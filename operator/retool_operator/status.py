@@ -76,6 +76,19 @@ def progress_of(stages: list[StageStatus]) -> str | None:
     return text
 
 
+def replica_failure(deployment: dict[str, Any] | None) -> str | None:
+    """Why a Deployment's pods cannot be created, from its ``ReplicaFailure`` condition (True while its
+    ReplicaSet's pod creations fail: Pod Security admission, quota, a missing RuntimeClass); None otherwise.
+
+    Without it a refused sandbox pod shows only as missing ready replicas; the reason lives in the
+    ReplicaSet's events, which nobody watching the run reads.
+    """
+    for cond in ((deployment or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True":
+            return " ".join(x for x in (cond.get("reason"), cond.get("message")) if x) or "ReplicaFailure"
+    return None
+
+
 def pipeline_conditions(
     previous: list[Condition],
     stages: list[StageStatus],
@@ -83,6 +96,7 @@ def pipeline_conditions(
     *,
     waiting: str | None,
     sandbox: tuple[int | None, int] | None,
+    sandbox_refused: str | None = None,
     now: dt.datetime,
     generation: int | None,
 ) -> list[Condition]:
@@ -90,7 +104,8 @@ def pipeline_conditions(
 
     ``waiting``: why the next child is held back (earlier pods still terminating), if it is.
     ``sandbox``: (desired replicas or None when an HPA owns them, ready replicas); None for a run
-    without a sandbox (text-only), which then has no SandboxReady condition.
+    without a sandbox (text-only), which then has no SandboxReady condition. ``sandbox_refused``: the
+    message of the Deployment's ReplicaFailure condition, shown while replicas are missing.
     """
     current = current_stage(stages)
     detail = (current.message or "") if current else "all stages succeeded"
@@ -135,6 +150,8 @@ def pipeline_conditions(
         sandbox_reason, sandbox_ok, text = c.REASON_SANDBOX_READY, True, f"{ready}/{replicas} replicas ready"
     else:
         sandbox_reason, sandbox_ok, text = c.REASON_SANDBOX_NOT_READY, False, f"{ready}/{replicas} replicas ready"
+    if sandbox_refused and not sandbox_ok and replicas != 0:
+        sandbox_reason, text = c.REASON_SANDBOX_PODS_REFUSED, f"{text}; its pods are refused: {sandbox_refused}"[:1024]
     return put(conds, c.COND_SANDBOX_READY, sandbox_ok, sandbox_reason, text)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from retool_operator.reconcile import CreateChild, Observed, SetSuspend, child_outcome, decide
-from retool_operator.status import load, rfc3339
+from retool_operator.status import load, replica_failure, rfc3339
 
 from retool.spec.status import RetoolRunStatus, StageStatus
 from tests.operator.helpers import T0, job_status, rayjob_status, run_of
@@ -375,3 +375,45 @@ def test_a_persisting_refusal_writes_no_new_status() -> None:
     again = with_refusals(decide(run, stored, Observed(), later).status, refusal, previous=stored.conditions, now=later, generation=None)
     assert again.conditions == stored.conditions
     assert {c.type: c.status for c in again.conditions}["Stalled"] == "True"
+
+
+REFUSED = {
+    "type": "ReplicaFailure",
+    "status": "True",
+    "reason": "FailedCreate",
+    "message": 'pods "demo-sandbox-7d9f-x" is forbidden: violates PodSecurity "baseline:latest": non-default capabilities (container "sandbox" must not include "SYS_ADMIN")',
+}
+
+
+@pytest.mark.parametrize(
+    ("conditions", "expected"),
+    [
+        ([REFUSED], f"FailedCreate {REFUSED['message']}"),
+        ([{**REFUSED, "status": "False"}], None),  # the ReplicaSet creates pods again
+        ([{"type": "Available", "status": "False", "reason": "MinimumReplicasUnavailable"}], None),
+        ([], None),
+    ],
+    ids=["refused", "recovered", "only-unavailable", "no-conditions"],
+)
+def test_replica_failure_reads_the_deployments_condition(conditions: list[dict[str, Any]], expected: str | None) -> None:
+    assert replica_failure({"status": {"conditions": conditions}}) == expected
+    assert replica_failure(None) is None
+
+
+@pytest.mark.parametrize(
+    ("current", "ready", "reason"),
+    [
+        (stages(prepare=("Succeeded", 1), sft=("Succeeded", 1), merge=("Succeeded", 1), rl=("Running", 1)), 0, "PodsRefused"),
+        (stages(prepare=("Succeeded", 1), sft=("Succeeded", 1), merge=("Succeeded", 1), rl=("Running", 1)), 4, "ReplicasReady"),
+        (stages(prepare=("Running", 1)), 0, "ScaledDown"),  # no replicas wanted: nothing to refuse
+    ],
+    ids=["rl-refused", "rl-ready-again", "prepare"],
+)
+def test_refused_sandbox_pods_show_why_in_sandbox_ready(current: list[StageStatus], ready: int, reason: str) -> None:
+    run = run_of()
+    refused = replica_failure({"status": {"conditions": [REFUSED]}})
+    decision = decide(run, RetoolRunStatus(stages=current), Observed(sandbox_ready_replicas=ready, sandbox_pods_refused=refused), T0)
+    cond = next(c for c in decision.status.conditions if c.type == "SandboxReady")
+    assert cond.reason == reason
+    if reason == "PodsRefused":
+        assert cond.status == "False" and 'violates PodSecurity "baseline:latest"' in cond.message and cond.message.startswith("0/")
