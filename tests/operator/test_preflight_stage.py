@@ -198,3 +198,24 @@ def cluster_pods() -> Any:
     from retool_operator.kube import KINDS
 
     return KINDS[("v1", "Pod")]
+
+
+@pytest.mark.slow
+async def test_sandbox_pods_refused_at_admission_show_in_sandbox_ready(cluster: Cluster) -> None:
+    """The preflight wants one sandbox replica; when its ReplicaSet cannot create the pod (here Pod
+    Security refusing the user-namespace shape), the Deployment's ReplicaFailure reaches the run."""
+    refusal = 'pods "refused-sandbox-5c6d-x" is forbidden: violates PodSecurity "baseline:latest": non-default capabilities'
+    async with running_operator(cluster.config):
+        await cluster.api.create(spec_doc("refused", preflight=PREFLIGHT))
+        await cluster.finish(JOBS, "refused-prepare-1", job_status("Complete"))
+        await cluster.child(JOBS, "refused-preflight-1")
+        failure = {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate", "message": refusal}
+        await cluster.api.patch(DEPLOYMENTS, NS, sandbox_name("refused"), {"status": {"replicas": 0, "readyReplicas": 0, "conditions": [failure]}}, subresource="status")
+        await cluster.api.patch(JOBS, NS, "refused-preflight-1", {"status": {"active": 1}}, subresource="status")  # an event: one more pass
+
+        async def sandbox_ready() -> dict[str, Any] | None:
+            cond = {c["type"]: c for c in (await cluster.status("refused")).get("conditions", [])}.get("SandboxReady")
+            return cond if cond and cond["reason"] == "PodsRefused" else None
+
+        cond = await eventually(sandbox_ready, what="SandboxReady PodsRefused")
+    assert cond["status"] == "False" and cond["message"].startswith("0/1 replicas ready") and refusal in cond["message"]
