@@ -110,9 +110,13 @@ async def test_executions_end_completely(fallback: RunningServer, code: str) -> 
         await post(client, code, timeout=1.0)
     template = fallback.readyz()["template"]["pid"]
     expected = 2 * fallback.workers  # each worker and its one pre-forked process
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and len(descendants(template)) > expected:
+    # Exactly that many: nothing the execution started is left, and its worker has pre-forked the
+    # next process again (which a loaded machine may take a moment to do).
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and len(descendants(template)) != expected:
         await asyncio.sleep(0.05)
+    assert len(descendants(template)) == expected
+    await asyncio.sleep(0.5)  # and it stays so (a survivor standing in for a late pre-fork would show now)
     assert len(descendants(template)) == expected
 
 
