@@ -90,3 +90,7 @@ def sandbox_uid_base(base: int = 60000) -> int:
 
 
 os.environ.setdefault("RETOOL_SANDBOX_UID_BASE", str(sandbox_uid_base()))
+# MLflow's telemetry thread sets and unsets _MLFLOW_TELEMETRY_SESSION_ID in os.environ while other
+# threads iterate it (requests reads proxies from the environment on every call): a KeyError in a
+# test's MLflow request. Tests send nothing beyond 127.0.0.1 anyway.
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
