@@ -16,7 +16,7 @@ from tests.conftest import REPO, repo_env
 
 SCHEMA_CHECKS = [
     "tests/operator/test_manifests.py",
-    "tests/operator/test_sandbox_security.py",
+    "tests/operator/test_sandbox_security.py::test_every_shape_is_a_valid_manifest",
     "tests/render/test_cli_render.py",
     "tests/upstream/test_manifest_checker.py",
 ]
