@@ -19,7 +19,6 @@ from retool_operator.config import OperatorConfig
 from retool_operator.kube import KINDS
 from retool_operator.permissions import allows
 
-from tests.operator.conftest import needs_tracking
 from tests.operator.emulator import (
     DEPLOYMENTS,
     JOBS,
@@ -296,7 +295,6 @@ async def _absent(cluster: Cluster, name: str) -> bool:
     return await cluster.api.get(RUNS, NS, name) is None
 
 
-@needs_tracking
 async def test_parent_mlflow_run_reaches_status_and_stage_env(cluster: Cluster, mlflow_server: str) -> None:
     """With a real MLflow server: status.mlflow carries the parent run, stages log under it."""
     config = OperatorConfig(_env_file=None, resync_seconds=3600, mlflow_parent_runs=True, mlflow_tracking_uri=mlflow_server)
