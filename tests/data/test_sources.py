@@ -32,9 +32,17 @@ def test_classify_source(source: str, on_disk: bool, kind: str) -> None:
     assert classify_source(source, exists=lambda _: on_disk) == kind
 
 
-@pytest.mark.parametrize("source", ["", "not a source", "a/b/c"], ids=["empty", "spaces", "three parts"])
-def test_unknown_sources_are_rejected(source: str) -> None:
-    with pytest.raises(SourceError):
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("", "empty data source"),
+        ("not a source", "data source 'not a source' is neither an existing path, an s3:// URI nor a hub id (org/name)"),
+        ("a/b/c", "data source 'a/b/c' is neither an existing path, an s3:// URI nor a hub id (org/name)"),
+    ],
+    ids=["empty", "spaces", "three parts"],
+)
+def test_unknown_sources_are_rejected(source: str, message: str) -> None:
+    with pytest.raises(SourceError, match=re.escape(message)):
         classify_source(source, exists=lambda _: False)
 
 
