@@ -9,7 +9,7 @@ TOOLS := .tools
 HELM := $(TOOLS)/helm
 
 .DEFAULT_GOAL := help
-.PHONY: help install test lint crd api-docs helm clean
+.PHONY: help install test mutation-check lint crd api-docs helm clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -31,6 +31,11 @@ TEST_WORKERS ?= 2
 
 test: install helm ## install what is missing, then run the whole suite
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
+# Not part of `make test`: each mutation copies the working tree and runs the tests that should
+# catch it, with and without the bug (a few minutes). Figures of the last run: docs/development.md.
+mutation-check: install ## one-line bugs in a copy of the tree: does the suite catch each? (tests/mutation_check.py)
+	$(PY) tests/mutation_check.py
 
 lint: install ## ruff
 	$(VENV)/bin/ruff check retool operator tests bench
