@@ -12,7 +12,7 @@ include upstream/versions.env
 KUBERAY_CRDS := $(TOOLS)/kuberay-$(KUBERAY_VERSION)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test lint crd api-docs helm kuberay-crds clean
+.PHONY: help install test mutation-check lint crd api-docs helm kuberay-crds clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(firstword $(MAKEFILE_LIST)) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -34,6 +34,11 @@ TEST_WORKERS ?= 2
 
 test: install helm kuberay-crds ## install what is missing, then run the whole suite
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
+# Not part of `make test`: each mutation copies the working tree and runs the tests that should
+# catch it, with and without the bug (a few minutes). Figures of the last run: docs/development.md.
+mutation-check: install ## one-line bugs in a copy of the tree: does the suite catch each? (tests/mutation_check.py)
+	$(PY) tests/mutation_check.py
 
 lint: install ## ruff
 	$(VENV)/bin/ruff check retool operator tests bench
