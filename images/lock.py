@@ -97,6 +97,17 @@ def public_version(version: str) -> str:
     return version.split("+", 1)[0]
 
 
+def same_release(installed: str, pinned: str) -> bool:
+    """PEP 440 equality of the public parts: ``13.0.3.0`` is what ``==13.0.3`` pins (torch's CUDA builds
+    require ``cuda-toolkit==13.0.3`` and install a distribution that calls itself 13.0.3.0)."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(public_version(installed)) == Version(public_version(pinned))
+    except InvalidVersion:
+        return public_version(installed) == pinned
+
+
 def project_requirements(pyproject: Path = REPO / "pyproject.toml") -> list[str]:
     """What the image installs from this project: its dependencies and the train extra."""
     project = tomllib.loads(pyproject.read_text())["project"]
@@ -242,7 +253,7 @@ def check_base(base_in: Path) -> list[str]:
         except importlib.metadata.PackageNotFoundError:
             problems.append(f"{name}: the lock expects {version} from the base image, which does not install it")
             continue
-        if public_version(installed) != version:
+        if not same_release(installed, version):
             problems.append(f"{name}: the base image has {installed}, the lock was made for {version}")
     return problems
 

@@ -107,3 +107,18 @@ def test_base_is_read_with_importlib_metadata(tmp_path: Path) -> None:
     problems = lock.check_base(base_in)
     assert any("torch: the base image has" in p and "made for 2.8.0" in p for p in problems)
     assert any("no-such-dist" in p and "does not install it" in p for p in problems)
+
+
+@pytest.mark.parametrize(
+    ("installed", "pinned", "same"),
+    [
+        ("13.0.3.0", "13.0.3", True),  # torch's CUDA build: cuda-toolkit==13.0.3 installs 13.0.3.0
+        ("2.13.0+cpu", "2.13.0", True),
+        ("2.13.0", "2.13.1", False),
+        ("1.0rc1", "1.0", False),
+        ("not a version", "not a version", True),
+        ("not a version", "1.0", False),
+    ],
+)
+def test_base_pins_compare_as_pep440_releases(installed: str, pinned: str, same: bool) -> None:
+    assert lock.same_release(installed, pinned) is same
