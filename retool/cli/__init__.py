@@ -8,6 +8,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from retool.cli.inputs import InputError
+
 # Modules under retool.cli, each defining register(subparsers) that adds one sub-command.
 COMMANDS: tuple[str, ...] = (
     "validate",
@@ -32,7 +34,17 @@ def build_parser() -> argparse.ArgumentParser:
             importlib.import_module(f"retool.cli.{name}").register(subparsers)
         except ModuleNotFoundError as err:
             _register_unavailable(subparsers, name, err)
+    for path, leaf in leaf_commands(parser):
+        leaf.set_defaults(command_path=" ".join(("retool", *path)))
     return parser
+
+
+def leaf_commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    """Every runnable command under ``parser`` as (words after ``retool``, its parser), e.g. (("data", "prepare", "rl"), ...)."""
+    groups = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not groups:
+        return [(path, parser)]
+    return [leaf for group in groups for name, child in group.choices.items() for leaf in leaf_commands(child, (*path, name))]
 
 
 EXTRA_OF_COMMAND = {"sandbox": "sandbox", "data": "train", "storage": "train", "eval": "train", "preflight": "train"}
@@ -70,6 +82,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return int(args.func(args) or 0)
+    except InputError as err:  # a user's mistake: one line per problem, each naming the file and field
+        for line in err.lines:
+            print(f"{getattr(args, 'command_path', 'retool')}: {line}", file=sys.stderr)
+        return err.exit_code
     except ModuleNotFoundError as err:  # a command whose extra is not installed in this image
         print(_needs_extra(args.command, err), file=sys.stderr)
         return 2
