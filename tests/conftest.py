@@ -13,6 +13,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((REPO / "examples").glob("retoolrun-*.yaml"))
 SHARED = REPO.parent / "shared"
+OPERATOR_OF_EXAMPLE = {"retoolrun-qwen32b-volcano": ("--batch-scheduler", "volcano")}
+"""Flags of `retool validate` / `retool render --manifests` naming the operator an example is written
+for (its header says how that operator is installed); the others are for the chart's defaults."""
 KUBERAY_SCHEMAS = SHARED / "schemas" / "kuberay-v1.7.0"
 
 

@@ -70,7 +70,10 @@ class OperatorConfig(BaseSettings):
         "", description="key=value[,key=value] labels of the operator's pods (the chart sets them); with own_namespace, the pods each sandbox admits on its port."
     )
     sandbox_max_replicas: int = Field(
-        DEFAULT_SANDBOX_MAX_REPLICAS, ge=1, le=MAX_SANDBOX_REPLICAS, description="Sandbox replicas one RetoolRun may ask for (ceil(maxConcurrent / perReplicaConcurrency)); admission refuses more."
+        DEFAULT_SANDBOX_MAX_REPLICAS,
+        ge=1,
+        le=MAX_SANDBOX_REPLICAS,
+        description="Sandbox replicas one RetoolRun may ask for (ceil(maxConcurrent / perReplicaConcurrency)); admission refuses more."
     )
 
     @field_validator("ascend_node_selector", "metrics_scraper_namespaces", "own_pod_selector")
