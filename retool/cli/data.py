@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-from retool.cli.inputs import read_run
+from retool.cli.inputs import InputError, read_run
 from retool.runtime.context import SPEC_MOUNT_PATH
 
 
@@ -84,9 +83,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             _, retool_run = read_run(args.spec, exit_code=1)
             summaries = prepare_run(retool_run, s3_endpoint=args.s3_endpoint, split=args.split, max_malformed_fraction=args.max_malformed_fraction)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    except ValueError as exc:  # an unreadable source, no valid row, too many malformed rows: exit 1 (docs/cli.md)
+        raise InputError([line.strip() for line in str(exc).splitlines() if line.strip()], exit_code=1) from None
     if args.json:
         print(json.dumps([s.to_dict() for s in summaries], indent=2, default=str))
     else:
