@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -222,3 +223,16 @@ def test_a_bad_input_is_one_line_naming_it_with_a_documented_exit_status(case: C
     continued = [line for line in output.splitlines() if line[:1].isspace()]
     assert not continued, f"a message spans several lines: {output}"
     assert not list(tmp_path.glob("out/*")) and not (tmp_path / "destination").exists(), "an output was written for a bad input"
+
+
+def test_a_sandbox_whose_port_is_taken_exits_with_its_documented_status(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        proc = subprocess.run(
+            [sys.executable, "-m", "retool.cli", "sandbox", "serve", "--port", port, "--workers", "1"],
+            cwd=tmp_path, env=repo_env(), capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    assert "Traceback" not in proc.stderr and "address already in use" in proc.stderr
+    assert proc.returncode in exit_codes_of(("sandbox", "serve"), EXIT_CODES) - {0}, proc.stderr[-2000:]
