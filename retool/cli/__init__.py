@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.metadata
 import logging
 import re
 import sys
@@ -78,6 +77,8 @@ def extra_for(name: str, err: ModuleNotFoundError) -> str:
     extra whose requirements name the missing module (the package's metadata), else ``dev``."""
     if name in EXTRA_OF_COMMAND:
         return EXTRA_OF_COMMAND[name]
+    import importlib.metadata  # only on this path: it costs a tenth of a second at every start
+
     try:
         requirements = importlib.metadata.metadata("retool").get_all("Requires-Dist") or []
     except importlib.metadata.PackageNotFoundError:  # run from a checkout that is not installed
