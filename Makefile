@@ -14,8 +14,13 @@ KUBERAY_CRDS := $(TOOLS)/kuberay-$(KUBERAY_VERSION)
 .DEFAULT_GOAL := help
 .PHONY: help install test mutation-check lint crd api-docs helm kuberay-crds clean
 
+# Every target line with a `## ` comment; a rule over generated names (`$(addprefix image-,...): image-%:`)
+# is listed by its pattern, `%` shown as <name>. tests/docs/test_make_help.py checks every .PHONY target is listed.
 help: ## list the targets
-	@grep -hE '^[a-zA-Z_-]+:.*## ' $(firstword $(MAKEFILE_LIST)) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@awk '/^[^ \t#][^=]*:.*## / { \
+	  text = substr($$0, index($$0, "## ") + 3); n = split(substr($$0, 1, index($$0, "## ") - 1), part, ":"); name = part[1]; \
+	  if (name ~ /[$$][(]/) { name = part[n - 1]; gsub(/ /, "", name); sub(/%/, "<name>", name) } \
+	  printf "  make %-24s %s\n", name, text }' $(firstword $(MAKEFILE_LIST))
 
 install: $(STAMP) ## create .venv with everything the tests need (idempotent)
 
@@ -93,7 +98,7 @@ platforms = $(if $(filter trainer-ascend,$(1)),$(ASCEND_PLATFORMS),$(PLATFORMS))
 .PHONY: images $(addprefix image-,$(IMAGES)) image-trainer-ascend-a3
 images: $(addprefix image-,$(IMAGES)) ## build every image under images/ (IMAGE_REGISTRY, IMAGE_TAG, PLATFORMS, PUSH=1)
 
-$(addprefix image-,$(IMAGES)): image-%:
+$(addprefix image-,$(IMAGES)): image-%: ## build images/<name>/Dockerfile alone, with the settings of `images`
 	$(DOCKER) buildx build --platform $(call platforms,$*) -f images/$*/Dockerfile \
 	  --build-arg VERSION=$(IMAGE_TAG) \
 	  --label org.opencontainers.image.revision=$(shell git rev-parse HEAD 2>/dev/null) \
@@ -121,7 +126,7 @@ BASE_IMAGE_trainer-ascend := quay.io/ascend/vllm-ascend:v0.11.0rc1
 lock: install ## re-resolve the trainer images' lock files (LOCK_DATE=YYYY-MM-DDT00:00:00Z)
 	$(foreach image,$(LOCK_IMAGES),$(PY) images/lock.py compile $(image) --date $(LOCK_DATE) &&) true
 
-$(addprefix lock-base-,$(LOCK_IMAGES)): lock-base-%: ## write images/<image>/base.in from the real base image (docker)
+$(addprefix lock-base-,$(LOCK_IMAGES)): lock-base-%: ## write images/<name>/base.in from the real base image, <name> trainer-cuda or trainer-ascend (docker)
 	$(DOCKER) run --rm --entrypoint python3 -v $(CURDIR)/images:/images:ro $(BASE_IMAGE_$*) /images/lock.py base $* > images/$*/base.in.new
 	mv images/$*/base.in.new images/$*/base.in
 
@@ -149,6 +154,6 @@ demo-stop: ## stop the MLflow server a `make demo KEEP=1` left running
 # it (no dependency to fetch: KubeRay is a prerequisite the chart checks for).
 DIST ?= dist
 .PHONY: chart
-chart: ## package the Helm chart into $(DIST)/ (helm package)
+chart: ## package the Helm chart into dist/ (DIST=dir; helm package)
 	@test -x $(HELM) || $(MAKE) helm
 	$(HELM) package charts/retool --destination $(DIST)

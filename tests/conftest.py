@@ -14,6 +14,9 @@ from upstream.pins import kuberay_crd_dir
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((REPO / "examples").glob("retoolrun-*.yaml"))
+OPERATOR_OF_EXAMPLE = {"retoolrun-qwen32b-volcano": ("--batch-scheduler", "volcano")}
+"""Flags of `retool validate` / `retool render --manifests` naming the operator an example is written
+for (its header says how that operator is installed); the others are for the chart's defaults."""
 KUBERAY_SCHEMAS = kuberay_crd_dir(REPO)
 """KubeRay's CRDs at the pinned version, fetched from its Go module by `make kuberay-crds`."""
 

@@ -12,6 +12,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from retool.spec.model import MAX_SANDBOX_REPLICAS
+from retool.spec.operator_rules import DEFAULT_SANDBOX_MAX_REPLICAS
 
 DEFAULT_TRAINER_IMAGE_NVIDIA = "retool/trainer-cuda:0.1.0"
 DEFAULT_TRAINER_IMAGE_ASCEND = "retool/trainer-ascend:0.1.0"
@@ -69,7 +70,10 @@ class OperatorConfig(BaseSettings):
         "", description="key=value[,key=value] labels of the operator's pods (the chart sets them); with own_namespace, the pods each sandbox admits on its port."
     )
     sandbox_max_replicas: int = Field(
-        256, ge=1, le=MAX_SANDBOX_REPLICAS, description="Sandbox replicas one RetoolRun may ask for (ceil(maxConcurrent / perReplicaConcurrency)); admission refuses more."
+        DEFAULT_SANDBOX_MAX_REPLICAS,
+        ge=1,
+        le=MAX_SANDBOX_REPLICAS,
+        description="Sandbox replicas one RetoolRun may ask for (ceil(maxConcurrent / perReplicaConcurrency)); admission refuses more."
     )
 
     @field_validator("ascend_node_selector", "metrics_scraper_namespaces", "own_pod_selector")

@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import re
 import sys
 from collections.abc import Sequence
+
+from retool.cli.inputs import InputError
 
 # Modules under retool.cli, each defining register(subparsers) that adds one sub-command.
 COMMANDS: tuple[str, ...] = (
@@ -32,22 +35,67 @@ def build_parser() -> argparse.ArgumentParser:
             importlib.import_module(f"retool.cli.{name}").register(subparsers)
         except ModuleNotFoundError as err:
             _register_unavailable(subparsers, name, err)
+    for path, leaf in leaf_commands(parser):
+        leaf.set_defaults(command_path=" ".join(("retool", *path)))
     return parser
 
 
-EXTRA_OF_COMMAND = {"sandbox": "sandbox", "data": "train", "storage": "train", "eval": "train", "preflight": "train"}
-"""The pyproject extra each command needs beyond the base package (validate and render need none)."""
+def leaf_commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    """Every runnable command under ``parser`` as (words after ``retool``, its parser), e.g. (("data", "prepare", "rl"), ...)."""
+    groups = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not groups:
+        return [(path, parser)]
+    return [leaf for group in groups for name, child in group.choices.items() for leaf in leaf_commands(child, (*path, name))]
+
+
+EXTRA_OF_COMMAND = {"sandbox": "sandbox", "data": "train", "storage": "train", "eval": "train", "preflight": "train", "render": "operator"}
+"""The pyproject extra each command needs beyond the base package (validate needs none; render only
+for --manifests, which builds the operator's objects)."""
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def extras_providing(module: str, requirements: Sequence[str]) -> list[str]:
+    """The extras (fewest requirements first, ``dev`` last) whose requirements install ``module``'s
+    distribution, read from ``Requires-Dist`` lines (``kopf==1.45.2; extra == "operator"``); matched
+    by name, so a module named unlike its distribution (``yaml``/PyYAML) finds none."""
+    members: dict[str, set[str]] = {}
+    for line in requirements:
+        extra = re.search(r"""extra\s*==\s*["']([^"']+)["']""", line)
+        name = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", line)
+        if extra and name:
+            members.setdefault(extra.group(1), set()).add(_normalized(name.group(0)))
+    wanted = _normalized(module.split(".")[0])
+    found = [extra for extra, names in members.items() if wanted in names]
+    return sorted(found, key=lambda extra: (extra == "dev", len(members[extra]), extra))
+
+
+def extra_for(name: str, err: ModuleNotFoundError) -> str:
+    """The extra to install for command ``name``: its own (``EXTRA_OF_COMMAND``), else the smallest
+    extra whose requirements name the missing module (the package's metadata), else ``dev``."""
+    if name in EXTRA_OF_COMMAND:
+        return EXTRA_OF_COMMAND[name]
+    import importlib.metadata  # only on this path: it costs a tenth of a second at every start
+
+    try:
+        requirements = importlib.metadata.metadata("retool").get_all("Requires-Dist") or []
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout that is not installed
+        requirements = []
+    found = extras_providing(err.name or "", requirements) if err.name else []
+    return found[0] if found else "dev"
 
 
 def _needs_extra(name: str, err: ModuleNotFoundError) -> str:
-    extra = EXTRA_OF_COMMAND.get(name, "dev")
+    extra = extra_for(name, err)
     return f"retool {name} needs the '{extra}' extra (missing module {err.name!r}): pip install 'retool[{extra}]'"
 
 
 def _register_unavailable(subparsers: argparse._SubParsersAction, name: str, err: ModuleNotFoundError) -> None:
     """Each image installs only its extra: a command whose dependencies are absent says which to add
     instead of breaking every other command of the CLI."""
-    extra = EXTRA_OF_COMMAND.get(name, "dev")
+    extra = extra_for(name, err)
     reason = _needs_extra(name, err)
     parser = subparsers.choices.get(name)  # register() may have failed after adding its parser
     if parser is None:
@@ -70,6 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return int(args.func(args) or 0)
+    except InputError as err:  # a user's mistake: one line per problem, each naming the file and field
+        for line in err.lines:
+            print(f"{getattr(args, 'command_path', 'retool')}: {line}", file=sys.stderr)
+        return err.exit_code
     except ModuleNotFoundError as err:  # a command whose extra is not installed in this image
         print(_needs_extra(args.command, err), file=sys.stderr)
         return 2

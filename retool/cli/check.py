@@ -63,14 +63,13 @@ def run_check_command(args: argparse.Namespace) -> int:
     metrics = outcome.report.metrics()
     for line in outcome.report.problems()[:20]:
         print(line)
-    agreement, accuracy = metrics["data_check/output_agreement"], metrics["data_check/answer_accuracy"]
-    print(
-        f"{int(metrics['data_check/trajectories'])} trajectories, {int(metrics['data_check/blocks'])} code blocks: "
-        f"outputs reproduced {agreement:.1%}, answers correct {accuracy:.1%} of {int(metrics['data_check/answers_scored'])} scored"
-    )
+    agreement, accuracy = metrics.get("data_check/output_agreement"), metrics.get("data_check/answer_accuracy")
+    reproduced = f"outputs reproduced {agreement:.1%}" if agreement is not None else "no recorded outputs to compare"
+    correct = f"answers correct {accuracy:.1%} of {int(metrics['data_check/answers_scored'])} scored" if accuracy is not None else "no ground truth to score answers against"
+    print(f"{int(metrics['data_check/trajectories'])} trajectories, {int(metrics['data_check/blocks'])} code blocks: {reproduced}, {correct}")
     print(f"report: {outcome.markdown_path} and {outcome.json_path}")
     if outcome.mlflow:
         print(f"mlflow: {outcome.mlflow.url}")
-    failed = metrics["data_check/unreadable_rows"] > 0 or agreement < args.min_agreement
-    failed = failed or (metrics["data_check/answers_scored"] > 0 and accuracy < args.min_accuracy)
+    failed = metrics["data_check/unreadable_rows"] > 0 or (agreement is not None and agreement < args.min_agreement)
+    failed = failed or (accuracy is not None and accuracy < args.min_accuracy)
     return 1 if failed else 0

@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 
-import yaml
-
+from retool.cli.inputs import InputError, read_run
 from retool.runtime.context import SPEC_MOUNT_PATH
 
 
@@ -72,7 +69,6 @@ def fraction(text: str) -> float:
 
 def run(args: argparse.Namespace) -> int:
     from retool.data import prepare_eval, prepare_rl, prepare_run, prepare_sft
-    from retool.spec.validate import SpecError, parse_run
 
     options: dict = {"split": args.split, "s3_endpoint": args.s3_endpoint}
     if args.max_malformed_fraction is not None and args.kind != "all":
@@ -85,18 +81,10 @@ def run(args: argparse.Namespace) -> int:
         elif args.kind == "eval":
             summaries = [prepare_eval(args.source, args.out, name=args.name, **options)]
         else:
-            try:
-                document = yaml.safe_load(Path(args.spec).read_text(encoding="utf-8"))
-            except (OSError, yaml.YAMLError) as exc:
-                print(f"error: {args.spec}: {exc}", file=sys.stderr)
-                return 1
-            summaries = prepare_run(parse_run(document), s3_endpoint=args.s3_endpoint, split=args.split, max_malformed_fraction=args.max_malformed_fraction)
-    except SpecError as exc:
-        print(f"error: {args.spec}: {exc}", file=sys.stderr)
-        return 1
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+            _, retool_run = read_run(args.spec, exit_code=1)
+            summaries = prepare_run(retool_run, s3_endpoint=args.s3_endpoint, split=args.split, max_malformed_fraction=args.max_malformed_fraction)
+    except ValueError as exc:  # an unreadable source, no valid row, too many malformed rows: exit 1 (docs/cli.md)
+        raise InputError([line.strip() for line in str(exc).splitlines() if line.strip()], exit_code=1) from None
     if args.json:
         print(json.dumps([s.to_dict() for s in summaries], indent=2, default=str))
     else:

@@ -5,8 +5,9 @@
 Every problem is sampled ``-n`` times with the code-interpreter loop of training (tool calls run
 in our sandbox: the one at ``--sandbox-url``, else an embedded one started on 127.0.0.1), scored
 with the training reward; results go to a jsonl file (one line per sample), the summary to a
-JSON file next to it and to MLflow when ``--mlflow-uri`` is given. Exit 1 when any sample
-failed to complete (the endpoint kept failing), 2 on bad input.
+JSON file next to it (``--out``, default ``build/eval/<model>-<data>.jsonl``) and to MLflow when
+``--mlflow-uri`` is given. A sample that failed at the endpoint is counted (``eval/errors``), not
+scored. Exit 1 when any sample failed to complete (the endpoint kept failing), 2 on bad input.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -41,12 +43,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="bearer token (default: $OPENAI_API_KEY)")
     parser.add_argument("--limit", type=int, default=None, help="evaluate only the first N problems")
     parser.add_argument("--max-output-chars", type=int, default=4096, help="longest tool output shown to the model (head and tail kept); default 4096, as in RL")
-    parser.add_argument("--out", type=Path, default=Path("eval-results.jsonl"), help="per-sample results (jsonl); the summary goes to <out>.summary.json")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="per-sample results (jsonl); the summary goes to <out>.summary.json (default: build/eval/<model>-<data file name>.jsonl)",
+    )
     parser.add_argument("--mlflow-uri", default=os.environ.get("MLFLOW_TRACKING_URI"), help="log params, metrics and results to this MLflow server (default: $MLFLOW_TRACKING_URI)")
     parser.add_argument("--experiment", default="retool-eval", help="MLflow experiment; default retool-eval")
     parser.add_argument("--run-name", default=None, help="MLflow run name; default <model>-<data file>")
     add_sandbox_arguments(parser, per="code execution", log_dir=Path("build/eval"))
     parser.set_defaults(func=run)
+
+
+def default_out(model: str, data: Path) -> Path:
+    """Where results go without ``--out``: under build/ (beside the embedded sandbox's logs), named
+    after what was evaluated, so runs of other models or data sets never overwrite each other and
+    nothing lands loose in the working directory."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{model}-{data.stem}").strip("-.")
+    return Path("build/eval") / f"{name or 'results'}.jsonl"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         api_key=args.api_key,
         limit=args.limit,
         max_output_chars=args.max_output_chars,
-        out=args.out,
+        out=args.out or default_out(args.model, args.data),
         mlflow_uri=args.mlflow_uri,
         experiment=args.experiment,
         run_name=args.run_name,

@@ -2,11 +2,13 @@
 
 The same checks the operator's preflight stage runs in the cluster (``retool.preflight``), on data
 prepared with ``retool data prepare all --spec RUN.yaml`` (``--mount-path`` points the run's PVC
-layout at a local directory), with the model's tokenizer from ``--tokenizer`` (default: the spec's
-``model.base``), against the sandbox at ``--sandbox-url`` or one started here on 127.0.0.1. A
-text-only run (``spec.recipe: text-only``) has no sandbox: none is started and ``--sandbox-url`` is
-not needed (and ignored).
-Exit status: 0 passed, 1 bad spec or arguments, 10-19 the first failed check.
+layout at a local directory), with the model's tokenizer from ``--tokenizer`` (default: the copy the
+prepare stage stages under the run's layout when it is there, else the spec's ``model.base``, whose
+tokenizer files alone are fetched from the hub; ``default_tokenizer``), against the sandbox at
+``--sandbox-url`` or one started here on 127.0.0.1. A text-only run (``spec.recipe: text-only``)
+has no sandbox: none is started and ``--sandbox-url`` is not needed (and ignored).
+Exit status (docs/cli.md): 0 passed, 2 could not start (unreadable or invalid spec, bad arguments,
+no tokenizer source, a missing extra), 10-19 the first failed check.
 """
 
 from __future__ import annotations
@@ -17,6 +19,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from retool.cli.inputs import InputError, read_run
+from retool.runtime.paths import staged_model_path
+from retool.spec.model import RetoolRun
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -25,7 +31,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run the preflight stage's checks: verl's SFT and RL datasets, tool registry, reward loading and one scripted multi-turn rollout per data source.",
     )
     parser.add_argument("file", metavar="RUN.yaml", help="the RetoolRun (one document)")
-    parser.add_argument("--tokenizer", default=None, help="directory with the model's tokenizer files (default: spec.model.base)")
+    parser.add_argument(
+        "--tokenizer",
+        default=None,
+        help="directory with the model's tokenizer files, or a hub id (default: the staged copy <mount>/<namespace>/<run>/models/base when present, else spec.model.base)",
+    )
     parser.add_argument("--mount-path", default=None, help="read the run's PVC layout under this directory instead of storage.pvc.mountPath")
     parser.add_argument("--namespace", default=None, help="namespace of the run (default: metadata.namespace, else default)")
     parser.add_argument("--sandbox-url", default=None, help="a running sandbox (SandboxFusion API); default: start one on 127.0.0.1 (none for a text-only run)")
@@ -48,22 +58,32 @@ def with_mount_path(document: dict[str, Any], mount_path: str | None) -> dict[st
     return document
 
 
+def default_tokenizer(run: RetoolRun) -> str:
+    """Where ``retool preflight`` reads the tokenizer when ``--tokenizer`` is not given.
+
+    In the cluster the preflight stage reads the copy the prepare stage staged onto the claim (its
+    command names it). On a workstation the run's layout is there only when it was staged (the claim
+    mounted, or ``--mount-path`` pointing at a staged layout): then that copy, as in the cluster;
+    otherwise the spec's ``model.base``, a hub id whose tokenizer files alone are fetched, or a local
+    directory. An s3:// model cannot be read here: InputError asking for ``--tokenizer``.
+    """
+    staged = staged_model_path(run)
+    if Path(staged).is_dir():
+        return staged
+    base = run.spec.model.base
+    if base.startswith("s3://"):
+        raise InputError(f"--tokenizer is needed: spec.model.base is {base} (preflight reads a directory or a hub id) and no staged copy is at {staged}")
+    return base
+
+
 def run(args: argparse.Namespace) -> int:
-    from retool.cli.render import read_run
-
-    loaded = read_run(args.file, lambda document: with_mount_path(document, args.mount_path))
-    if loaded is None:
-        return 1
-    _, retool_run = loaded
+    _, retool_run = read_run(args.file, lambda document: with_mount_path(document, args.mount_path))
     if not 0 <= args.max_truncated_fraction <= 1 or args.sft_sample < 1:
-        print("--max-truncated-fraction must be within 0..1 and --sft-sample at least 1", file=sys.stderr)
-        return 1
-    from retool.preflight.command import tokenizer_source
-
+        raise InputError("--max-truncated-fraction must be within 0..1 and --sft-sample at least 1")
     name = retool_run.metadata.name
     namespace = args.namespace or retool_run.metadata.namespace or "default"
     report_dir = args.report_dir or Path("build/preflight") / name
-    tokenizer = args.tokenizer or tokenizer_source(retool_run)
+    tokenizer = args.tokenizer or default_tokenizer(retool_run)
     if retool_run.spec.recipe == "text-only":
         if args.sandbox_url:
             print("recipe text-only: the run calls no sandbox; --sandbox-url is ignored", file=sys.stderr)
@@ -93,8 +113,7 @@ def _run(retool_run: Any, namespace: str, sandbox: str, tokenizer: str, report_d
         try:
             run_id = open_run(args.mlflow_uri, experiment, f"{name}-preflight")
         except TrackingError as err:
-            print(f"MLflow: {err}", file=sys.stderr)
-            return 1
+            raise InputError(f"--mlflow-uri {args.mlflow_uri}: {err}") from None
     report = execute(plan(retool_run, ctx), options, tracking_uri=args.mlflow_uri, run_id=run_id)
     if run_id is not None:
         from retool.tracking import TrackingError, end_run

@@ -13,12 +13,11 @@ flag and one more section.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
-import yaml
-
+from retool.cli.inputs import InputError, add_operator_arguments, operator_settings, read_run
 from retool.recipe.render.command import RenderError
 from retool.recipe.render.profiles import advice, engine_profile, model_size_billions
 from retool.recipe.render.stages import enabled_stages, render_stage
@@ -26,7 +25,7 @@ from retool.runtime.claim import claim_name, default_access_modes, default_claim
 from retool.runtime.context import SPEC_MOUNT_PATH, StageContext
 from retool.spec.model import RetoolRun
 from retool.spec.names import RAY_STAGES, STAGES, sandbox_url, stage_child_name
-from retool.spec.validate import SpecError, load_documents, parse_run
+from retool.spec.operator_rules import OperatorSettings
 
 OPERATOR_DEFAULT = "<operator default>"
 
@@ -44,6 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="print the Kubernetes objects the operator would create (multi-document YAML, from the operator's builders) instead of the commands",
     )
+    add_operator_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -111,51 +111,35 @@ SECTIONS: list[tuple[str | None, Callable[[RetoolRun, argparse.Namespace], str]]
 """(flag attribute that enables the section or None for always, section builder)."""
 
 
-def load_document(file: str) -> dict:
-    text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
-    documents = load_documents(text)  # numbers as kubectl reads them (1e-5), as `retool validate` does
-    if len(documents) != 1:
-        raise ValueError(f"{file}: expected one RetoolRun document, found {len(documents)}")
-    return documents[0]
-
-
 def load(file: str) -> RetoolRun:
-    return parse_run(load_document(file))
+    """The RetoolRun in ``file``; InputError (one line per problem, naming the file) when it is not one."""
+    return read_run(file)[1]
 
 
-def read_run(file: str, adjust: Callable[[dict], dict] | None = None) -> tuple[dict, RetoolRun] | None:
-    """The document in ``file`` (passed through ``adjust``) and the run it parses to; None once what is
-    wrong (unreadable, not one document, invalid spec) is printed to stderr, each line naming ``file``."""
-    try:
-        document = load_document(file)
-        if adjust is not None:
-            document = adjust(document)
-        return document, parse_run(document)
-    except SpecError as err:
-        for problem in err.problems:
-            print(f"{file}: {problem}", file=sys.stderr)
-    except (OSError, ValueError, yaml.YAMLError) as err:
-        print(f"{file}: {err}", file=sys.stderr)
-    return None
-
-
-def manifests(document: dict, stage: str | None) -> str:
-    """The operator's child objects (imported here: the operator package is only needed for this view)."""
+def manifests(document: dict, stage: str | None, settings: OperatorSettings | None = None) -> str:
+    """The operator's child objects (imported here: the operator package, the ``operator`` extra, is only
+    needed for this view), built with the operator's configuration from its ``RETOOL_OPERATOR_*``
+    variables and the settings given on the command line."""
+    from retool_operator.config import OperatorConfig
     from retool_operator.render import render_manifests
 
-    return render_manifests(document, stage=stage)
+    try:
+        config = OperatorConfig()
+    except ValueError as err:  # pydantic's ValidationError of a bad RETOOL_OPERATOR_* variable
+        raise InputError(f"operator settings (RETOOL_OPERATOR_* variables): {' '.join(str(err).split())}") from None
+    if settings is not None:
+        config = config.model_copy(update={"batch_scheduler": settings.batch_scheduler, "sandbox_max_replicas": settings.sandbox_max_replicas})
+    return render_manifests(document, stage=stage, config=config)
 
 
 def run(args: argparse.Namespace) -> int:
-    loaded = read_run(args.file)
-    if loaded is None:
-        return 1
-    document, retool_run = loaded
+    # Exit 1 for a file that is not a run this operator accepts (docs/cli.md), as `retool validate`.
+    settings = operator_settings(args.batch_scheduler, args.sandbox_max_replicas, os.environ) if args.manifests else None
+    document, retool_run = read_run(args.file, settings=settings, exit_code=1)
     if args.stage and args.stage not in enabled_stages(retool_run):
-        print(f"{args.file}: stage {args.stage} is disabled in this run (enabled: {', '.join(enabled_stages(retool_run))})", file=sys.stderr)
-        return 1
+        raise InputError(f"{args.file}: stage {args.stage} is disabled in this run (enabled: {', '.join(enabled_stages(retool_run))})", exit_code=1)
     if args.manifests:
-        sys.stdout.write(manifests(document, args.stage))
+        sys.stdout.write(manifests(document, args.stage, settings))
         return 0
     parts = [build(retool_run, args) for flag, build in SECTIONS if flag is None or getattr(args, flag, False)]
     print("\n\n".join(parts))

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
+from typing import Any
+
+from retool.cli.inputs import InputError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -20,7 +24,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
     from retool.sandbox.serve import serve, settings_from
 
-    serve(settings_from(args), args.log_level)
+    try:
+        settings = settings_from(args)
+    except ValidationError as err:
+        raise InputError([settings_problem(error) for error in err.errors()]) from None
+    serve(settings, args.log_level)
     return 0
+
+
+FLAGS = ("host", "port", "workers")
+"""Settings that have a flag besides their variable (``retool.sandbox.serve.add_arguments``)."""
+
+
+def settings_problem(error: Mapping[str, Any]) -> str:
+    """One invalid setting as ``--flag / RETOOL_SANDBOX_NAME: what``, whichever of the two the user set."""
+    from retool.sandbox.settings import SandboxSettings
+
+    name = str(error["loc"][0]) if error["loc"] else "settings"
+    variable = f"{SandboxSettings.model_config.get('env_prefix', '')}{name.upper()}"
+    where = f"--{name} / {variable}" if name in FLAGS else variable
+    return f"{where}: {error['msg']}, got {error.get('input')!r}"

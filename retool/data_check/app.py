@@ -16,7 +16,7 @@ from retool.data_check.report import write_report
 from retool.data_check.trajectories import Trajectory, TrajectoryError, parse_trajectory
 from retool.embedded.servers import sandbox_server
 from retool.evaluate.mlflow_log import LoggedRun, log_run
-from retool.evaluate.problems import read_rows
+from retool.evaluate.problems import ProblemFileError, read_rows
 from retool.evaluate.tools import sandbox_tool
 from retool.recipe.reward.score import compute_score, extract_answer
 
@@ -53,8 +53,11 @@ class CheckOutcome:
 
 
 def load_trajectories(path: Path, limit: int | None = None) -> tuple[list[Trajectory], list[str]]:
-    """Parsed trajectories and one line per unreadable row."""
+    """Parsed trajectories and one line per unreadable row; ProblemFileError for a file without rows
+    (nothing checked is not a check that passed)."""
     rows = read_rows(path)
+    if not rows:
+        raise ProblemFileError(f"{path}: no rows")
     if limit is not None:
         rows = rows[:limit]
     trajectories, unreadable = [], []

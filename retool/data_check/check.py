@@ -9,7 +9,6 @@ answers "will RL show the model what SFT taught it to expect?".
 from __future__ import annotations
 
 import asyncio
-import statistics
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,23 +55,31 @@ class CheckReport:
     unreadable: list[str] = field(default_factory=list)
 
     def metrics(self) -> dict[str, float]:
-        """Figures logged to MLflow and printed in the summary (``data_check/...``)."""
+        """Figures logged to MLflow and printed in the summary (``data_check/...``).
+
+        A share is present only when something was measured: no recorded output means no
+        ``output_agreement``, no row with a ground truth no ``answer_accuracy`` (a 0 there would
+        read as every answer wrong, a 1 as every output reproduced)."""
         steps = [s for t in self.trajectories for s in t.steps]
         recorded = [s for s in steps if s.verdict != NOT_RECORDED]
         scored = [t for t in self.trajectories if t.acc is not None]
         verdicts: dict[str, float] = {}
         for s in steps:
             verdicts[f"data_check/blocks/{s.verdict}"] = verdicts.get(f"data_check/blocks/{s.verdict}", 0.0) + 1
+        trajectories = self.trajectories
+        shares = {  # name: (numerator, denominator); left out when the denominator is 0
+            "data_check/blocks_per_trajectory": (len(steps), len(trajectories)),
+            "data_check/output_agreement": (sum(1 for s in recorded if s.verdict in AGREEING), len(recorded)),
+            "data_check/trajectories_consistent": (sum(1 for t in trajectories if t.all_agree), len(trajectories)),
+            "data_check/answers_extracted": (sum(1 for t in trajectories if t.pred), len(trajectories)),
+            "data_check/answer_accuracy": (sum(1 for t in scored if t.acc), len(scored)),
+        }
         return {
             "data_check/trajectories": float(len(self.trajectories)),
             "data_check/unreadable_rows": float(len(self.unreadable)),
             "data_check/blocks": float(len(steps)),
-            "data_check/blocks_per_trajectory": statistics.fmean(len(t.steps) for t in self.trajectories) if self.trajectories else 0.0,
-            "data_check/output_agreement": (sum(1 for s in recorded if s.verdict in AGREEING) / len(recorded)) if recorded else 1.0,
-            "data_check/trajectories_consistent": (sum(1 for t in self.trajectories if t.all_agree) / len(self.trajectories)) if self.trajectories else 0.0,
-            "data_check/answers_extracted": (sum(1 for t in self.trajectories if t.pred) / len(self.trajectories)) if self.trajectories else 0.0,
             "data_check/answers_scored": float(len(scored)),
-            "data_check/answer_accuracy": (sum(1 for t in scored if t.acc) / len(scored)) if scored else 0.0,
+            **{name: part / whole for name, (part, whole) in shares.items() if whole},
             "data_check/sandbox_seconds": sum(s.elapsed_s for s in steps),
             **verdicts,
         }

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from retool.demo.pipeline import REPO_EXAMPLE, DemoConfig, run_demo, stop_previous_mlflow, summary_text
+from retool.demo.pipeline import REPO_EXAMPLE, DemoConfig, demo_ok, run_demo, stop_previous_mlflow, summary_text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     summary = run_demo(config)
     sys.stdout.write(summary_text(summary))
-    return 0 if summary.check_ok else 1
+    return 0 if demo_ok(summary) else 1
 
 
 if __name__ == "__main__":

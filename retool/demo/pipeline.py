@@ -222,30 +222,57 @@ def _render(example: Path, out_dir: Path, progress: bool):
         return render_run(example, out_dir, on_file=lambda _path: bar.update(1))
 
 
+def eval_failures(evaluation: EvalOutcome | None) -> int:
+    """Samples of the asked-for evaluation that did not complete (the endpoint kept failing); 0 without one."""
+    return int(evaluation.summary.get("eval/errors", 0)) if evaluation is not None else 0
+
+
+def demo_ok(summary: DemoSummary) -> bool:
+    """The demo's verdict (its exit status): the data checks passed and an asked-for evaluation
+    completed every sample, as ``retool eval`` alone requires; a mistyped endpoint is a failure,
+    not a model that scored 0."""
+    return summary.check_ok and eval_failures(summary.evaluation) == 0
+
+
 def _eval_lines(evaluation: EvalOutcome | None) -> list[str]:
     if evaluation is None:
         return []
     figures = evaluation.summary
+    errors, samples = eval_failures(evaluation), int(figures.get("eval/samples", 0))
+    first_error = next((r.error for r in evaluation.results if r.error), None)
     accuracy = {k.split("/")[1]: v for k, v in figures.items() if k.startswith("val-core/") and "/acc/mean@" in k}
+    if not accuracy:
+        return [
+            f"  eval         FAILED: none of {samples} sample(s) completed at the endpoint, nothing was scored (first error: {first_error})",
+            f"  eval results {evaluation.results_path}",
+        ]
     scores = ", ".join(f"{source} mean@n {value:.2f}" for source, value in accuracy.items())
-    errors = int(figures.get("eval/errors", 0))
-    failed = f"; {errors} sample(s) failed at the endpoint (see 'error' in the results)" if errors else ""
+    failed = f"; FAILED: {errors} of {samples} sample(s) did not complete at the endpoint and are not scored (first error: {first_error})" if errors else ""
     return [
         f"  eval         {scores}; {figures['eval/tool_calls/mean']:.1f} tool calls and {figures['eval/turns/mean']:.1f} turns per sample{failed}",
         f"  eval results {evaluation.results_path} (also in MLflow)",
     ]
 
 
+def _share(figures: dict[str, float], name: str) -> str:
+    """A share as a percentage, or "n/a" where nothing was measured (the figure is absent)."""
+    return f"{figures[name]:.0%}" if name in figures else "n/a"
+
+
 def summary_text(summary: DemoSummary) -> str:
     """What the demo prints at the end: where to look, and the figures that matter."""
     f = summary.figures
+    problems = [
+        *(["the data check found problems, see the report"] if not summary.check_ok else []),
+        *([f"the evaluation could not complete {eval_failures(summary.evaluation)} sample(s) at its endpoint"] if eval_failures(summary.evaluation) else []),
+    ]
     lines = [
         "",
-        "ReTool platform demo: done" + (" (data check found problems, see the report)" if not summary.check_ok else ""),
+        "ReTool platform demo: " + (f"FAILED: {'; '.join(problems)}" if problems else "done"),
         "",
         f"  data check   {int(f['data_check/trajectories'])} SFT trajectories, {int(f['data_check/blocks'])} code blocks re-run in the sandbox: "
-        f"{f['data_check/output_agreement']:.0%} of outputs reproduced, {f['data_check/answer_accuracy']:.0%} of answers correct",
-        f"               the prepared SFT parquet keeps them: {f['data_check_prepared/output_agreement']:.0%} of its "
+        f"{_share(f, 'data_check/output_agreement')} of outputs reproduced, {_share(f, 'data_check/answer_accuracy')} of answers correct",
+        f"               the prepared SFT parquet keeps them: {_share(f, 'data_check_prepared/output_agreement')} of its "
         f"{int(f['data_check_prepared/blocks'])} code blocks reproduced",
         f"  report       {summary.report}",
         f"  prepared     {', '.join(str(p) for p in summary.prepared.values())}",

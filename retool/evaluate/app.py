@@ -47,7 +47,7 @@ class EvalConfig:
     run_timeout_s: float = 30.0
     memory_limit_mb: int = 1024
     max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
-    out: Path = Path("eval-results.jsonl")
+    out: Path = Path("build/eval/results.jsonl")
     mlflow_uri: str | None = None
     experiment: str = "retool-eval"
     run_name: str | None = None

@@ -39,8 +39,14 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     if suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        return pq.read_table(path).to_pylist()
-    text = path.read_text()
+        try:
+            return pq.read_table(path).to_pylist()
+        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid / ArrowIOError: not a parquet file
+            raise ProblemFileError(f"{path}: not a readable parquet file: {' '.join(str(exc).split())}") from exc
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProblemFileError(f"{path}: cannot be read as UTF-8 text: {exc}") from exc
     if suffix == ".jsonl":
         rows = []
         for number, line in enumerate(text.splitlines(), start=1):

@@ -94,5 +94,10 @@ def loop_metrics(results: Sequence[SampleResult]) -> dict[str, float]:
 
 
 def summarize(results: Iterable[SampleResult]) -> dict[str, float]:
+    """Figures of the samples that completed; a sample that failed at the endpoint was not measured,
+    so it is counted in ``eval/samples`` and ``eval/errors`` only (scoring it 0 would read as a model
+    that answered wrong). With no sample completed there are no accuracy or loop figures at all."""
     results = list(results)
-    return {**accuracy_metrics(results), **loop_metrics(results)}
+    completed = [r for r in results if r.error is None]
+    counts = {"eval/samples": float(len(results)), "eval/errors": float(len(results) - len(completed))}
+    return {**accuracy_metrics(completed), **loop_metrics(completed), **counts}

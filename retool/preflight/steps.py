@@ -34,6 +34,7 @@ from retool.preflight.plan import PPO_STAGES, Plan, PreflightOptions
 from retool.preflight.reward import AGENT_LOOP_COLUMNS, check_reward, forget_loaded_reward
 from retool.preflight.rollout import rollout_problems, shape_of
 from retool.preflight.sft import check_sft, plain
+from retool.preflight.tokenizer_files import tokenizer_source_problem
 from retool.preflight.tools import check_sandbox, check_tools, tool_schemas
 from retool.preflight.trainer import RecordingRollout, build_trainer, one_per_source, step_rows, training_step
 from retool.preflight.verl_config import VALIDATION_DIR_KEY, compose_stage, compose_verl, preflight_overrides, stage_files
@@ -103,6 +104,10 @@ def tokenizer_check(state: State, options: PreflightOptions, *, trust_remote_cod
     """``tokenizer``: it loads, has a chat template and an end-of-sequence token; for a run with the
     tool (``tools``), the template also renders the tool schema and assistant tool calls."""
     source = options.tokenizer
+    where = tokenizer_source_problem(source)
+    if where is not None:
+        state.add(CheckResult("tokenizer", "run", "failed", f"the tokenizer did not load: {where}"))
+        return None
     try:
         tokenizer = hf_tokenizer(source, trust_remote_code=trust_remote_code)
     except Exception as exc:

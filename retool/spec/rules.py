@@ -28,19 +28,43 @@ def total_devices(spec: RetoolRunSpec) -> int:
     return spec.hardware.nodes * spec.hardware.devices_per_node
 
 
-def _divides(problems: list[Problem], path: str, size: int, devices: int, what: str) -> None:
-    if devices % size:
-        problems.append(Problem(path, f"{size} must divide the {devices} {what}"))
+def _hardware_path(spec: RetoolRunSpec) -> str:
+    """The device-count field the user wrote (devicesPerNode unless only nodes was written)."""
+    written = spec.hardware.model_fields_set
+    return "spec.hardware.nodes" if "nodes" in written and "devices_per_node" not in written else "spec.hardware.devicesPerNode"
+
+
+def _setting(spec: RetoolRunSpec, section: str, field: str) -> tuple[str, bool]:
+    """(``section.alias``, whether the user wrote it) of a stage setting, e.g. ("rl.sequenceParallel", False)."""
+    model = getattr(spec, section)
+    alias = type(model).model_fields[field].alias or field
+    return f"{section}.{alias}", field in model.model_fields_set
+
+
+def _divides(problems: list[Problem], spec: RetoolRunSpec, section: str, field: str, devices: int, what: str, counted: str) -> None:
+    """``section.field`` must divide ``devices``. A value the user wrote is the field to fix; a default
+    that does not fit the devices the user asked for names the device count (the field they wrote)
+    and the setting to add, with the largest value that fits."""
+    size = getattr(getattr(spec, section), field)
+    if devices % size == 0:
+        return
+    name, written = _setting(spec, section, field)
+    if written:
+        problems.append(Problem(f"spec.{name}", f"{size} must divide the {devices} {what}"))
+        return
+    fits = max(d for d in range(1, size + 1) if devices % d == 0)
+    problems.append(Problem(_hardware_path(spec), f"{devices} {counted}: the default {name} ({size}) must divide them; set spec.{name}, e.g. to {fits}"))
 
 
 def _parallelism(spec: RetoolRunSpec) -> list[Problem]:
     devices = total_devices(spec)
     per_node = spec.hardware.devices_per_node
     problems: list[Problem] = []
-    _divides(problems, "spec.rl.sequenceParallel", spec.rl.sequence_parallel, devices, "devices (hardware.nodes x hardware.devicesPerNode)")
-    _divides(problems, "spec.rl.tensorParallel", spec.rl.tensor_parallel, per_node, "devices of one node (hardware.devicesPerNode); rollout engines do not span nodes")
+    in_all = "devices (hardware.nodes x hardware.devicesPerNode)"
+    _divides(problems, spec, "rl", "sequence_parallel", devices, in_all, "devices in all")
+    _divides(problems, spec, "rl", "tensor_parallel", per_node, "devices of one node (hardware.devicesPerNode); rollout engines do not span nodes", "devices per node")
     if spec.sft.enabled:
-        _divides(problems, "spec.sft.sequenceParallel", spec.sft.sequence_parallel, devices, "devices (hardware.nodes x hardware.devicesPerNode)")
+        _divides(problems, spec, "sft", "sequence_parallel", devices, in_all, "devices in all")
     return problems
 
 
@@ -55,10 +79,13 @@ def _rl_batches(spec: RetoolRunSpec) -> list[Problem]:
         data_parallel = total_devices(spec) // rl.sequence_parallel
         responses = rl.mini_batch_size * rl.rollout_n
         if responses % data_parallel:
+            written = rl.model_fields_set & {"mini_batch_size", "rollout_n", "sequence_parallel"}
+            path = "spec.rl.miniBatchSize" if written else _hardware_path(spec)
+            defaults = "" if written else " (the defaults: set rl.miniBatchSize, rl.rolloutN or rl.sequenceParallel to fit the devices)"
             problems.append(
                 Problem(
-                    "spec.rl.miniBatchSize",
-                    f"miniBatchSize x rolloutN = {responses} responses must split evenly over {data_parallel} data-parallel ranks (devices / rl.sequenceParallel)",
+                    path,
+                    f"miniBatchSize x rolloutN = {responses} responses must split evenly over {data_parallel} data-parallel ranks (devices / rl.sequenceParallel){defaults}",
                 )
             )
     return problems
@@ -70,7 +97,9 @@ def _sft_batches(spec: RetoolRunSpec) -> list[Problem]:
         return []
     data_parallel = total_devices(spec) // sft.sequence_parallel
     if sft.batch_size % data_parallel:
-        return [Problem("spec.sft.batchSize", f"{sft.batch_size} must be divisible by the {data_parallel} data-parallel ranks (devices / sft.sequenceParallel)")]
+        written = sft.model_fields_set & {"batch_size", "sequence_parallel"}
+        path, defaults = ("spec.sft.batchSize", "") if written else (_hardware_path(spec), " (the defaults: set sft.batchSize or sft.sequenceParallel to fit the devices)")
+        return [Problem(path, f"sft.batchSize {sft.batch_size} must be divisible by the {data_parallel} data-parallel ranks (devices / sft.sequenceParallel){defaults}")]
     per_rank = sft.batch_size // data_parallel
     if per_rank % sft.micro_batch_size_per_device:
         return [

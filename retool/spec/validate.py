@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from retool.spec.model import RetoolRun
 from retool.spec.names import run_name_problems
+from retool.spec.operator_rules import OperatorSettings, operator_refusals
 from retool.spec.rules import Problem, check_rules
 
 
@@ -33,6 +34,20 @@ class KubeYAMLLoader(yaml.SafeLoader):
 KubeYAMLLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float", re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)$"), list("-+0123456789.")
 )
+
+
+def describe_yaml_error(err: yaml.YAMLError) -> str:
+    """One line for a YAML syntax error: ``line L, column C: YAML syntax error: what``.
+
+    PyYAML's own text spans several lines (with a caret) and names the stream ``<unicode string>``;
+    the caller prefixes the file name.
+    """
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None)
+    context = getattr(err, "context", None)
+    what = ", ".join(str(part) for part in (context, problem) if part) or " ".join(str(err).split())
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"{where}YAML syntax error: {what}"
 
 
 def load_documents(text: str) -> list[Any]:
@@ -195,21 +210,31 @@ class FileProblem:
         return f"{self.file}[{self.document}]: {self.problem}"
 
 
-def validate_text(text: str, source: str = "<stdin>") -> tuple[int, list[FileProblem]]:
-    """Validate a multi-document YAML stream: (documents checked, problems)."""
+def _document_problems(document: Any, settings: OperatorSettings | None) -> list[Problem]:
+    problems = validate_document(document)
+    if problems or settings is None:
+        return problems
+    return operator_refusals(RetoolRun.model_validate(document), settings)
+
+
+def validate_text(text: str, source: str = "<stdin>", settings: OperatorSettings | None = None) -> tuple[int, list[FileProblem]]:
+    """Validate a multi-document YAML stream: (documents checked, problems). With ``settings``, what an
+    operator with those settings refuses in a valid run is a problem too (``retool.spec.operator_rules``)."""
     try:
         documents = load_documents(text)
     except yaml.YAMLError as err:
-        return 0, [FileProblem(source, 0, Problem("(yaml)", str(err).replace("\n", " ")))]
+        return 0, [FileProblem(source, 0, Problem("(yaml)", describe_yaml_error(err)))]
     if not documents:
         return 0, [FileProblem(source, 0, Problem("(file)", "no YAML documents found"))]
-    problems = [FileProblem(source, i, p) for i, d in enumerate(documents) for p in validate_document(d)]
+    problems = [FileProblem(source, i, p) for i, d in enumerate(documents) for p in _document_problems(d, settings)]
     return len(documents), problems
 
 
-def validate_file(path: str | Path) -> tuple[int, list[FileProblem]]:
+def validate_file(path: str | Path, settings: OperatorSettings | None = None) -> tuple[int, list[FileProblem]]:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as err:
         return 0, [FileProblem(str(path), 0, Problem("(file)", err.strerror or str(err)))]
-    return validate_text(text, str(path))
+    except UnicodeDecodeError:
+        return 0, [FileProblem(str(path), 0, Problem("(file)", "not UTF-8 text (is it a YAML file?)"))]
+    return validate_text(text, str(path), settings)

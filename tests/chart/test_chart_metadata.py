@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.chart.helm import CHART, HelmError, helm, render
+from tests.chart.helm import CHART, NAMESPACE, RELEASE, HelmError, helm, render
 from tests.chart.profiles import PROFILES, render_profile
 from tests.chart.values_doc import value_keys
 from tests.conftest import REPO
@@ -32,6 +32,20 @@ def test_install_without_kuberay_fails_naming_the_fix(chart: Path) -> None:
     assert "KubeRay is not installed: this cluster serves no ray.io/v1 RayJob API" in message
     assert "helm install kuberay-operator kuberay/kuberay-operator --version 1.6.1" in message
     assert "--set kuberay.checkInstalled=false" in message
+
+
+def test_every_hint_of_the_kuberay_check_is_a_command_line_helm_accepts(chart: Path) -> None:
+    """Each `helm SUBCOMMAND ...: add FLAGS` the message suggests, run with the pinned helm (4.x): it
+    renders (helm 4's `install` has no --api-versions; a hint suggesting it was refused as unknown)."""
+    with pytest.raises(HelmError) as err:
+        render(chart, kuberay=False)
+    hints = re.findall(r"helm (template|install)( --dry-run=client)?: add ((?:--[a-z-]+ \S+?)+)(?=[;.](\s|$))", str(err.value))
+    assert {sub for sub, *_ in hints} == {"template", "install"}, str(err.value)
+    for sub, dry_run, flags, _ in hints:
+        args = ["install", "--dry-run=client"] if sub == "install" else ["template"]
+        assert (sub == "install") == bool(dry_run)
+        out = helm(*args, RELEASE, chart, "--namespace", NAMESPACE, *flags.split()).stdout
+        assert "kind: Deployment" in out, f"helm {sub} {flags}"
 
 
 def test_the_check_can_be_skipped_where_there_is_no_cluster(chart: Path) -> None:

@@ -233,7 +233,7 @@ def test_command(cmd: Command, tmp_path: Path, chart_objects: list[dict[str, Any
         assert proc.returncode == 0, f"{cmd}\n{proc.stderr[-2000:]}"
         return
     tool = words[0]
-    if tool == "retool":
+    if tool in ("retool", ".venv/bin/retool"):  # the README runs the virtualenv's script for real: a newcomer's PATH lacks retool
         check_retool(cmd, words)
     elif tool == "make":
         check_make(cmd, words, tmp_path)

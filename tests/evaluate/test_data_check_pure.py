@@ -136,3 +136,44 @@ def test_mismatch_carries_a_diff():
 )
 def test_final_exception(text, line):
     assert final_exception(text) == line
+
+
+def _report(*trajectories: tuple[list[str], bool | None]):
+    """A check report of trajectories given as (block verdicts, answer correct or None when unscored)."""
+    from retool.data_check.check import CheckReport, StepReport, TrajectoryReport
+
+    return CheckReport(
+        source="rows.jsonl",
+        trajectories=[
+            TrajectoryReport(
+                index=i,
+                question="q",
+                steps=[StepReport(n, v, 1.0, "Finished", 0.5) for n, v in enumerate(verdicts)],
+                ground_truth=None if acc is None else "1",
+                pred="1",
+                acc=acc,
+            )
+            for i, (verdicts, acc) in enumerate(trajectories)
+        ],
+    )
+
+
+@pytest.mark.parametrize(
+    ("trajectories", "present", "absent"),
+    [
+        pytest.param([([MATCH, MISMATCH], True)], {"data_check/output_agreement": 0.5, "data_check/answer_accuracy": 1.0}, set(), id="both measured"),
+        pytest.param(
+            [([MATCH], None), ([MATCH], None)],
+            {"data_check/output_agreement": 1.0, "data_check/answers_scored": 0.0},
+            {"data_check/answer_accuracy"},
+            id="no ground truth: no answer accuracy, not 0",
+        ),
+        pytest.param(
+            [([NOT_RECORDED], False)], {"data_check/answer_accuracy": 0.0}, {"data_check/output_agreement"}, id="no recorded output: no output agreement, not 100%"
+        ),
+    ],
+)
+def test_a_share_is_reported_only_when_something_was_measured(trajectories, present, absent):
+    metrics = _report(*trajectories).metrics()
+    assert {k: metrics.get(k) for k in present} == present
+    assert not absent & metrics.keys()

@@ -121,12 +121,30 @@ def test_demo_runs_for_real_keeps_mlflow_on_request_and_stops_it(tmp_path):
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert artifacts == {"data-check", "data-check-prepared", "manifests.yaml", "commands"}
     assert run.data.metrics["data_check_prepared/output_agreement"] == 1.0
+    assert "data_check_prepared/answer_accuracy" not in run.data.metrics, "the prepared parquet has no answers: nothing was scored, so no 0 is logged"
 
     # `make demo-stop`.
     stopped = subprocess.run([sys.executable, "-m", "retool.demo", "--out", str(out), "--stop"], env=env, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
     assert stopped.returncode == 0 and "stopped the demo's MLflow server" in stopped.stdout
     assert gone(mlflow_pid)
     assert not (out / "mlflow.pid").exists()
+
+
+@pytest.mark.slow
+def test_an_evaluation_that_cannot_reach_its_endpoint_fails_the_demo(tmp_path):
+    """`make demo EVAL_ENDPOINT=http://127.0.0.1:9 EVAL_MODEL=nope`: a mistyped endpoint fails the demo
+    (as `retool eval` alone exits 1), and nothing is scored, rather than a model that scored 0."""
+    env = {k: v for k, v in repo_env().items() if k not in ("KEEP", "EVAL_ENDPOINT", "EVAL_MODEL")}
+    command = [
+        sys.executable, "-m", "retool.demo", "--out", str(tmp_path / "demo"), "--no-progress",
+        "--eval-endpoint", f"http://127.0.0.1:{free_port()}", "--eval-model", "nope", "--eval-n", "1",
+    ]  # fmt: skip
+    done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=420, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    assert "ReTool platform demo: FAILED: the evaluation could not complete 6 sample(s) at its endpoint" in done.stdout
+    assert "eval         FAILED: none of 6 sample(s) completed at the endpoint, nothing was scored" in done.stdout and "mean@n" not in done.stdout
+    summary = json.loads((tmp_path / "demo" / "eval" / "results.summary.json").read_text())
+    assert summary == {"eval/samples": 6.0, "eval/errors": 6.0}
 
 
 def test_stop_without_a_kept_server_says_so(tmp_path):

@@ -61,10 +61,24 @@ def test_summary_figures(key, value):
 
 
 def test_summary_has_majority_and_best_of_n_per_source():
-    summary = summarize([*RESULTS, sample(5, 0, False, None, source="aime_2025", error="HTTP 500", turns=0, calls=0, stop="error")])
+    summary = summarize([*RESULTS, sample(5, 0, False, "7", source="aime_2025")])
     assert {"val-core/aime_2024/acc/maj@2/mean", "val-core/aime_2024/acc/best@2/mean", "val-core/aime_2025/acc/mean@1"} <= summary.keys()
-    assert summary["eval/errors"] == 1.0
     assert summary["val-core/aime_2025/acc/mean@1"] == 0.0
+
+
+def test_a_sample_that_failed_at_the_endpoint_is_counted_not_scored():
+    failed = sample(5, 0, False, None, source="aime_2025", error="HTTP 500", turns=0, calls=0, stop="error")
+    summary = summarize([*RESULTS, failed])
+    assert summary["eval/errors"] == 1.0 and summary["eval/samples"] == len(RESULTS) + 1
+    assert not [key for key in summary if "aime_2025" in key], "a source none of whose samples completed has no score"
+    assert {k: v for k, v in summary.items() if k not in ("eval/samples", "eval/errors")} == {
+        k: v for k, v in summarize(RESULTS).items() if k not in ("eval/samples", "eval/errors")
+    }
+
+
+def test_nothing_completed_is_no_figures_but_the_counts():
+    failed = [sample(i, 0, False, None, error="connection refused", turns=0, calls=0, stop="error") for i in range(3)]
+    assert summarize(failed) == {"eval/samples": 3.0, "eval/errors": 3.0}
 
 
 def test_results_round_trip_through_jsonl(tmp_path):

@@ -3,6 +3,7 @@ pull-request workflow's commands reject a bad run. kustomize is `kubectl kustomi
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -81,10 +82,13 @@ def pull_request_check(gitops: Path) -> subprocess.CompletedProcess[str]:
         if "run" not in step:
             continue
         command = step["run"].replace("kubectl ", f"{KUBECTL} ", 1)
-        command = command.replace('docker run --rm -i --entrypoint python "$RETOOL_IMAGE"', sys.executable)
+        passed = re.findall(r"-e (\w+) ", command)  # the job's variables docker passes into the container
+        command = re.sub(r'docker run --rm -i (-e \w+ )*--entrypoint python "\$RETOOL_IMAGE"', sys.executable, command)
         script.append(command)
     assert len(script) == 2 and sys.executable in script[1], script
-    return subprocess.run(["bash", "-euo", "pipefail", "-c", "\n".join(script)], cwd=gitops, env=repo_env(), capture_output=True, text=True, timeout=120)
+    assert set(passed) == {k for k in job["env"] if k.startswith("RETOOL_OPERATOR_")}, "the operator settings reach the check"
+    settings = {k: str(v) for k, v in job["env"].items() if k in passed}
+    return subprocess.run(["bash", "-euo", "pipefail", "-c", "\n".join(script)], cwd=gitops, env=repo_env(**settings), capture_output=True, text=True, timeout=120)
 
 
 def test_pull_request_check_passes_the_sample_runs(tmp_path: Path) -> None:

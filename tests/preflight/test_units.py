@@ -216,11 +216,11 @@ def test_the_cli_refuses_bad_arguments_before_loading_anything(tmp_path: Path, c
     from retool.cli import main
 
     spec = next(p for p in EXAMPLES if p.stem == "retoolrun-minimal")
-    assert main(["preflight", str(spec), "--max-truncated-fraction", "2"]) == 1
+    assert main(["preflight", str(spec), "--max-truncated-fraction", "2"]) == 2  # could not start (docs/cli.md)
     assert "--max-truncated-fraction must be within 0..1" in capsys.readouterr().err
     broken = tmp_path / "broken.yaml"
     broken.write_text("kind: RetoolRun\nmetadata: {name: Bad_Name}\nspec: {}\n")
-    assert main(["preflight", str(broken)]) == 1
+    assert main(["preflight", str(broken)]) == 2
     assert "Bad_Name" in capsys.readouterr().err
 
 

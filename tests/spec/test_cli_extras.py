@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLES, REPO, repo_env
+from tests.conftest import EXAMPLES, OPERATOR_OF_EXAMPLE, REPO, repo_env
 
 BLOCKER = """
 import sys
@@ -31,7 +31,9 @@ def run_without_extras(tmp_path: Path, *args: str) -> subprocess.CompletedProces
 
 
 def test_validate_and_render_need_only_the_base_package(tmp_path: Path) -> None:
-    assert run_without_extras(tmp_path, "validate", *map(str, EXAMPLES)).returncode == 0
+    for example in EXAMPLES:
+        validated = run_without_extras(tmp_path, "validate", *OPERATOR_OF_EXAMPLE.get(example.stem, ()), str(example))
+        assert validated.returncode == 0, validated.stdout
     rendered = run_without_extras(tmp_path, "render", "--stage", "rl", str(EXAMPLES[0]))
     assert rendered.returncode == 0, rendered.stderr
     assert "verl.trainer.main_ppo" in rendered.stdout
@@ -39,8 +41,12 @@ def test_validate_and_render_need_only_the_base_package(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("args", "extra"),
-    [(("sandbox", "serve"), "sandbox"), (("data", "prepare", "rl", "--source", "x.parquet", "--out", "y.parquet"), "train")],
-    ids=["sandbox serve", "data prepare"],
+    [
+        (("sandbox", "serve"), "sandbox"),
+        (("data", "prepare", "rl", "--source", "x.parquet", "--out", "y.parquet"), "train"),
+        (("render", "--manifests", str(REPO / "examples/retoolrun-minimal.yaml")), "operator"),
+    ],
+    ids=["sandbox serve", "data prepare", "render --manifests needs the operator extra, not dev"],
 )
 def test_a_command_whose_extra_is_missing_names_it(tmp_path: Path, args: tuple[str, ...], extra: str) -> None:
     result = run_without_extras(tmp_path, *args)

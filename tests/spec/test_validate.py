@@ -13,7 +13,7 @@ import yaml
 from retool.spec.model import RetoolRun
 from retool.spec.rules import sandbox_replicas
 from retool.spec.validate import SpecError, parse_run, validate_document, validate_text
-from tests.conftest import EXAMPLES, REPO, repo_env
+from tests.conftest import EXAMPLES, OPERATOR_OF_EXAMPLE, REPO, repo_env
 
 MINIMAL = {
     "apiVersion": "retool.dev/v1alpha1",
@@ -199,8 +199,9 @@ def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess
     return subprocess.run([sys.executable, "-m", "retool.cli", *args], input=stdin, capture_output=True, text=True, env=repo_env(), cwd=REPO)
 
 
-def test_cli_validate_passes_on_the_examples():
-    result = run_cli("validate", *map(str, EXAMPLES))
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_cli_validate_passes_on_the_examples_for_the_operator_each_is_written_for(example):
+    result = run_cli("validate", *OPERATOR_OF_EXAMPLE.get(example.stem, ()), str(example))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "all valid" in result.stderr
 

@@ -26,6 +26,7 @@ Batch Jobs (prepare, merge) are single pods: nothing to gang, so they keep the d
 from __future__ import annotations
 
 from retool.spec.model import RetoolRun
+from retool.spec.operator_rules import scheduling_refusals
 from retool_operator.config import OperatorConfig
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -65,17 +66,6 @@ def scheduling_labels(run: RetoolRun, config: OperatorConfig, *, child_name: str
 
 
 def scheduling_problems(run: RetoolRun, config: OperatorConfig) -> list[str]:
-    """What this operator cannot do for the run's scheduling (the spec alone is valid)."""
-    scheduling = run.spec.scheduling
-    problems = []
-    if scheduling.gang.enabled and not config.batch_scheduler:
-        problems.append(
-            "spec.scheduling.gang.enabled: this operator knows no batch scheduler (chart value defaults.batchScheduler, which must match KubeRay's "
-            "--batch-scheduler); without one the Ray pods would start one by one. Ask the cluster administrator, or set gang.enabled: false"
-        )
-    if scheduling.queue_name and config.batch_scheduler:
-        problems.append(
-            f"spec.scheduling.queueName: KubeRay on this cluster hands RayJobs to {config.batch_scheduler} (chart value defaults.batchScheduler); "
-            "Kueue in front of it would queue every stage twice. Use spec.scheduling.gang instead"
-        )
-    return problems
+    """What this operator cannot do for the run's scheduling (the spec alone is valid); the rule is
+    ``retool.spec.operator_rules``, which ``retool validate`` applies offline too."""
+    return [str(p) for p in scheduling_refusals(run, config.batch_scheduler)]
