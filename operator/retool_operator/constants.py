@@ -21,6 +21,8 @@ LABEL_RUN = "retool.dev/run"
 LABEL_ROLE = "retool.dev/component"
 LABEL_STAGE = "retool.dev/stage"
 LABEL_ATTEMPT = "retool.dev/attempt"
+LABEL_POD_ROLE = "retool.dev/pod-role"  # "submitter" on the Ray job submitter's pods
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # set by the Job controller on its pods (k8s >= 1.27)
 
 PART_OF = "retool"
 MANAGED_BY = "retool-operator"

@@ -108,6 +108,8 @@ class Observed:
     children: dict[str, dict[str, Any]] = field(default_factory=dict)  # stage child name -> object
     active_pods: dict[str, list[str]] = field(default_factory=dict)
     """Child name -> its pods that have not terminated (phase other than Succeeded/Failed)."""
+    submitter_pods: dict[str, list[str]] = field(default_factory=dict)
+    """Child name -> those of its ``active_pods`` that are Ray job submitter pods (never waited for)."""
     failure_details: dict[str, str] = field(default_factory=dict)
     """Failed Job name -> its stage container's termination message (the reason the stage gave, or its last log lines)."""
     sandbox_ready_replicas: int = 0
@@ -256,8 +258,21 @@ def _queued_child(
 
 
 def _blocking_pods(observed: Observed, child: str) -> dict[str, list[str]]:
-    """Pods of other children of the run that are still alive (they must be gone before ``child`` is created)."""
-    return {name: pods for name, pods in sorted(observed.active_pods.items()) if name != child and pods}
+    """Pods of other children of the run that are still alive (they must be gone before ``child`` is created).
+
+    A Ray job submitter pod never blocks: when a child is created every earlier RayJob is terminal,
+    and KubeRay keeps a terminal RayJob's submitter Job (rayjob_controller.go v1.7.0, "We don't need
+    to delete the submitter Kubernetes Job"). Its pod may still run (a hung ``ray job logs
+    --follow``, or a replacement pod waiting forever for the deleted head's GCS); it holds no
+    accelerator and writes no checkpoint, so waiting for it could only hang the next attempt.
+    """
+    out: dict[str, list[str]] = {}
+    for name, pods in sorted(observed.active_pods.items()):
+        submitters = set(observed.submitter_pods.get(name, ()))
+        left = [p for p in pods if p not in submitters]
+        if name != child and left:
+            out[name] = left
+    return out
 
 
 def _waiting_text(blocking: dict[str, list[str]]) -> str:

@@ -76,6 +76,15 @@ def termination_message(pod: dict[str, Any], container: str) -> str:
     return ""
 
 
+def is_submitter_pod(pod_labels: dict[str, str], stage: str, child: str) -> bool:
+    """A pod of a RayJob's submitter Job: our role label, or (pods made by an older operator) the Job
+    controller's job-name label on a Ray stage's pod (the submitter Job is named after its RayJob;
+    Ray head and worker pods belong to no Job)."""
+    if pod_labels.get(c.LABEL_POD_ROLE) == "submitter":
+        return True
+    return stage in RAY_STAGES and pod_labels.get(c.JOB_NAME_LABEL) == child
+
+
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
@@ -344,8 +353,9 @@ class Reconciler:
                     if queued(run):
                         workloads[entry.job] = await self._workloads(namespace, obj)
         active: dict[str, list[str]] = {}
+        submitters: dict[str, list[str]] = {}
         if may_create(status, children):
-            active = await self._active_pods(namespace, run.metadata.name)
+            active, submitters = await self._active_pods(namespace, run.metadata.name)
         ready, autoscaled, isolation, refused = 0, False, None, None
         if uses_sandbox(run):
             deployment = await self.client.get(DEPLOYMENTS, namespace, sandbox_name(run.metadata.name))
@@ -361,6 +371,7 @@ class Reconciler:
         observed = Observed(
             children=children,
             active_pods=active,
+            submitter_pods=submitters,
             failure_details=details,
             sandbox_ready_replicas=ready,
             sandbox_pods_refused=refused,
@@ -410,18 +421,23 @@ class Reconciler:
                     details[entry.job or ""] = message
         return details
 
-    async def _active_pods(self, namespace: str, run_name: str) -> dict[str, list[str]]:
-        """Stage child name -> its pods that still run or are still terminating."""
+    async def _active_pods(self, namespace: str, run_name: str) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+        """(stage child name -> its pods that still run or are still terminating, the same for those
+        that are Ray job submitter pods)."""
         selector = f"{c.LABEL_RUN}={run_name},{c.LABEL_ROLE}={c.COMPONENT_STAGE}"
         active: dict[str, list[str]] = {}
+        submitters: dict[str, list[str]] = {}
         for pod in await self.client.list(PODS, namespace, label_selector=selector):
             meta = pod.get("metadata") or {}
             lbls = meta.get("labels") or {}
             stage, attempt = lbls.get(c.LABEL_STAGE), lbls.get(c.LABEL_ATTEMPT)
             if (pod.get("status") or {}).get("phase") in TERMINATED_POD_PHASES or stage is None or not (attempt or "").isdigit():
                 continue
-            active.setdefault(stage_child_name(run_name, stage, int(attempt)), []).append(meta.get("name", "?"))
-        return active
+            child = stage_child_name(run_name, stage, int(attempt))
+            active.setdefault(child, []).append(meta.get("name", "?"))
+            if is_submitter_pod(lbls, stage, child):
+                submitters.setdefault(child, []).append(meta.get("name", "?"))
+        return active, submitters
 
     async def _tracking(self, run: RetoolRun, status: RetoolRunStatus, refusals: list[str]) -> tuple[Tracking, MLflowStatus, str | None]:
         """(what stages get, status.mlflow, a reason to hold new stages or None)."""

@@ -17,6 +17,7 @@ from typing import Any
 
 from retool.spec.model import RetoolRun
 from retool.spec.pods import VOLUME_SOURCES
+from retool_operator.constants import LABEL_POD_ROLE
 from retool_operator.profiles import HardwareProfile
 
 Obj = dict[str, Any]
@@ -172,6 +173,7 @@ SUBMITTER = "submitter"
 """The Ray job submitter: trainer image, trainer nodes, but no claim, no run environment."""
 
 
+
 def stage_pod_settings(
     profile: HardwareProfile,
     *,
@@ -192,8 +194,9 @@ def stage_pod_settings(
     """
     run = run or RunPodSettings()
     trainer = role == TRAINER
+    role_label = {} if trainer else {LABEL_POD_ROLE: role}  # the operator never waits for a submitter pod
     return PodSettings(
-        labels={**run.labels, **labels},
+        labels={**run.labels, **labels, **role_label},
         annotations=dict(run.annotations),
         node_selector=profile.node_selector,
         tolerations=tuple(profile.tolerations),

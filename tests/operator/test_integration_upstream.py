@@ -1,0 +1,65 @@
+# ruff: noqa: F811  (the tests take test_integration's `cluster` fixture, imported below)
+"""The real operator against the emulator, with KubeRay's, Kueue's and Kubernetes' controllers played as
+their upstream sources do it (``tests/operator/kuberay.py``, ``tests/operator/kueue.py``); each test
+names the upstream behaviour it plays. Every test ends with the RBAC check of ``test_integration``'s
+fixture.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.operator.emulator import JOBS, RAYJOBS, eventually, running_operator
+from tests.operator.helpers import job_status
+from tests.operator.kuberay import PODS, FakeKubeRay
+from tests.operator.test_integration import NS, Cluster, cluster, spec_doc, stage_of  # noqa: F401  (the fixture)
+
+pytestmark = pytest.mark.slow
+
+
+async def _to_sft(cluster: Cluster, name: str, **spec: Any) -> FakeKubeRay:
+    kuberay = FakeKubeRay(cluster.api, NS)
+    await cluster.api.create(spec_doc(name, **spec))
+    await cluster.finish(JOBS, f"{name}-prepare-1", job_status("Complete"))
+    await cluster.child(RAYJOBS, f"{name}-sft-1")
+    await kuberay.start(f"{name}-sft-1")
+    return kuberay
+
+
+async def test_a_hung_submitter_of_a_failed_rayjob_does_not_hold_the_next_attempt(cluster: Cluster) -> None:
+    """KubeRay v1.7.0 rayjob_controller.go: a RayJob turns Failed (here on its deadline) while its
+    submitter still follows the log; the cluster is deleted, the submitter Job is kept, and with the
+    default submitter backoffLimit (2) its failed pod is replaced by one that waits for the deleted
+    head's GCS forever. Attempt 2 must start anyway."""
+    async with running_operator(cluster.config):
+        kuberay = await _to_sft(cluster, "hung", failurePolicy={"maxRetries": 1, "backoffSeconds": 1, "stageDeadlineSeconds": 3600})
+        sft = await cluster.api.get(RAYJOBS, NS, "hung-sft-1")
+        assert sft is not None and sft["spec"]["submitterConfig"] == {"backoffLimit": 0}
+        await kuberay.end("hung-sft-1", "Failed", "RUNNING", hung_submitter=True, message="DeadlineExceeded")
+        # The hung pod is still Running: it holds neither accelerators nor the checkpoint directory.
+        await cluster.child(RAYJOBS, "hung-sft-2", timeout=15)
+        # Its pod then fails; the submitter Job makes no replacement (backoffLimit 0).
+        assert await kuberay.submitter_pod_fails("hung-sft-1", "hung-sft-1-submit-0") is None
+        status = await cluster.status("hung")
+        assert stage_of(status, "sft")["attempt"] == 2 and "waiting for the pods" not in (stage_of(status, "sft").get("message") or "")
+
+
+async def test_the_next_stage_waits_for_ray_pods_but_not_for_the_submitter(cluster: Cluster) -> None:
+    """The cluster's pods are waited for (they hold the GPUs); a submitter pod left running is not."""
+    async with running_operator(cluster.config):
+        kuberay = await _to_sft(cluster, "order")
+        await cluster.api.patch(RAYJOBS, NS, "order-sft-1", {"status": {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}}, subresource="status")
+
+        async def waiting() -> dict[str, Any] | None:
+            status = await cluster.status("order")
+            merge = stage_of(status, "merge")
+            return status if "order-sft-1-head-x1" in (merge.get("message") or "") else None
+
+        status = await eventually(waiting, what="merge waiting for sft's head pod")
+        assert "order-sft-1-submit-0" not in stage_of(status, "merge")["message"]
+        await kuberay.end("order-sft-1", "Complete", "SUCCEEDED", hung_submitter=True)
+        await cluster.child(JOBS, "order-merge-1")
+        pod = await cluster.api.get(PODS, NS, "order-sft-1-submit-0")
+        assert pod is not None and pod["status"]["phase"] == "Running"
