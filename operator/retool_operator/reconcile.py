@@ -26,6 +26,14 @@ from retool_operator import constants as c
 from retool_operator.builders import desired_sandbox_replicas, queued, run_namespace, uses_sandbox
 from retool_operator.claims import ClaimCheck, ClaimObservation, check_claim, storage_status
 from retool_operator.isolation import IsolationObservation, isolation_condition
+from retool_operator.queueing import (
+    child_queue,
+    deactivated_by_operator,
+    kueue_deactivation,
+    kueue_owns,
+    queue_message,
+    suspended_by_operator,
+)
 from retool_operator.status import current_stage, headline_score, parse_time, phase_of, pipeline_conditions, progress_of, rfc3339, set_condition
 
 ChildState = Literal["missing", "running", "succeeded", "failed", "suspended"]
@@ -205,28 +213,10 @@ CLAIM_RECHECK_SECONDS = 30.0
 """How soon a pass waiting for the run's claim looks again (claims are not watched)."""
 
 
-def _queue_message(run: RetoolRun, workloads: list[dict[str, Any]] | None) -> str:
-    """Why a queued child waits: Kueue's own words from its Workload when there is one."""
-    queue = run.spec.scheduling.queue_name
-    if workloads is None:
-        return f"waiting for admission by Kueue queue {queue}, but the cluster serves no Kueue Workload API (is Kueue installed?)"
-    for wl in workloads:
-        if (wl.get("spec") or {}).get("active") is False and not _ours(wl):
-            return f"Kueue workload {wl['metadata']['name']} is deactivated and will not be admitted until it is reactivated"
-        for cond in (wl.get("status") or {}).get("conditions") or []:
-            if cond.get("type") in ("QuotaReserved", "Admitted") and cond.get("status") == "False" and cond.get("message"):
-                return f"waiting for admission by Kueue queue {queue}: {cond['message']}"
-    return f"waiting for admission by Kueue queue {queue}"
-
-
-def _ours(workload: dict[str, Any]) -> bool:
-    return bool(((workload.get("metadata") or {}).get("annotations") or {}).get(c.ANNOTATION_DEACTIVATED))
-
-
 def _queued_child(
     run: RetoolRun, entry: StageStatus, child: str, obj: dict[str, Any] | None, workloads: list[dict[str, Any]] | None
 ) -> tuple[StageStatus, list[SetWorkloadActive], list[Event], str | None]:
-    """A running child of a queued run: Kueue owns its ``spec.suspend``; the operator only reads it.
+    """A running child Kueue manages (``queueing.kueue_owns``): Kueue owns its ``spec.suspend``; the operator only reads it.
 
     spec.suspend deactivates the child's Kueue Workload (Kueue then suspends the child and keeps it
     out of the queue) and resuming reactivates only Workloads the operator deactivated. A child
@@ -234,6 +224,7 @@ def _queued_child(
     preempted, which is counted, never a failure.
     """
     name = entry.name
+    queue = child_queue(obj)
     actions: list[SetWorkloadActive] = []
     events: list[Event] = []
     message: str | None = None
@@ -243,18 +234,42 @@ def _queued_child(
             message = f"stage {name} suspended (Kueue workload deactivated)"
             events.append(Event("Normal", c.REASON_SUSPENDED, f"{message} ({child})"))
         return entry.model_copy(update={"state": "Suspended", "message": "suspended by spec.suspend"}), actions, events, message
-    actions = [SetWorkloadActive(name, wl["metadata"]["name"], True) for wl in workloads or [] if _ours(wl) and (wl.get("spec") or {}).get("active") is False]
+    actions = [
+        SetWorkloadActive(name, wl["metadata"]["name"], True) for wl in workloads or [] if deactivated_by_operator(wl) and (wl.get("spec") or {}).get("active") is False
+    ]
     if bool(((obj or {}).get("spec") or {}).get("suspend")):
-        update: dict[str, Any] = {"state": "Queued", "message": _queue_message(run, workloads)}
+        update: dict[str, Any] = {"state": "Queued", "message": queue_message(queue, workloads)}
         if entry.state == "Running":
             update["preemptions"] = (entry.preemptions or 0) + 1
             message = f"stage {name} preempted by its queue; waiting for re-admission ({child})"
             events.append(Event("Warning", c.REASON_STAGE_PREEMPTED, message))
         return entry.model_copy(update=update), actions, events, message
     if entry.state in ("Queued", "Suspended"):
-        message = f"stage {name} admitted by Kueue queue {run.spec.scheduling.queue_name} ({child})"
+        message = f"stage {name} admitted by Kueue{f' queue {queue}' if queue else ''} ({child})"
         events.append(Event("Normal", c.REASON_STAGE_ADMITTED, message))
     return entry.model_copy(update={"state": "Running", "message": f"attempt {entry.attempt} running"}), actions, events, message
+
+
+def _operator_suspension(
+    run: RetoolRun, entry: StageStatus, child: str, obj: dict[str, Any] | None, workloads: list[dict[str, Any]] | None
+) -> tuple[StageStatus, list[SetSuspend], list[Event], str | None]:
+    """A running child outside Kueue: its ``spec.suspend`` follows the run's.
+
+    The operator resumes only a child it suspended itself (its mark), or any suspended child on a
+    cluster without Kueue's API: a child that something else suspended (Kueue's webhook suspends
+    jobs at creation under ``manageJobsWithoutQueueName``, before its Workload exists) is left alone
+    and shown as waiting, so the two controllers never take turns flipping it.
+    """
+    name, suspend = entry.name, run.spec.suspend
+    child_suspended = bool(((obj or {}).get("spec") or {}).get("suspend"))
+    if child_suspended == suspend:
+        return entry.model_copy(update={"state": "Suspended" if suspend else "Running"}), [], [], None
+    if not suspend and not suspended_by_operator(obj) and workloads is not None:
+        text = f"{child} was suspended by another controller (not the operator); waiting for it to be resumed"
+        return entry.model_copy(update={"state": "Queued", "message": text}), [], [], None
+    event = Event("Normal", c.REASON_SUSPENDED if suspend else c.REASON_RESUMED, f"stage {name} {'suspended' if suspend else 'resumed'} ({child})")
+    state = "Suspended" if suspend else "Running"
+    return entry.model_copy(update={"state": state}), [SetSuspend(name, child, suspend)], [event], f"stage {name} {'suspended' if suspend else 'resumed'}"
 
 
 def _blocking_pods(observed: Observed, child: str) -> dict[str, list[str]]:
@@ -382,7 +397,7 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
                 stages[i] = entry.model_copy(update={"message": f"attempt 1 {waiting}"})
                 requeue = RELEASE_POLL_SECONDS
                 break
-            text = "attempt 1 created; " + _queue_message(run, []) if queue else "attempt 1 started"
+            text = "attempt 1 created; " + queue_message(run.spec.scheduling.queue_name, []) if queue else "attempt 1 started"
             stages[i] = entry.model_copy(
                 update={"state": first_created, "attempt": 1, "job": child, "start_time": stamp, "message": text, "checkpoint": stage_output(run, name)}
             )
@@ -408,7 +423,7 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
                 stages[i] = entry.model_copy(update={"message": text})
                 requeue = RELEASE_POLL_SECONDS
                 break
-            text = f"attempt {attempt} created; " + _queue_message(run, []) if queue else f"attempt {attempt} started"
+            text = f"attempt {attempt} created; " + queue_message(run.spec.scheduling.queue_name, []) if queue else f"attempt {attempt} started"
             stages[i] = entry.model_copy(update={"state": first_created, "attempt": attempt, "job": child, "next_attempt_time": None, "message": text})
             create.append(CreateChild(name, attempt))
             message = f"stage {name} retry: attempt {attempt} started ({child})" + (", resuming from its last checkpoint" if name == "rl" else "")
@@ -417,6 +432,8 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
         # Running, Queued or Suspended: the child decides.
         child = entry.job or stage_child_name(run.metadata.name, name, entry.attempt)
         obj = observed.children.get(child)
+        workloads = observed.workloads.get(child)
+        kueue = kueue_owns(obj, workloads)
         outcome = child_outcome(name, obj)
         if outcome.state == "missing":
             # The status names a child only after the API server accepted it (a refused create
@@ -430,7 +447,7 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
             message = f"stage {name} succeeded"
             events.append(Event("Normal", c.REASON_STAGE_SUCCEEDED, f"{message} ({child})"))
             continue  # start the next stage in the same pass (once this one's pods are gone)
-        if outcome.state == "failed" and queue and preempted_job(name, obj):
+        if outcome.state == "failed" and kueue and preempted_job(name, obj):
             attempt = entry.attempt + 1
             new_child = stage_child_name(run.metadata.name, name, attempt)
             text = f"attempt {entry.attempt} was preempted by its queue; attempt {attempt} waits for admission (no retry used)"
@@ -456,19 +473,22 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
             stages[i], message, event, requeue = _failed_attempt(run, entry, reason, now, permanent=outcome.permanent)
             events.append(event)
             break
-        if queue:
+        deactivation = kueue_deactivation(workloads) if kueue and not suspend else None
+        if deactivation is not None:
+            reason = f"Kueue deactivated its workload {deactivation.workload} ({deactivation.reason}: {deactivation.message}); it will not be admitted again"
+            stages[i], message, event, requeue = _failed_attempt(run, entry, reason, now)
+            events.append(event)
+            break
+        if kueue:
             stages[i], actions, more, text = _queued_child(run, entry, child, obj, observed.workloads.get(child, []))
             workload_actions += actions
             events += more
             message = text or message
             break
-        # running or suspended: make the child's suspension follow the spec.
-        child_suspended = bool(((obj or {}).get("spec") or {}).get("suspend"))
-        if child_suspended != suspend:
-            suspend_actions.append(SetSuspend(name, child, suspend))
-            events.append(Event("Normal", c.REASON_SUSPENDED if suspend else c.REASON_RESUMED, f"stage {name} {'suspended' if suspend else 'resumed'} ({child})"))
-            message = f"stage {name} {'suspended' if suspend else 'resumed'}"
-        stages[i] = stages[i].model_copy(update={"state": "Suspended" if suspend else "Running"})
+        stages[i], patches, more, text = _operator_suspension(run, entry, child, obj, workloads)
+        suspend_actions += patches
+        events += more
+        message = text or message
         break
 
     phase = phase_of(stages, suspended=suspend)

@@ -28,7 +28,6 @@ from retool_operator.builders import (
     build_stage_child,
     experiment_name,
     owned_by,
-    queued,
     run_claim,
     scheduling_problems,
     uses_sandbox,
@@ -38,6 +37,7 @@ from retool_operator.claims import ClaimObservation
 from retool_operator.config import OperatorConfig
 from retool_operator.isolation import IsolationObservation
 from retool_operator.kube import KINDS, ApiError, Kind, KubeClient
+from retool_operator.queueing import ANNOTATION_SUSPENDED, SUSPENDED_BY, child_queue
 from retool_operator.readyz import IsolationReader
 from retool_operator.reconcile import Decision, Event, Observed, child_outcome, decide
 from retool_operator.status import dump, invalid_spec_status, load, phase_of, replica_failure, with_refusals, with_spec_warnings
@@ -253,8 +253,9 @@ class Reconciler:
             log.info("%s/%s: %s %s %s", namespace, name, "created" if created else "found existing", child["kind"], child["metadata"]["name"])
         for action in decision.suspend:
             kind = stage_kind(action.stage)
+            mark = SUSPENDED_BY if action.suspend else None  # only a child the operator suspended is resumed by it
             try:
-                await self.client.patch(kind, namespace, action.name, {"spec": {"suspend": action.suspend}})
+                await self.client.patch(kind, namespace, action.name, {"metadata": {"annotations": {ANNOTATION_SUSPENDED: mark}}, "spec": {"suspend": action.suspend}})
             except ApiError as err:
                 if not err.refused:
                     raise
@@ -350,7 +351,8 @@ class Reconciler:
                 obj = await self.client.get(stage_kind(entry.name), namespace, entry.job)
                 if obj is not None:
                     children[entry.job] = obj
-                    if queued(run):
+                    if child_queue(obj) or (obj.get("spec") or {}).get("suspend") or run.spec.suspend:
+                        # Kueue may own it (queued, or managed without a queue name): its Workloads say.
                         workloads[entry.job] = await self._workloads(namespace, obj)
         active: dict[str, list[str]] = {}
         submitters: dict[str, list[str]] = {}

@@ -89,6 +89,8 @@ class ScalableEmulator(kmock.KubernetesEmulator):
     """
 
     refusals: list[Refusal]
+    mutations: list[Callable[[Any], None]]
+    """Mutating admission: each is called with every request before it is stored (may change ``request.data``)."""
 
     async def _handle(self, request: Any) -> Any:
         if not hasattr(self, "history"):
@@ -100,6 +102,8 @@ class ScalableEmulator(kmock.KubernetesEmulator):
             # The API server gives every object a uid (Kueue finds a job's Workload by it).
             meta = request.data.setdefault("metadata", {})
             meta.setdefault("uid", str(uuid.uuid4()))
+        for mutate in list(getattr(self, "mutations", [])):
+            mutate(request)  # a mutating admission webhook (Kueue's defaulting, ...)
         self.history.append(request)
         for refusal in list(self.refusals):
             answer = refusal(request) if request.resource is not None else None

@@ -28,6 +28,24 @@ from tests.operator.emulator import JOBS, RAYJOBS, ObserverClient
 WORKLOADS = KINDS[("kueue.x-k8s.io/v1beta1", "Workload")]
 
 
+def default_local_queue(request: Any) -> None:
+    """Kueue's Job/RayJob defaulting webhook with a LocalQueue named ``default`` in the namespace
+    (``Default`` in pkg/controller/jobs/{job,rayjob}/*_webhook.go calling ``ApplyDefaultLocalQueue`` and
+    ``ApplyDefaultForSuspend``, pkg/controller/jobframework/defaults.go, Kueue v0.19.0): an unlabelled
+    job gets ``kueue.x-k8s.io/queue-name: default`` and is created suspended."""
+    if request.resource is None or request.resource.plural not in ("jobs", "rayjobs") or request.action is None or request.action.value != "CREATE":
+        return
+    if not isinstance(request.data, dict) or "ray.io/originated-from-crd" in ((request.data.get("metadata") or {}).get("labels") or {}):
+        return  # a job KubeRay owns (its submitter) has an owner Kueue manages: not defaulted
+    labels = request.data.setdefault("metadata", {}).setdefault("labels", {})
+    if not labels.get(QUEUE_LABEL):
+        labels[QUEUE_LABEL] = "default"
+    request.data.setdefault("spec", {})["suspend"] = True
+
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
 class FakeKueue:
     def __init__(self, api: ObserverClient, namespace: str):
         self.api = api
@@ -82,4 +100,4 @@ class FakeKueue:
             await self.api.patch(kind, self.namespace, name, {"spec": {"suspend": False}})  # step 7: an admitted job runs
 
 
-__all__ = ["JOBS", "RAYJOBS", "WORKLOADS", "FakeKueue"]
+__all__ = ["JOBS", "RAYJOBS", "WORKLOADS", "FakeKueue", "default_local_queue"]

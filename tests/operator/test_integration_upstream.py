@@ -63,3 +63,24 @@ async def test_the_next_stage_waits_for_ray_pods_but_not_for_the_submitter(clust
         await cluster.child(JOBS, "order-merge-1")
         pod = await cluster.api.get(PODS, NS, "order-sft-1-submit-0")
         assert pod is not None and pod["status"]["phase"] == "Running"
+
+
+async def test_kueues_default_local_queue_takes_an_unqueued_run_and_the_operator_does_not_fight_it(cluster: Cluster) -> None:
+    """Kueue's defaulting webhook labels and suspends the unqueued run's Job (a LocalQueue named
+    ``default``); the operator shows it Queued and never writes its ``suspend``; Kueue admits it."""
+    from tests.operator.kueue import FakeKueue, default_local_queue
+    from tests.operator.test_integration_cluster import stage_state, suspend_patches
+
+    cluster.k8s.mutations = [default_local_queue]
+    kueue = FakeKueue(cluster.api, NS)
+    async with running_operator(cluster.config):
+        await cluster.api.create(spec_doc("defaulted"))
+        job = await cluster.child(JOBS, "defaulted-prepare-1")
+        assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "default" and job["spec"]["suspend"] is True
+        await kueue.workload_of(JOBS, "defaulted-prepare-1")
+        status = await stage_state(cluster, "defaulted", "prepare", "Queued")
+        assert "Kueue queue default" in stage_of(status, "prepare")["message"]
+        await kueue.admit(JOBS, "defaulted-prepare-1")
+        await stage_state(cluster, "defaulted", "prepare", "Running")
+    assert suspend_patches(cluster, "jobs") == [], "the operator wrote suspend of a child Kueue manages"
+    assert not any((r.data or {}).get("reason") == "Resumed" for r in cluster.k8s.requests if r.resource is not None and r.resource.plural == "events")
