@@ -63,6 +63,7 @@ COND_STORAGE_READY = "StorageReady"
 
 # Condition reasons (one CamelCase word each).
 REASON_INVALID_SPEC = "InvalidSpec"
+REASON_IMMUTABLE_FIELD = "ImmutableFieldChanged"
 REASON_VALID_SPEC = "SpecAccepted"
 REASON_PENDING = "Pending"
 REASON_STAGE_RUNNING = "StageRunning"

@@ -26,7 +26,9 @@ RULES: list[Rule] = [
     {"apiGroups": ["retool.dev"], "resources": ["retoolruns/finalizers"], "verbs": ["update"]},
     # Children of a run (and the namespace's managed MLflow tracker): create-or-patch by name.
     {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "create", "patch"]},
-    {"apiGroups": [""], "resources": ["services", "configmaps", "persistentvolumeclaims"], "verbs": ["get", "create", "patch"]},
+    {"apiGroups": [""], "resources": ["services", "persistentvolumeclaims"], "verbs": ["get", "create", "patch"]},
+    # Spec snapshots: created with each child, read back for the immutability check, never patched.
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create"]},
     {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["get", "create", "patch"]},
     {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["get", "create", "patch"]},
     # Stage children: watched by kopf (server-side label selector), read, created, suspended.

@@ -19,6 +19,7 @@ from retool.spec.names import RAY_STAGES, sandbox_name, stage_child_name
 from retool.spec.status import MLflowStatus, RetoolRunStatus, StageStatus
 from retool.spec.validate import document_warnings, parse_run
 from retool_operator import constants as c
+from retool_operator import immutability
 from retool_operator.builders import (
     Tracking,
     build_claim,
@@ -29,6 +30,7 @@ from retool_operator.builders import (
     experiment_name,
     owned_by,
     run_claim,
+    run_document,
     scheduling_problems,
     uses_sandbox,
 )
@@ -52,6 +54,7 @@ PODS = KINDS[("v1", "Pod")]
 HPAS = KINDS[("autoscaling/v2", "HorizontalPodAutoscaler")]
 TERMINATED_POD_PHASES = frozenset({"Succeeded", "Failed"})
 CLAIMS = KINDS[("v1", "PersistentVolumeClaim")]
+CONFIGMAPS = KINDS[("v1", "ConfigMap")]
 WORKLOADS = KINDS[("kueue.x-k8s.io/v1beta1", "Workload")]
 DEACTIVATED_BY = "retool-operator"
 EventSink = Callable[[dict[str, Any], Event], None]
@@ -83,6 +86,10 @@ def is_submitter_pod(pod_labels: dict[str, str], stage: str, child: str) -> bool
     if pod_labels.get(c.LABEL_POD_ROLE) == "submitter":
         return True
     return stage in RAY_STAGES and pod_labels.get(c.JOB_NAME_LABEL) == child
+
+
+def _valid_message(status: RetoolRunStatus) -> str | None:
+    return next((cond.message for cond in status.conditions if cond.type == c.COND_VALID), None)
 
 
 def utcnow() -> dt.datetime:
@@ -136,6 +143,8 @@ class Reconciler:
         self._parent_factory = parent_factory
         self.isolation = isolation or IsolationReader()
         self.passes = 0
+        self._finished: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+        """(namespace, run) -> child name -> the last state a watch event showed of a finished child."""
 
     # ------------------------------------------------------------ scheduling
 
@@ -180,8 +189,26 @@ class Reconciler:
             timer.cancel()
         self._timers.clear()
 
+    def note_child(self, namespace: str, child: dict[str, Any]) -> None:
+        """Remember a stage child that a watch event showed finished (Complete, Failed, ...).
+
+        KubeRay with ``DELETE_RAYJOB_CR_AFTER_JOB_FINISHES=true`` deletes the RayJob itself right after
+        it turns Complete (``ttlSecondsAfterFinished`` 0; rayjob_controller.go v1.7.0), often before a
+        pass can read it: the outcome the watch delivered (the MODIFIED or the DELETED event's last
+        state) is what the pass uses when the child is gone, so a succeeded stage is never taken for
+        one deleted behind the operator's back and rerun.
+        """
+        meta = child.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        run, stage, name = labels.get(c.LABEL_RUN), labels.get(c.LABEL_STAGE), meta.get("name")
+        if not (run and stage and name) or child_outcome(stage, child).state not in ("succeeded", "failed"):
+            return
+        kept = {"metadata": {"name": name, "labels": dict(labels)}, "spec": {"suspend": (child.get("spec") or {}).get("suspend")}, "status": child.get("status")}
+        self._finished.setdefault((namespace, run), {})[name] = kept
+
     def forget(self, namespace: str, name: str) -> None:
         key = (namespace, name)
+        self._finished.pop(key, None)
         timer = self._timers.pop(key, None)
         if timer is not None:
             timer.cancel()
@@ -205,16 +232,24 @@ class Reconciler:
             problems = cluster_problems(body, self.config.sandbox_max_replicas)
         if not problems:
             problems = scheduling_problems(parse_run({k: v for k, v in body.items() if k != "status"}), self.config)
-        if problems:
+        accepted: dict[str, Any] | None = None
+        if problems or immutability.needs_check(meta.get("generation"), current):
+            accepted = await self._accepted(namespace, current, body)
+        held, held_reason = problems, c.REASON_INVALID_SPEC
+        if problems and accepted is None:
             new = invalid_spec_status(current, problems, now=self.now(), generation=meta.get("generation"))
             if await self._write_status(body, old_status, new):
                 self.post_event(body, Event("Warning", c.REASON_INVALID_SPEC, new.message or "invalid spec"))
             return None
         document = {k: v for k, v in body.items() if k != "status"}
+        if not problems and accepted is not None:
+            normalized = {**body, "spec": run_document(parse_run(document))["spec"]}
+            held, held_reason = immutability.refused_edits(accepted, normalized), c.REASON_IMMUTABLE_FIELD
+        if held:
+            document = accepted or document  # act on the accepted spec; observe the running children with it
         run = parse_run(document)
         refusals: list[str] = []
         tracking, mlflow_status, wait = await self._tracking(run, current, refusals)
-        await self._ensure(self._owned(build_spec_configmap(run), run), refusals)
         await self._ensure_claim(run, current, refusals)
         observed, autoscaled = await self._observe(run, current, mlflow_status)
         results = await self._results(current, tracking)
@@ -230,17 +265,21 @@ class Reconciler:
             decision.requeue_after = min(decision.requeue_after or 1.0, 1.0)  # next pass reads the results
         if wait is not None and decision.create:
             # MLflow is not answering yet: hold new stages for the grace period, retry soon.
-            held = {a.stage for a in decision.create}
-            before = {s.name: s for s in current.stages}
-            stages = [before.get(s.name, StageStatus(name=s.name)) if s.name in held else s for s in decision.status.stages]
-            decision.status = decision.status.model_copy(update={"stages": stages, "phase": current.phase, "message": wait})
-            decision.create, decision.events = [], []
+            self._hold(decision, current)
+            decision.status = decision.status.model_copy(update={"message": wait})
             decision.requeue_after = self.config.mlflow_retry_seconds
+        if held:
+            self._hold(decision, current)
+            decision.status = immutability.held_status(decision.status, held, reason=held_reason, now=now, generation=meta.get("generation"))
+            if not any(cond.type == c.COND_VALID and cond.status == "False" and cond.message == _valid_message(decision.status) for cond in current.conditions):
+                decision.events.append(Event("Warning", held_reason, decision.status.message or "spec edit not applied"))
         for obj in build_sandbox(run, config=self.config, replicas=decision.sandbox_replicas):
             await self._ensure(self._owned(obj, run), refusals)
         for action in decision.create:
             child = build_stage_child(run, action.stage, action.attempt, config=self.config, tracking=tracking)
             try:
+                # The attempt's spec snapshot first (never patched afterwards), then the child that mounts it.
+                await self.client.create(self._owned(build_spec_configmap(run, child["metadata"]["name"]), run))
                 created = await self.client.create(self._owned(child, run))
             except ApiError as err:
                 if not err.refused:
@@ -287,6 +326,25 @@ class Reconciler:
             if not err.refused:
                 raise  # the API server is unwell, not refusing: the pass fails and is retried
             refusals.append(refusal_text("apply", obj, err))
+
+    @staticmethod
+    def _hold(decision: Decision, before: RetoolRunStatus) -> None:
+        """Create nothing this pass: the stages it would have started stay as they were."""
+        if not decision.create:
+            return
+        held = {a.stage for a in decision.create}
+        previous = {s.name: s for s in before.stages}
+        stages = [previous.get(s.name, StageStatus(name=s.name)) if s.name in held else s for s in decision.status.stages]
+        decision.status = decision.status.model_copy(update={"stages": stages, "phase": before.phase})
+        decision.create = []
+        decision.events[:] = [e for e in decision.events if e.reason not in (c.REASON_STAGE_STARTED, c.REASON_RETRY_STARTED)]
+
+    async def _accepted(self, namespace: str, status: RetoolRunStatus, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The run as the operator last accepted it: the latest child's spec snapshot (None before any child)."""
+        name = immutability.snapshot_name(status)
+        if name is None:
+            return None
+        return immutability.accepted_document(await self.client.get(CONFIGMAPS, namespace, name), body)
 
     @staticmethod
     def _revert_stage(decision: Decision, before: RetoolRunStatus, stage: str) -> None:
@@ -346,9 +404,13 @@ class Reconciler:
         namespace = run.metadata.namespace or "default"
         children: dict[str, dict[str, Any]] = {}
         workloads: dict[str, list[dict[str, Any]] | None] = {}
+        finished = self._finished.get((namespace, run.metadata.name), {})
+        current_jobs = {entry.job for entry in status.stages if entry.state in ("Running", "Queued", "Suspended") and entry.job}
+        for gone in set(finished) - current_jobs:
+            finished.pop(gone, None)  # recorded in status by an earlier pass
         for entry in status.stages:
             if entry.state in ("Running", "Queued", "Suspended") and entry.job:
-                obj = await self.client.get(stage_kind(entry.name), namespace, entry.job)
+                obj = await self.client.get(stage_kind(entry.name), namespace, entry.job) or finished.get(entry.job)
                 if obj is not None:
                     children[entry.job] = obj
                     if child_queue(obj) or (obj.get("spec") or {}).get("suspend") or run.spec.suspend:

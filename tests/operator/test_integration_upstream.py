@@ -7,11 +7,13 @@ fixture.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
+from retool_operator.kube import KINDS
 
-from tests.operator.emulator import JOBS, RAYJOBS, eventually, running_operator
+from tests.operator.emulator import JOBS, RAYJOBS, RUNS, TEST_AGENT, eventually, running_operator
 from tests.operator.helpers import job_status
 from tests.operator.kuberay import PODS, FakeKubeRay
 from tests.operator.test_integration import NS, Cluster, cluster, spec_doc, stage_of  # noqa: F401  (the fixture)
@@ -84,3 +86,94 @@ async def test_kueues_default_local_queue_takes_an_unqueued_run_and_the_operator
         await stage_state(cluster, "defaulted", "prepare", "Running")
     assert suspend_patches(cluster, "jobs") == [], "the operator wrote suspend of a child Kueue manages"
     assert not any((r.data or {}).get("reason") == "Resumed" for r in cluster.k8s.requests if r.resource is not None and r.resource.plural == "events")
+
+
+# ---------------------------------------------------------------- edits of a running run (no webhook on the emulator)
+
+CONFIGMAPS_KIND = KINDS[("v1", "ConfigMap")]
+
+
+async def _spec_valid(cluster: Cluster, name: str, want: str) -> dict[str, Any]:
+    async def probe() -> dict[str, Any] | None:
+        status = await cluster.status(name)
+        cond = next((c for c in status.get("conditions", []) if c["type"] == "SpecValid"), None)
+        return status if cond is not None and cond["status"] == want else None
+
+    return await eventually(probe, what=f"{name} SpecValid {want}")
+
+
+async def _edit(cluster: Cluster, name: str, generation: int, spec: dict[str, Any]) -> None:
+    """A spec edit as the API server stores it: metadata.generation moves with every spec change."""
+    await cluster.api.patch(RUNS, NS, name, {"metadata": {"generation": generation}, "spec": spec})
+
+
+async def test_an_edit_to_a_started_stage_is_held_without_the_webhook_and_never_reaches_its_child(cluster: Cluster) -> None:
+    async with running_operator(cluster.config):
+        await cluster.api.create(spec_doc("frozen"))
+        await cluster.finish(JOBS, "frozen-prepare-1", job_status("Complete"))
+        sft = await cluster.child(RAYJOBS, "frozen-sft-1")
+        volumes = sft["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["volumes"]
+        assert {"name": "run-spec", "configMap": {"name": "frozen-sft-1-spec"}} in volumes
+        snapshot = await cluster.child(CONFIGMAPS_KIND, "frozen-sft-1-spec")
+
+        await _edit(cluster, "frozen", 2, {"sft": {"epochs": 1}})
+        status = await _spec_valid(cluster, "frozen", "False")
+        conds = {c["type"]: c for c in status["conditions"]}
+        assert conds["SpecValid"]["reason"] == "ImmutableFieldChanged" and "spec.sft" in conds["SpecValid"]["message"]
+        assert conds["Stalled"]["status"] == "True" and status["phase"] == "SFT"
+        assert (await cluster.api.get(CONFIGMAPS_KIND, NS, "frozen-sft-1-spec"))["data"] == snapshot["data"]
+
+        # The running child is still observed; nothing new starts while the edit is held.
+        await cluster.finish(RAYJOBS, "frozen-sft-1", {"status": {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}})
+
+        async def sft_done() -> bool:
+            return stage_of(await cluster.status("frozen"), "sft")["state"] == "Succeeded"
+
+        await eventually(sft_done, what="sft success recorded while the edit is held")
+        assert await cluster.api.get(JOBS, NS, "frozen-merge-1") is None
+
+        await _edit(cluster, "frozen", 3, {"sft": {"epochs": None}})  # reverted
+        await _spec_valid(cluster, "frozen", "True")
+        await cluster.child(JOBS, "frozen-merge-1")
+
+
+async def test_an_edit_that_makes_the_spec_invalid_does_not_stop_observing_the_running_stage(cluster: Cluster) -> None:
+    async with running_operator(cluster.config):
+        await cluster.api.create(spec_doc("broken"))
+        await cluster.finish(JOBS, "broken-prepare-1", job_status("Complete"))
+        await cluster.child(RAYJOBS, "broken-sft-1")
+        await cluster.child(CONFIGMAPS_KIND, "broken-sft-1-spec")
+        await _edit(cluster, "broken", 2, {"rl": {"miniBatchSize": 1024}})
+        status = await _spec_valid(cluster, "broken", "False")
+        assert status["phase"] == "SFT" and "miniBatchSize" in status["message"]
+        await cluster.finish(RAYJOBS, "broken-sft-1", {"status": {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}})
+
+        async def sft_done() -> bool:
+            return stage_of(await cluster.status("broken"), "sft")["state"] == "Succeeded"
+
+        await eventually(sft_done, what="sft success recorded under an invalid edit")
+        assert (await cluster.status("broken"))["phase"] != "Failed"
+
+
+async def test_a_succeeded_rayjob_kuberay_deletes_right_after_complete_is_not_rerun(cluster: Cluster) -> None:
+    """KubeRay with DELETE_RAYJOB_CR_AFTER_JOB_FINISHES=true (rayjob_controller.go v1.7.0) deletes the
+    RayJob itself once it is Complete and ttlSecondsAfterFinished (0) has passed: the stage succeeded."""
+    async with running_operator(cluster.config):
+        kuberay = await _to_sft(cluster, "gone")
+        completed = False
+
+        def already_deleted(request: Any) -> tuple[int, str] | None:
+            """KubeRay deletes within milliseconds of Complete: every read of the operator comes after it."""
+            fetch = request.action is not None and request.action.value == "FETCH" and request.resource.plural == "rayjobs"
+            ours = fetch and request.name == "gone-sft-1" and request.headers.get("User-Agent") != TEST_AGENT
+            return (404, "not found") if completed and ours else None
+
+        cluster.k8s.refusals.append(already_deleted)
+        await asyncio.sleep(0.5)  # the passes the Running RayJob triggered are over
+        completed = True
+        await kuberay.end("gone-sft-1", "Complete", "SUCCEEDED")
+        await kuberay.delete_finished("gone-sft-1")
+        await cluster.child(JOBS, "gone-merge-1")
+        status = await cluster.status("gone")
+        assert (stage_of(status, "sft")["state"], stage_of(status, "sft")["attempt"]) == ("Succeeded", 1)
+        assert await cluster.api.get(RAYJOBS, NS, "gone-sft-2") is None

@@ -173,7 +173,7 @@ def build_stage_job(run: RetoolRun, stage: str, attempt: int, *, config: Operato
     profile = hardware_profile(run.spec.hardware, config)
     name = stage_child_name(run.metadata.name, stage, attempt)
     lbls = stage_labels(run, stage, attempt)
-    volumes, mounts = stage_volumes(run, profile)
+    volumes, mounts = stage_volumes(run, profile, child_name=name)
     job_env = TORCH_AUTOLOAD_OFF if profile.accelerator == "ascend" else {}
     pods = run_pod_settings(run)
     container = {
@@ -251,7 +251,7 @@ def build_stage_rayjob(run: RetoolRun, stage: str, attempt: int, *, config: Oper
     profile = hardware_profile(run.spec.hardware, config)
     name = stage_child_name(run.metadata.name, stage, attempt)
     lbls = stage_labels(run, stage, attempt)
-    volumes, mounts = stage_volumes(run, profile)
+    volumes, mounts = stage_volumes(run, profile, child_name=name)
     run_pods = run_pod_settings(run)
     env = _stage_env(run, stage, attempt=attempt, image=profile.image, tracking=tracking, profile_env=profile.env, pods=run_pods)
     pods = stage_pod_settings(profile, labels=lbls, run=run_pods)
