@@ -82,6 +82,16 @@ class FakeKueue:
         if kind is RAYJOBS:  # KubeRay tears the cluster down
             await self.api.patch(kind, self.namespace, name, {"status": {"jobDeploymentStatus": "Suspended", "jobStatus": "NEW"}}, subresource="status")
 
+    async def give_up(self, kind: Any, name: str) -> None:
+        """waitForPodsReady's requeue limit: ``triggerDeactivation`` sets a DeactivationTarget condition,
+        the workload reconciler then sets ``spec.active: false`` and evicts with reason Deactivated
+        (pkg/controller/core/workload_controller.go, v0.19.0); the job is suspended."""
+        wl = await self.workload_of(kind, name)
+        message = "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
+        conditions = [{"type": "Admitted", "status": "False"}, {"type": "Evicted", "status": "True", "reason": "Deactivated", "message": message}]
+        await self.api.patch(WORKLOADS, self.namespace, wl["metadata"]["name"], {"spec": {"active": False}, "status": {"conditions": conditions}})
+        await self.api.patch(kind, self.namespace, name, {"spec": {"suspend": True}})
+
     async def enforce(self, kind: Any, name: str) -> None:
         """One pass of Kueue's job reconciler over an existing job."""
         wl = await self.workload_of(kind, name)

@@ -177,3 +177,18 @@ async def test_a_succeeded_rayjob_kuberay_deletes_right_after_complete_is_not_re
         status = await cluster.status("gone")
         assert (stage_of(status, "sft")["state"], stage_of(status, "sft")["attempt"]) == ("Succeeded", 1)
         assert await cluster.api.get(RAYJOBS, NS, "gone-sft-2") is None
+
+
+async def test_a_workload_kueue_deactivates_fails_the_stage_instead_of_queueing_forever(cluster: Cluster) -> None:
+    from tests.operator.kueue import FakeKueue
+
+    kueue = FakeKueue(cluster.api, NS)
+    async with running_operator(cluster.config):
+        await cluster.api.create(spec_doc("requeued", scheduling={"queueName": "team-a"}, failurePolicy={"maxRetries": 0}))
+        await cluster.child(JOBS, "requeued-prepare-1")
+        await kueue.admit(JOBS, "requeued-prepare-1")
+        await kueue.give_up(JOBS, "requeued-prepare-1")
+        status = await cluster.phase_is("requeued", "Failed")
+        message = stage_of(status, "prepare")["message"]
+        assert "Kueue deactivated its workload" in message and "re-queuing retries" in message
+        assert {c["type"]: c["status"] for c in status["conditions"]}["Stalled"] == "True"
