@@ -49,6 +49,7 @@ KINDS: dict[tuple[str, str], Kind] = {
     ("v1", "Service"): Kind("", "v1", "services"),
     ("v1", "PersistentVolumeClaim"): Kind("", "v1", "persistentvolumeclaims"),
     ("v1", "Pod"): Kind("", "v1", "pods"),
+    ("v1", "Event"): Kind("", "v1", "events"),
     ("autoscaling/v2", "HorizontalPodAutoscaler"): Kind("autoscaling", "v2", "horizontalpodautoscalers"),
     ("apps/v1", "Deployment"): Kind("apps", "v1", "deployments"),
     ("networking.k8s.io/v1", "NetworkPolicy"): Kind("networking.k8s.io", "v1", "networkpolicies"),
@@ -200,10 +201,11 @@ class KubeClient:
                 return None
             raise
 
-    async def list(self, kind: Kind, namespace: str, *, label_selector: str | None = None) -> list[dict[str, Any]]:
+    async def list(self, kind: Kind, namespace: str, *, label_selector: str | None = None, field_selector: str | None = None) -> list[dict[str, Any]]:
         path = kind.path(namespace)
-        if label_selector:
-            path += f"?labelSelector={quote(label_selector, safe='')}"
+        params = [f"{key}={quote(value, safe='')}" for key, value in (("labelSelector", label_selector), ("fieldSelector", field_selector)) if value]
+        if params:
+            path += "?" + "&".join(params)
         data = await self._request("GET", path)
         return list(data.get("items") or [])
 

@@ -42,7 +42,8 @@ RULES: list[Rule] = [
     # reactivated for spec.suspend (Kueue would undo a suspend set on the Job or RayJob itself).
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list", "patch"]},
     # Kubernetes Events on runs (kopf.event posts core/v1 Events).
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    # create: the run's Events; list: why the Job controller, KubeRay's or the volume controller refuse a child's pods or claim.
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "list"]},
     # kopf's own discovery of the CRD it serves.
     {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["list", "watch"]},
 ]

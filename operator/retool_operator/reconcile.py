@@ -128,6 +128,10 @@ class Observed:
     claim: ClaimObservation | None = None  # None: not read this pass (no storage gate)
     workloads: dict[str, list[dict[str, Any]] | None] = field(default_factory=dict)
     """Kueue Workloads of a queued child, by child name; None when the cluster serves no Workload API."""
+    child_events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Events of a running Job that has no pod (read only then: why the Job controller creates none)."""
+    claim_events: list[dict[str, Any]] | None = None
+    """Events of the run's claim while it is Pending (why it is not provisioned)."""
     sandbox_isolation: IsolationObservation | None = None
     """What the sandbox pods' /readyz said this pass; None when there were no pods to ask."""
 

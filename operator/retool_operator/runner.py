@@ -18,8 +18,8 @@ from retool.spec.model import RetoolRun
 from retool.spec.names import RAY_STAGES, sandbox_name, stage_child_name
 from retool.spec.status import MLflowStatus, RetoolRunStatus, StageStatus
 from retool.spec.validate import document_warnings, parse_run
+from retool_operator import below, immutability
 from retool_operator import constants as c
-from retool_operator import immutability
 from retool_operator.builders import (
     Tracking,
     build_claim,
@@ -42,7 +42,7 @@ from retool_operator.kube import KINDS, ApiError, Kind, KubeClient
 from retool_operator.queueing import ANNOTATION_SUSPENDED, SUSPENDED_BY, child_queue
 from retool_operator.readyz import IsolationReader
 from retool_operator.reconcile import Decision, Event, Observed, child_outcome, decide
-from retool_operator.status import dump, invalid_spec_status, load, phase_of, replica_failure, with_refusals, with_spec_warnings
+from retool_operator.status import dump, invalid_spec_status, load, phase_of, replica_failure, set_condition, with_refusals, with_spec_warnings
 from retool_operator.tracking import ensure_parent_run, eval_results, tracking_target
 from retool_operator.webhook import cluster_problems, spec_problems
 
@@ -55,6 +55,7 @@ HPAS = KINDS[("autoscaling/v2", "HorizontalPodAutoscaler")]
 TERMINATED_POD_PHASES = frozenset({"Succeeded", "Failed"})
 CLAIMS = KINDS[("v1", "PersistentVolumeClaim")]
 CONFIGMAPS = KINDS[("v1", "ConfigMap")]
+EVENTS = KINDS[("v1", "Event")]
 WORKLOADS = KINDS[("kueue.x-k8s.io/v1beta1", "Workload")]
 DEACTIVATED_BY = "retool-operator"
 EventSink = Callable[[dict[str, Any], Event], None]
@@ -268,6 +269,20 @@ class Reconciler:
             self._hold(decision, current)
             decision.status = decision.status.model_copy(update={"message": wait})
             decision.requeue_after = self.config.mlflow_retry_seconds
+        refusals += self._refused_below(decision.status, observed)
+        if observed.claim is not None:
+            failed = below.claim_refusal(observed.claim.claim.name, observed.claim.obj, observed.claim_events)
+            if failed:
+                conds = set_condition(
+                    decision.status.conditions,
+                    type_=c.COND_STORAGE_READY,
+                    status=False,
+                    reason=below.CLAIM_PROVISIONING_FAILED,
+                    message=failed,
+                    now=now,
+                    generation=meta.get("generation"),
+                )
+                decision.status = decision.status.model_copy(update={"conditions": conds})
         if held:
             self._hold(decision, current)
             decision.status = immutability.held_status(decision.status, held, reason=held_reason, now=now, generation=meta.get("generation"))
@@ -326,6 +341,23 @@ class Reconciler:
             if not err.refused:
                 raise  # the API server is unwell, not refusing: the pass fails and is retried
             refusals.append(refusal_text("apply", obj, err))
+
+    @staticmethod
+    def _refused_below(status: RetoolRunStatus, observed: Observed) -> list[str]:
+        """What the controllers below refuse for the running stage's child and the run's claim (``below``)."""
+        out: list[str] = []
+        for entry in status.stages:
+            if entry.state != "Running" or not entry.job:
+                continue
+            kind = "RayJob" if entry.name in RAY_STAGES else "Job"
+            text = below.child_refusal(kind, entry.job, observed.children.get(entry.job), observed.child_events.get(entry.job))
+            if text:
+                out.append(text)
+        if observed.claim is not None:
+            text = below.claim_refusal(observed.claim.claim.name, observed.claim.obj, observed.claim_events)
+            if text:
+                out.append(text)
+        return out
 
     @staticmethod
     def _hold(decision: Decision, before: RetoolRunStatus) -> None:
@@ -403,6 +435,7 @@ class Reconciler:
         """(what decide needs, whether an HPA manages the sandbox's replicas)."""
         namespace = run.metadata.namespace or "default"
         children: dict[str, dict[str, Any]] = {}
+        child_events: dict[str, list[dict[str, Any]]] = {}
         workloads: dict[str, list[dict[str, Any]] | None] = {}
         finished = self._finished.get((namespace, run.metadata.name), {})
         current_jobs = {entry.job for entry in status.stages if entry.state in ("Running", "Queued", "Suspended") and entry.job}
@@ -413,6 +446,8 @@ class Reconciler:
                 obj = await self.client.get(stage_kind(entry.name), namespace, entry.job) or finished.get(entry.job)
                 if obj is not None:
                     children[entry.job] = obj
+                    if entry.name not in RAY_STAGES and below.job_without_pods(obj):
+                        child_events[entry.job] = await self._events(namespace, "Job", entry.job)
                     if child_queue(obj) or (obj.get("spec") or {}).get("suspend") or run.spec.suspend:
                         # Kueue may own it (queued, or managed without a queue name): its Workloads say.
                         workloads[entry.job] = await self._workloads(namespace, obj)
@@ -428,9 +463,12 @@ class Reconciler:
             autoscaled = await self.client.get(HPAS, namespace, sandbox_name(run.metadata.name)) is not None
             isolation = await self._sandbox_isolation(namespace, run.metadata.name, deployment)
         claim: ClaimObservation | None = None
+        claim_events: list[dict[str, Any]] | None = None
         if not any(s.attempt > 0 for s in status.stages) or status.storage is None or status.storage.phase != "Bound":
             spec = run_claim(run, self.config)
             claim = ClaimObservation(spec, await self.client.get(CLAIMS, namespace, spec.name))
+            if claim.obj is not None and ((claim.obj.get("status") or {}).get("phase") or "Pending") == "Pending":
+                claim_events = await self._events(namespace, "PersistentVolumeClaim", spec.name)
         details = await self._failure_details(namespace, run.metadata.name, status, children)
         observed = Observed(
             children=children,
@@ -442,9 +480,15 @@ class Reconciler:
             mlflow=mlflow,
             claim=claim,
             workloads=workloads,
+            child_events=child_events,
+            claim_events=claim_events,
             sandbox_isolation=isolation,
         )
         return observed, autoscaled
+
+    async def _events(self, namespace: str, kind: str, name: str) -> list[dict[str, Any]]:
+        """The Events about one object (what its controller reported), newest last as the server lists them."""
+        return await self.client.list(EVENTS, namespace, field_selector=f"involvedObject.kind={kind},involvedObject.name={name}")
 
     async def _sandbox_isolation(self, namespace: str, run_name: str, deployment: dict[str, Any] | None) -> IsolationObservation | None:
         """The isolation the sandbox pods report in /readyz; None while the sandbox has no pods."""

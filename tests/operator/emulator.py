@@ -75,6 +75,18 @@ def selector_matches(selector: str, labels: dict[str, str]) -> bool:
     return True
 
 
+def fields_match(selector: str, obj: dict[str, Any]) -> bool:
+    """A field selector of ``a.b=value`` terms (what the API server supports for Events' involvedObject.*)."""
+    for term in (t.strip() for t in selector.split(",") if t.strip()):
+        path, _, value = term.partition("=")
+        current: Any = obj
+        for part in path.split("."):
+            current = current.get(part) if isinstance(current, dict) else None
+        if str(current or "") != value:
+            return False
+    return True
+
+
 class ScalableEmulator(kmock.KubernetesEmulator):
     """KubernetesEmulator that stays fast with thousands of requests, and a little more like an API server.
 
@@ -123,6 +135,9 @@ class ScalableEmulator(kmock.KubernetesEmulator):
         selector = request.params.get("labelSelector")
         if selector:
             payload["items"] = [o for o in payload["items"] if selector_matches(selector, (o.get("metadata") or {}).get("labels") or {})]
+        fields = request.params.get("fieldSelector")
+        if fields:
+            payload["items"] = [o for o in payload["items"] if fields_match(fields, o)]
         return payload
 
     async def _serve_watch(self, request: Any) -> Any:

@@ -192,3 +192,75 @@ async def test_a_workload_kueue_deactivates_fails_the_stage_instead_of_queueing_
         message = stage_of(status, "prepare")["message"]
         assert "Kueue deactivated its workload" in message and "re-queuing retries" in message
         assert {c["type"]: c["status"] for c in status["conditions"]}["Stalled"] == "True"
+
+
+# ---------------------------------------------------------------- refusals below the operator
+
+EVENTS_KIND = KINDS[("v1", "Event")]
+FORBIDDEN = 'pods "x" is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false (container "stage")'
+
+
+async def _controller_event(cluster: Cluster, kind: str, name: str, reason: str, message: str) -> None:
+    """A Warning Event as the Job controller (FailedCreate) or the volume controller (ProvisioningFailed) records it."""
+    await cluster.api.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{name}.{reason.lower()}", "namespace": NS},
+            "involvedObject": {"kind": kind, "name": name, "namespace": NS},
+            "reason": reason,
+            "message": message,
+            "type": "Warning",
+            "lastTimestamp": "2026-01-01T00:00:00Z",
+        }
+    )
+
+
+async def _stalled(cluster: Cluster, name: str, fragment: str) -> dict[str, Any]:
+    async def probe() -> dict[str, Any] | None:
+        status = await cluster.status(name)
+        cond = next((c for c in status.get("conditions", []) if c["type"] == "Stalled"), None)
+        return status if cond is not None and cond["status"] == "True" and fragment in cond["message"] else None
+
+    return await eventually(probe, what=f"{name} Stalled with {fragment!r}")
+
+
+async def test_pods_the_job_controller_cannot_create_stall_the_run_visibly(cluster: Cluster) -> None:
+    """Pod Security admission refuses the Job's pod: the Job controller records FailedCreate Events
+    (pkg/controller/job/job_controller.go, Kubernetes v1.36.3) and the Job stays active with 0 pods."""
+    from tests.operator.test_integration import FAST, _warned
+
+    async with running_operator(FAST):
+        await cluster.api.create(spec_doc("denied"))
+        await cluster.child(JOBS, "denied-prepare-1")
+        await _controller_event(cluster, "Job", "denied-prepare-1", "FailedCreate", f"Error creating: {FORBIDDEN}")
+        status = await _stalled(cluster, "denied", "violates PodSecurity")
+        assert status["phase"] == "Preparing" and stage_of(status, "prepare")["state"] == "Running"
+        await eventually(lambda: _warned(cluster, {"ChildRefused"}), what="a ChildRefused Warning Event")
+
+
+async def test_ray_pods_kuberay_cannot_create_stall_the_run_visibly(cluster: Cluster) -> None:
+    """KubeRay's RayCluster ReplicaFailure condition, copied into the RayJob while it waits for its cluster."""
+    async with running_operator(cluster.config):
+        await cluster.api.create(spec_doc("quota"))
+        await cluster.finish(JOBS, "quota-prepare-1", job_status("Complete"))
+        condition = {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreateHeadPod", "message": 'exceeded quota: gpus, requested: nvidia.com/gpu=8'}
+        await cluster.finish(RAYJOBS, "quota-sft-1", {"status": {"jobDeploymentStatus": "Initializing", "rayClusterStatus": {"conditions": [condition]}}})
+        status = await _stalled(cluster, "quota", "FailedCreateHeadPod: exceeded quota")
+        assert status["phase"] == "SFT"
+
+
+async def test_a_claim_the_storage_class_cannot_provision_says_so(cluster: Cluster) -> None:
+    """A ReadWriteMany claim on a block-only default class stays Pending with ProvisioningFailed Events
+    (pkg/controller/volume/events/event.go, Kubernetes v1.36.3)."""
+    from tests.operator.test_integration import FAST
+
+    async with running_operator(FAST):
+        await cluster.api.create(spec_doc("blocky", hardware={"nodes": 2}, storage={"pvc": {"claimName": None}}))
+        claim = await cluster.child(KINDS[("v1", "PersistentVolumeClaim")], "blocky-data")
+        assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+        message = 'failed to provision volume with StorageClass "standard": rpc error: access mode ReadWriteMany is not supported'
+        await _controller_event(cluster, "PersistentVolumeClaim", "blocky-data", "ProvisioningFailed", message)
+        status = await _stalled(cluster, "blocky", "cannot be provisioned")
+        storage = next(c for c in status["conditions"] if c["type"] == "StorageReady")
+        assert (storage["status"], storage["reason"]) == ("False", "ProvisioningFailed") and "ReadWriteMany is not supported" in storage["message"]

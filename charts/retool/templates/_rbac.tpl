@@ -49,7 +49,7 @@ to set blockOwnerDeletion on those references.
   verbs: ["list", "patch"]
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create"]
+  verbs: ["create", "list"]
 {{- end }}
 
 {{/* Cluster-scoped: a Role cannot grant these. kopf lists and watches the CRD it serves in both
