@@ -23,7 +23,7 @@ from retool.spec.model import RetoolRun
 from retool.spec.names import RAY_STAGES, STAGES, sandbox_url, stage_child_name
 from retool.spec.status import Condition, MLflowStatus, RetoolRunStatus, SandboxIsolationStatus, SandboxStatus, StageStatus
 from retool_operator import constants as c
-from retool_operator.builders import desired_sandbox_replicas, queued, run_namespace, uses_sandbox
+from retool_operator.builders import queued, run_namespace, uses_sandbox
 from retool_operator.claims import ClaimCheck, ClaimObservation, check_claim, storage_status
 from retool_operator.isolation import IsolationObservation, isolation_condition
 from retool_operator.queueing import (
@@ -34,6 +34,7 @@ from retool_operator.queueing import (
     queue_message,
     suspended_by_operator,
 )
+from retool_operator.sandbox_sizing import sandbox_replicas
 from retool_operator.status import current_stage, headline_score, parse_time, phase_of, pipeline_conditions, progress_of, rfc3339, set_condition
 
 ChildState = Literal["missing", "running", "succeeded", "failed", "suspended"]
@@ -121,6 +122,10 @@ class Observed:
     failure_details: dict[str, str] = field(default_factory=dict)
     """Failed Job name -> its stage container's termination message (the reason the stage gave, or its last log lines)."""
     sandbox_ready_replicas: int = 0
+    sandbox_spec_replicas: int | None = None
+    """The sandbox Deployment's ``spec.replicas`` as stored (None: no Deployment yet)."""
+    sandbox_hpa_min_replicas: int | None = None
+    """``minReplicas`` of the HPA on the sandbox, when there is one."""
     sandbox_pods_refused: str | None = None
     """The message of the sandbox Deployment's ReplicaFailure condition (pods refused at creation), if True."""
     mlflow: MLflowStatus | None = None
@@ -355,7 +360,7 @@ def _with_isolation(
 def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.datetime, *, sandbox_autoscaled: bool = False) -> Decision:
     """The next status and the actions that get the cluster there.
 
-    ``sandbox_autoscaled``: an HPA manages the sandbox's replicas (the decision leaves them alone).
+    ``sandbox_autoscaled``: an HPA manages the sandbox's replicas while a stage needs it (``sandbox_sizing``).
     """
     stamp = rfc3339(now)
     suspend = run.spec.suspend
@@ -499,7 +504,14 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
     finished = phase in ("Succeeded", "Failed")
     generation = (run.metadata.model_extra or {}).get("generation")
     current = current_stage(stages)
-    replicas = None if sandbox_autoscaled else desired_sandbox_replicas(run, stage=current.name if current else None, finished=finished)
+    replicas = sandbox_replicas(
+        run,
+        current,
+        finished=finished,
+        autoscaled=sandbox_autoscaled,
+        hpa_min_replicas=observed.sandbox_hpa_min_replicas,
+        replicas_now=observed.sandbox_spec_replicas,
+    )
     results = observed.results or status.results
     first_eval = run.spec.data.eval[0].name
     conditions = pipeline_conditions(

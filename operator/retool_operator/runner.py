@@ -456,11 +456,16 @@ class Reconciler:
         if may_create(status, children):
             active, submitters = await self._active_pods(namespace, run.metadata.name)
         ready, autoscaled, isolation, refused = 0, False, None, None
+        hpa_min: int | None = None
+        spec_replicas: int | None = None
         if uses_sandbox(run):
             deployment = await self.client.get(DEPLOYMENTS, namespace, sandbox_name(run.metadata.name))
             ready = int(((deployment or {}).get("status") or {}).get("readyReplicas") or 0)
             refused = replica_failure(deployment)
-            autoscaled = await self.client.get(HPAS, namespace, sandbox_name(run.metadata.name)) is not None
+            hpa = await self.client.get(HPAS, namespace, sandbox_name(run.metadata.name))
+            autoscaled = hpa is not None
+            hpa_min = int(((hpa or {}).get("spec") or {}).get("minReplicas") or 1) if hpa else None
+            spec_replicas = ((deployment or {}).get("spec") or {}).get("replicas") if deployment else None
             isolation = await self._sandbox_isolation(namespace, run.metadata.name, deployment)
         claim: ClaimObservation | None = None
         claim_events: list[dict[str, Any]] | None = None
@@ -477,6 +482,8 @@ class Reconciler:
             failure_details=details,
             sandbox_ready_replicas=ready,
             sandbox_pods_refused=refused,
+            sandbox_spec_replicas=spec_replicas,
+            sandbox_hpa_min_replicas=hpa_min,
             mlflow=mlflow,
             claim=claim,
             workloads=workloads,

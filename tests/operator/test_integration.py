@@ -424,7 +424,8 @@ async def test_children_edited_behind_the_operators_back_are_repaired_and_an_hpa
         await cluster.api.create(spec_doc("tidy"))
         await cluster.child(JOBS, "tidy-prepare-1")
         await cluster.phase_is("tidy", "Preparing")
-        assert "replicas" not in (await cluster.api.get(DEPLOYMENTS, NS, "tidy-sandbox"))["spec"]  # left to the HPA from the start
+        # Nothing calls the sandbox while preparing: zero, which also holds the HPA off (it never scales a target at zero).
+        assert (await cluster.api.get(DEPLOYMENTS, NS, "tidy-sandbox"))["spec"]["replicas"] == 0
         # Suspending a batch stage patches its Job.
         await cluster.api.patch(RUNS, NS, "tidy", {"spec": {"suspend": True}})
         await cluster.phase_is("tidy", "Suspended")
@@ -436,7 +437,7 @@ async def test_children_edited_behind_the_operators_back_are_repaired_and_an_hpa
         await cluster.api.patch(policies, NS, "tidy-sandbox", {"spec": {"policyTypes": ["Ingress"]}})
         await cluster.api.patch(pdbs, NS, "tidy-sandbox", {"spec": {"maxUnavailable": 5}})
         await cluster.api.patch(claims, NS, "retool-mlflow", {"metadata": {"labels": {"app.kubernetes.io/component": "edited"}}})
-        await cluster.api.patch(DEPLOYMENTS, NS, "tidy-sandbox", {"spec": {"replicas": 3}})  # what the HPA does
+        await cluster.api.patch(DEPLOYMENTS, NS, "tidy-sandbox", {"spec": {"replicas": 3}})  # someone scales it by hand
         await eventually(lambda: _sleep_true(0.4), what="the client's verification interval")
         await cluster.api.patch(RUNS, NS, "tidy", {"spec": {"suspend": False}})
         await cluster.phase_is("tidy", "Preparing")
@@ -454,7 +455,7 @@ async def test_children_edited_behind_the_operators_back_are_repaired_and_an_hpa
             )
 
         await eventually(repaired, what="children repaired")
-        assert (await cluster.api.get(DEPLOYMENTS, NS, "tidy-sandbox"))["spec"]["replicas"] == 3  # the HPA's, not the operator's 0
+        await eventually(lambda: _replicas(cluster, "tidy-sandbox", 0), what="sandbox back at zero: no stage calls it")
 
 
 async def _sleep_true(seconds: float) -> bool:

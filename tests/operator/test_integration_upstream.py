@@ -264,3 +264,48 @@ async def test_a_claim_the_storage_class_cannot_provision_says_so(cluster: Clust
         status = await _stalled(cluster, "blocky", "cannot be provisioned")
         storage = next(c for c in status["conditions"] if c["type"] == "StorageReady")
         assert (storage["status"], storage["reason"]) == ("False", "ProvisioningFailed") and "ReadWriteMany is not supported" in storage["message"]
+
+
+async def test_the_sandbox_is_down_while_its_stage_waits_in_the_queue_and_after_the_run_even_with_an_hpa(cluster: Cluster) -> None:
+    """The HPA controller never scales a target at zero (ScalingDisabled, pkg/controller/podautoscaler/horizontal.go,
+    Kubernetes v1.36.3): the operator writes zero when nothing needs the sandbox, lifts it to the HPA's
+    minReplicas once when a stage needs it, then leaves it to the HPA."""
+    from tests.operator.kueue import FakeKueue
+    from tests.operator.test_integration import DEPLOYMENTS, FAST, _replicas
+
+    kueue = FakeKueue(cluster.api, NS)
+    hpa = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "scaled-sandbox", "namespace": NS}}
+    hpa["spec"] = {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "scaled-sandbox"}, "minReplicas": 3, "maxReplicas": 9}
+    await cluster.api.create(hpa)
+    async with running_operator(FAST):
+        await cluster.api.create(spec_doc("scaled", scheduling={"queueName": "team-a"}, sft={"enabled": False}))
+        await cluster.child(JOBS, "scaled-prepare-1")
+        await kueue.admit(JOBS, "scaled-prepare-1")
+        await cluster.finish(JOBS, "scaled-prepare-1", job_status("Complete"))
+        await cluster.child(RAYJOBS, "scaled-rl-1")
+        await stage_state_is(cluster, "scaled", "rl", "Queued")
+        assert await _replicas(cluster, "scaled-sandbox", 0)  # waiting for admission: nothing calls it
+        await kueue.admit(RAYJOBS, "scaled-rl-1")
+        await eventually(lambda: _replicas(cluster, "scaled-sandbox", 3), what="lifted to the HPA's minReplicas")
+        await cluster.api.patch(DEPLOYMENTS, NS, "scaled-sandbox", {"spec": {"replicas": 5}})  # the HPA scales up
+        await kueue.preempt(RAYJOBS, "scaled-rl-1")
+        await eventually(lambda: _replicas(cluster, "scaled-sandbox", 0), what="zero while preempted")
+        await kueue.admit(RAYJOBS, "scaled-rl-1")
+        await eventually(lambda: _replicas(cluster, "scaled-sandbox", 3), what="lifted again on re-admission")
+        await cluster.api.patch(DEPLOYMENTS, NS, "scaled-sandbox", {"spec": {"replicas": 6}})  # the HPA's
+        await cluster.api.patch(RAYJOBS, NS, "scaled-rl-1", {"status": {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}}, subresource="status")
+        await eventually(lambda: _replicas(cluster, "scaled-sandbox", 6), what="left to the HPA while rl runs")
+        await cluster.finish(RAYJOBS, "scaled-rl-1", {"status": {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}})
+        await cluster.child(RAYJOBS, "scaled-eval-1")
+        await kueue.admit(RAYJOBS, "scaled-eval-1")
+        await cluster.finish(RAYJOBS, "scaled-eval-1", {"status": {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}})
+        await cluster.phase_is("scaled", "Succeeded")
+        await eventually(lambda: _replicas(cluster, "scaled-sandbox", 0), what="zero once the run is over")
+
+
+async def stage_state_is(cluster: Cluster, run: str, stage: str, state: str) -> None:
+    async def probe() -> bool:
+        entry = stage_of(await cluster.status(run), stage)
+        return entry["state"] == state
+
+    await eventually(probe, what=f"{run} {stage} {state}")
