@@ -12,10 +12,12 @@ import base64
 import hashlib
 import json
 import logging
+import re
 import ssl
 import tempfile
 import time
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 from urllib.parse import quote
 
@@ -97,12 +99,39 @@ def _status_message(text: str) -> str | None:
     return str(message)[:1000] if message else None
 
 
-def is_subset(desired: Any, observed: Any) -> bool:
-    """Whether every field of ``desired`` is already in ``observed`` (server defaults are extra fields)."""
+QUANTITY_KEYS = frozenset({"requests", "limits", "sizeLimit", "capacity"})
+"""Fields whose values are resource quantities, which the API server stores in canonical form."""
+_SUFFIXES = {
+    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
+    "k": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9, "T": Decimal(10) ** 12, "P": Decimal(10) ** 15, "E": Decimal(10) ** 18,
+    "Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30, "Ti": Decimal(2) ** 40, "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60,
+}  # fmt: skip
+_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]?)$")
+
+
+def quantity(value: Any) -> Decimal | None:
+    """The value of a Kubernetes resource quantity (``1000m``, ``20480Mi``, ``8``), None when it is not one
+    (the grammar of k8s.io/apimachinery/pkg/api/resource, v0.36.1)."""
+    match = _QUANTITY.match(str(value).strip()) if isinstance(value, str | int | float) and not isinstance(value, bool) else None
+    if match is None:
+        return None
+    return Decimal(match.group(1)) * _SUFFIXES[match.group(2)]
+
+
+def is_subset(desired: Any, observed: Any, *, quantities: bool = False) -> bool:
+    """Whether every field of ``desired`` is already in ``observed`` (server defaults are extra fields).
+
+    Inside ``resources.requests``/``limits``, ``sizeLimit`` and ``capacity`` values are compared as
+    quantities: the API server returns ``1000m`` as ``1`` and ``20480Mi`` as ``20Gi``, and comparing the
+    strings would patch the same object on every pass.
+    """
     if isinstance(desired, dict):
-        return isinstance(observed, dict) and all(k in observed and is_subset(v, observed[k]) for k, v in desired.items())
+        return isinstance(observed, dict) and all(k in observed and is_subset(v, observed[k], quantities=quantities or k in QUANTITY_KEYS) for k, v in desired.items())
     if isinstance(desired, list):
-        return isinstance(observed, list) and len(desired) == len(observed) and all(is_subset(d, o) for d, o in zip(desired, observed, strict=True))
+        return isinstance(observed, list) and len(desired) == len(observed) and all(is_subset(d, o, quantities=quantities) for d, o in zip(desired, observed, strict=True))
+    if quantities and desired != observed:
+        want, have = quantity(desired), quantity(observed)
+        return want is not None and want == have
     return desired == observed
 
 

@@ -68,7 +68,8 @@ def rayjob_outcome(obj: dict[str, Any] | None) -> ChildOutcome:
     deployment, job = st.get("jobDeploymentStatus"), st.get("jobStatus")
     detail = " ".join(x for x in (st.get("reason"), st.get("message")) if x)
     if deployment == "ValidationFailed":
-        return ChildOutcome("failed", "KubeRay refused the RayJob (ValidationFailed)" + (f": {detail}" if detail else ""))
+        # KubeRay never retries a spec it refuses (ValidationFailed is terminal, rayjob_controller.go v1.7.0): neither do we.
+        return ChildOutcome("failed", "KubeRay refused the RayJob (ValidationFailed)" + (f": {detail}" if detail else ""), permanent=True)
     if deployment == "Complete":
         if job == "SUCCEEDED":
             return ChildOutcome("succeeded", "RayJob completed with jobStatus SUCCEEDED")
@@ -281,6 +282,22 @@ def _operator_suspension(
     return entry.model_copy(update={"state": state}), [SetSuspend(name, child, suspend)], [event], f"stage {name} {'suspended' if suspend else 'resumed'}"
 
 
+PERMISSION_DENIED = ("Permission denied", "EACCES", "[Errno 13]")
+
+
+def claim_permission_hint(run: RetoolRun, detail: str) -> str:
+    """A hint when a stage could not write the run's claim: ``fsGroup`` is a no-op on many ReadWriteMany
+    drivers (NFS, most CSI file drivers without ``fsGroupPolicy: File``), so the volume keeps its
+    owner and the trainer's uid cannot write it."""
+    if not any(marker in detail for marker in PERMISSION_DENIED):
+        return ""
+    mount = run.spec.storage.pvc.mount_path
+    return (
+        f" (a write under {mount} was denied: the claim's volume driver may ignore the pod's fsGroup, as many ReadWriteMany drivers do; "
+        "make the volume writable by the trainer image's group, e.g. chgrp/chmod g+w its root once, or use a storage class whose CSI driver applies fsGroup)"
+    )
+
+
 def _blocking_pods(observed: Observed, child: str) -> dict[str, list[str]]:
     """Pods of other children of the run that are still alive (they must be gone before ``child`` is created).
 
@@ -478,7 +495,7 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
             reason = outcome.message
             detail = observed.failure_details.get(child)
             if detail:
-                reason = f"{reason}; {detail}"
+                reason = f"{reason}; {detail}{claim_permission_hint(run, detail)}"
             stages[i], message, event, requeue = _failed_attempt(run, entry, reason, now, permanent=outcome.permanent)
             events.append(event)
             break

@@ -43,7 +43,7 @@ from retool_operator.queueing import ANNOTATION_SUSPENDED, SUSPENDED_BY, child_q
 from retool_operator.readyz import IsolationReader
 from retool_operator.reconcile import Decision, Event, Observed, child_outcome, decide
 from retool_operator.status import dump, invalid_spec_status, load, phase_of, replica_failure, set_condition, with_refusals, with_spec_warnings
-from retool_operator.tracking import ensure_parent_run, eval_results, tracking_target
+from retool_operator.tracking import ensure_parent_run, eval_results, same_tracker, tracking_target
 from retool_operator.webhook import cluster_problems, spec_problems
 
 log = logging.getLogger(__name__)
@@ -563,7 +563,7 @@ class Reconciler:
                 await self._ensure(obj, refusals)
         known = status.mlflow
         experiment = experiment_name(run)
-        if known is not None and known.run_id:
+        if known is not None and known.run_id and same_tracker(known.url, target.uri):
             return Tracking(target.uri, experiment, known.run_id), known, None
         base = MLflowStatus(url=target.uri)
         if self._parent_factory is None:
