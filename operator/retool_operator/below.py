@@ -22,8 +22,13 @@ StorageReady=False.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
+EVENTS_AFTER_SECONDS = 10.0
+"""Events are read only for a Job or claim at least this old: a fresh Job has no pod and a fresh claim is
+Pending for a moment anyway, and a run's first passes then cost no extra requests (the resync comes
+back for what stays that way)."""
 JOB_FAILED_CREATE = "FailedCreate"
 CLAIM_PROVISIONING_FAILED = "ProvisioningFailed"
 
@@ -74,3 +79,12 @@ def claim_refusal(name: str, obj: dict[str, Any] | None, events: list[dict[str, 
         return None
     message = latest_warning(events or [], CLAIM_PROVISIONING_FAILED)
     return f"PersistentVolumeClaim {name} cannot be provisioned: {message}" if message else None
+
+
+def old_enough(obj: dict[str, Any] | None, now: dt.datetime) -> bool:
+    """Whether ``obj`` was created at least ``EVENTS_AFTER_SECONDS`` ago (no timestamp: yes)."""
+    stamp = ((obj or {}).get("metadata") or {}).get("creationTimestamp")
+    if not stamp:
+        return True
+    created = dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+    return (now - created).total_seconds() >= EVENTS_AFTER_SECONDS

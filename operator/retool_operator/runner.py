@@ -446,7 +446,7 @@ class Reconciler:
                 obj = await self.client.get(stage_kind(entry.name), namespace, entry.job) or finished.get(entry.job)
                 if obj is not None:
                     children[entry.job] = obj
-                    if entry.name not in RAY_STAGES and below.job_without_pods(obj):
+                    if entry.name not in RAY_STAGES and below.job_without_pods(obj) and below.old_enough(obj, self.now()):
                         child_events[entry.job] = await self._events(namespace, "Job", entry.job)
                     if child_queue(obj) or (obj.get("spec") or {}).get("suspend") or run.spec.suspend:
                         # Kueue may own it (queued, or managed without a queue name): its Workloads say.
@@ -472,7 +472,7 @@ class Reconciler:
         if not any(s.attempt > 0 for s in status.stages) or status.storage is None or status.storage.phase != "Bound":
             spec = run_claim(run, self.config)
             claim = ClaimObservation(spec, await self.client.get(CLAIMS, namespace, spec.name))
-            if claim.obj is not None and ((claim.obj.get("status") or {}).get("phase") or "Pending") == "Pending":
+            if claim.obj is not None and ((claim.obj.get("status") or {}).get("phase") or "Pending") == "Pending" and below.old_enough(claim.obj, self.now()):
                 claim_events = await self._events(namespace, "PersistentVolumeClaim", spec.name)
         details = await self._failure_details(namespace, run.metadata.name, status, children)
         observed = Observed(

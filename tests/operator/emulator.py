@@ -114,6 +114,7 @@ class ScalableEmulator(kmock.KubernetesEmulator):
             # The API server gives every object a uid (Kueue finds a job's Workload by it).
             meta = request.data.setdefault("metadata", {})
             meta.setdefault("uid", str(uuid.uuid4()))
+            meta.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
         for mutate in list(getattr(self, "mutations", [])):
             mutate(request)  # a mutating admission webhook (Kueue's defaulting, ...)
         self.history.append(request)

@@ -11,6 +11,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from retool_operator import below
 from retool_operator.kube import KINDS
 
 from tests.operator.emulator import JOBS, RAYJOBS, RUNS, TEST_AGENT, eventually, running_operator
@@ -225,11 +226,12 @@ async def _stalled(cluster: Cluster, name: str, fragment: str) -> dict[str, Any]
     return await eventually(probe, what=f"{name} Stalled with {fragment!r}")
 
 
-async def test_pods_the_job_controller_cannot_create_stall_the_run_visibly(cluster: Cluster) -> None:
+async def test_pods_the_job_controller_cannot_create_stall_the_run_visibly(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
     """Pod Security admission refuses the Job's pod: the Job controller records FailedCreate Events
     (pkg/controller/job/job_controller.go, Kubernetes v1.36.3) and the Job stays active with 0 pods."""
     from tests.operator.test_integration import FAST, _warned
 
+    monkeypatch.setattr(below, "EVENTS_AFTER_SECONDS", 0.0)  # a Job's Events are read only once it is not brand new
     async with running_operator(FAST):
         await cluster.api.create(spec_doc("denied"))
         await cluster.child(JOBS, "denied-prepare-1")
@@ -250,11 +252,12 @@ async def test_ray_pods_kuberay_cannot_create_stall_the_run_visibly(cluster: Clu
         assert status["phase"] == "SFT"
 
 
-async def test_a_claim_the_storage_class_cannot_provision_says_so(cluster: Cluster) -> None:
+async def test_a_claim_the_storage_class_cannot_provision_says_so(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
     """A ReadWriteMany claim on a block-only default class stays Pending with ProvisioningFailed Events
     (pkg/controller/volume/events/event.go, Kubernetes v1.36.3)."""
     from tests.operator.test_integration import FAST
 
+    monkeypatch.setattr(below, "EVENTS_AFTER_SECONDS", 0.0)
     async with running_operator(FAST):
         await cluster.api.create(spec_doc("blocky", hardware={"nodes": 2}, storage={"pvc": {"claimName": None}}))
         claim = await cluster.child(KINDS[("v1", "PersistentVolumeClaim")], "blocky-data")

@@ -159,3 +159,12 @@ def test_the_restricted_check_can_fail() -> None:
     pod = {"containers": [{"name": "c", "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}], "volumes": [{"name": "h", "hostPath": {"path": "/"}}]}
     problems = restricted_problems(pod)
     assert "hostPath volume h" in problems and "c: capabilities ['SYS_ADMIN']" in problems and "c: allowPrivilegeEscalation != false" in problems
+
+
+def test_events_are_read_only_for_objects_that_are_not_brand_new() -> None:
+    import datetime as dt
+
+    now = dt.datetime(2026, 1, 1, 12, 0, 30, tzinfo=dt.timezone.utc)
+    assert below.old_enough({"metadata": {"creationTimestamp": "2026-01-01T12:00:00Z"}}, now)
+    assert not below.old_enough({"metadata": {"creationTimestamp": "2026-01-01T12:00:25Z"}}, now)
+    assert below.old_enough({"metadata": {}}, now)
