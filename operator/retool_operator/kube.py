@@ -61,6 +61,7 @@ KINDS: dict[tuple[str, str], Kind] = {
     # v1beta1: served by every Kueue since RayJob support (0.6); newer releases serve v1beta2 beside it.
     ("kueue.x-k8s.io/v1beta1", "Workload"): Kind("kueue.x-k8s.io", "v1beta1", "workloads"),
     ("retool.dev/v1alpha1", "RetoolRun"): Kind("retool.dev", "v1alpha1", "retoolruns"),
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): Kind("apiextensions.k8s.io", "v1", "customresourcedefinitions"),
 }
 
 

@@ -45,7 +45,8 @@ RULES: list[Rule] = [
     # create: the run's Events; list: why the Job controller, KubeRay's or the volume controller refuse a child's pods or claim.
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "list"]},
     # kopf's own discovery of the CRD it serves.
-    {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["list", "watch"]},
+    # get: the RayJob CRD, read once at start (what the installed KubeRay can run).
+    {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get", "list", "watch"]},
 ]
 
 NOT_REQUESTED: dict[tuple[str, str, str], str] = {

@@ -39,6 +39,7 @@ from retool_operator.claims import ClaimObservation
 from retool_operator.config import OperatorConfig
 from retool_operator.isolation import IsolationObservation
 from retool_operator.kube import KINDS, ApiError, Kind, KubeClient
+from retool_operator.kuberay_crd import RAYJOB_CRD, KubeRayCRD, kuberay_problems, read_crd
 from retool_operator.queueing import ANNOTATION_SUSPENDED, SUSPENDED_BY, child_queue
 from retool_operator.readyz import IsolationReader
 from retool_operator.reconcile import Decision, Event, Observed, child_outcome, decide
@@ -56,6 +57,7 @@ TERMINATED_POD_PHASES = frozenset({"Succeeded", "Failed"})
 CLAIMS = KINDS[("v1", "PersistentVolumeClaim")]
 CONFIGMAPS = KINDS[("v1", "ConfigMap")]
 EVENTS = KINDS[("v1", "Event")]
+CRDS = KINDS[("apiextensions.k8s.io/v1", "CustomResourceDefinition")]
 WORKLOADS = KINDS[("kueue.x-k8s.io/v1beta1", "Workload")]
 DEACTIVATED_BY = "retool-operator"
 EventSink = Callable[[dict[str, Any], Event], None]
@@ -144,6 +146,7 @@ class Reconciler:
         self._parent_factory = parent_factory
         self.isolation = isolation or IsolationReader()
         self.passes = 0
+        self._kuberay: KubeRayCRD | None = None
         self._finished: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
         """(namespace, run) -> child name -> the last state a watch event showed of a finished child."""
 
@@ -232,7 +235,8 @@ class Reconciler:
         if not problems:  # the webhook's limits hold on clusters that run without it too
             problems = cluster_problems(body, self.config.sandbox_max_replicas)
         if not problems:
-            problems = scheduling_problems(parse_run({k: v for k, v in body.items() if k != "status"}), self.config)
+            parsed = parse_run({k: v for k, v in body.items() if k != "status"})
+            problems = scheduling_problems(parsed, self.config) + kuberay_problems(parsed, await self._kuberay_crd(), self.config)
         accepted: dict[str, Any] | None = None
         if problems or immutability.needs_check(meta.get("generation"), current):
             accepted = await self._accepted(namespace, current, body)
@@ -370,6 +374,19 @@ class Reconciler:
         decision.status = decision.status.model_copy(update={"stages": stages, "phase": before.phase})
         decision.create = []
         decision.events[:] = [e for e in decision.events if e.reason not in (c.REASON_STAGE_STARTED, c.REASON_RETRY_STARTED)]
+
+    async def _kuberay_crd(self) -> KubeRayCRD:
+        """The installed KubeRay's RayJob CRD, read once per operator start (``kuberay_crd``)."""
+        if self._kuberay is None:
+            try:
+                crd = await self.client.get(CRDS, None, RAYJOB_CRD)
+            except ApiError as err:
+                if not err.refused:
+                    raise
+                log.warning("cannot read the CRD %s (%s): the installed KubeRay version is not checked", RAYJOB_CRD, err.reason)
+                crd = None
+            self._kuberay = read_crd(crd)
+        return self._kuberay
 
     async def _accepted(self, namespace: str, status: RetoolRunStatus, body: dict[str, Any]) -> dict[str, Any] | None:
         """The run as the operator last accepted it: the latest child's spec snapshot (None before any child)."""

@@ -312,3 +312,15 @@ async def stage_state_is(cluster: Cluster, run: str, stage: str, state: str) -> 
         return entry["state"] == state
 
     await eventually(probe, what=f"{run} {stage} {state}")
+
+
+async def test_an_ascend_run_is_refused_on_a_kuberay_older_than_1_5(cluster: Cluster) -> None:
+    from tests.operator.test_kuberay_crd import rayjob_crd
+
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", **rayjob_crd(group_resources=False)}
+    await cluster.api._request("POST", KINDS[("apiextensions.k8s.io/v1", "CustomResourceDefinition")].path(None), json=crd)  # cluster-scoped
+    async with running_operator(cluster.config):
+        await cluster.api.create(spec_doc("npu", hardware={"accelerator": "ascend"}))
+        status = await cluster.phase_is("npu", "Failed")
+        assert "older than 1.5" in status["message"]
+        assert await cluster.api.get(JOBS, NS, "npu-prepare-1") is None  # nothing started, no NPU held

@@ -53,9 +53,10 @@ to set blockOwnerDeletion on those references.
 {{- end }}
 
 {{/* Cluster-scoped: a Role cannot grant these. kopf lists and watches the CRD it serves in both
-modes (it watches namespaces only for glob patterns, which watchNamespaces does not allow). */}}
+modes (it watches namespaces only for glob patterns, which watchNamespaces does not allow); the
+operator reads KubeRay's RayJob CRD once at start to refuse runs the installed version cannot run. */}}
 {{- define "retool.rbac.clusterRules" -}}
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
-  verbs: ["list", "watch"]
+  verbs: ["get", "list", "watch"]
 {{- end }}
