@@ -58,7 +58,8 @@ KINDS: dict[tuple[str, str], Kind] = {
     ("policy/v1", "PodDisruptionBudget"): Kind("policy", "v1", "poddisruptionbudgets"),
     ("batch/v1", "Job"): Kind("batch", "v1", "jobs"),
     ("ray.io/v1", "RayJob"): Kind("ray.io", "v1", "rayjobs"),
-    # v1beta1: served by every Kueue since RayJob support (0.6); newer releases serve v1beta2 beside it.
+    # v1beta2: Kueue's storage version since 0.16 (v1beta1 deprecated there, still served); v1beta1 for older Kueue.
+    ("kueue.x-k8s.io/v1beta2", "Workload"): Kind("kueue.x-k8s.io", "v1beta2", "workloads"),
     ("kueue.x-k8s.io/v1beta1", "Workload"): Kind("kueue.x-k8s.io", "v1beta1", "workloads"),
     ("retool.dev/v1alpha1", "RetoolRun"): Kind("retool.dev", "v1alpha1", "retoolruns"),
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): Kind("apiextensions.k8s.io", "v1", "customresourcedefinitions"),

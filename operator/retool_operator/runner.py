@@ -58,7 +58,9 @@ CLAIMS = KINDS[("v1", "PersistentVolumeClaim")]
 CONFIGMAPS = KINDS[("v1", "ConfigMap")]
 EVENTS = KINDS[("v1", "Event")]
 CRDS = KINDS[("apiextensions.k8s.io/v1", "CustomResourceDefinition")]
-WORKLOADS = KINDS[("kueue.x-k8s.io/v1beta1", "Workload")]
+WORKLOAD_VERSIONS = (KINDS[("kueue.x-k8s.io/v1beta2", "Workload")], KINDS[("kueue.x-k8s.io/v1beta1", "Workload")])
+"""Kueue's Workload API, newest first: v1beta2 (storage version since Kueue 0.16, where v1beta1 is
+deprecated: apis/kueue/v1beta1/workload_types.go, v0.19.0), v1beta1 for older releases."""
 DEACTIVATED_BY = "retool-operator"
 EventSink = Callable[[dict[str, Any], Event], None]
 
@@ -147,6 +149,7 @@ class Reconciler:
         self.isolation = isolation or IsolationReader()
         self.passes = 0
         self._kuberay: KubeRayCRD | None = None
+        self._workload_kind: Kind = WORKLOAD_VERSIONS[0]
         self._finished: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
         """(namespace, run) -> child name -> the last state a watch event showed of a finished child."""
 
@@ -321,11 +324,11 @@ class Reconciler:
         for wl in decision.workloads:
             mark = DEACTIVATED_BY if not wl.active else None  # only workloads we deactivated are reactivated
             try:
-                await self.client.patch(WORKLOADS, namespace, wl.name, {"metadata": {"annotations": {c.ANNOTATION_DEACTIVATED: mark}}, "spec": {"active": wl.active}})
+                await self.client.patch(self._workload_kind, namespace, wl.name, {"metadata": {"annotations": {c.ANNOTATION_DEACTIVATED: mark}}, "spec": {"active": wl.active}})
             except ApiError as err:
                 if not err.refused:
                     raise
-                refusals.append(f"patch {WORKLOADS.plural} {wl.name} refused: {err.reason}")
+                refusals.append(f"patch workloads {wl.name} refused: {err.reason}")
         if refusals:
             decision.status = with_refusals(decision.status, refusals, previous=current.conditions, now=now, generation=meta.get("generation"))
             decision.events.append(Event("Warning", c.REASON_CHILD_REFUSED, "; ".join(refusals)))
@@ -529,12 +532,18 @@ class Reconciler:
         uid = (child.get("metadata") or {}).get("uid")
         if not uid:
             return []
-        try:
-            items = await self.client.list(WORKLOADS, namespace, label_selector=f"{c.KUEUE_JOB_UID_LABEL}={uid}")
-        except ApiError as err:
-            if err.status == 404:
-                return None
-            raise
+        items: list[dict[str, Any]] | None = None
+        for kind in sorted(WORKLOAD_VERSIONS, key=lambda k: k != self._workload_kind):  # the one that answered last first
+            try:
+                items = await self.client.list(kind, namespace, label_selector=f"{c.KUEUE_JOB_UID_LABEL}={uid}")
+            except ApiError as err:
+                if err.status == 404:
+                    continue
+                raise
+            self._workload_kind = kind
+            break
+        if items is None:
+            return None
         return [w for w in items if ((w.get("metadata") or {}).get("labels") or {}).get(c.KUEUE_JOB_UID_LABEL) == uid]
 
     async def _failure_details(

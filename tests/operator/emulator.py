@@ -42,6 +42,7 @@ RESOURCES: dict[str, tuple[str, bool, set[str]]] = {
     "batch/v1/jobs": ("Job", True, {"status"}),
     "ray.io/v1/rayjobs": ("RayJob", True, {"status"}),
     "apiextensions.k8s.io/v1/customresourcedefinitions": ("CustomResourceDefinition", False, {"status"}),
+    "kueue.x-k8s.io/v1beta2/workloads": ("Workload", True, {"status"}),
     "kueue.x-k8s.io/v1beta1/workloads": ("Workload", True, {"status"}),
 }
 VERBS = {"get", "list", "watch", "create", "patch", "update", "delete"}

@@ -25,7 +25,8 @@ from retool_operator.kube import KINDS
 
 from tests.operator.emulator import JOBS, RAYJOBS, ObserverClient
 
-WORKLOADS = KINDS[("kueue.x-k8s.io/v1beta1", "Workload")]
+WORKLOADS = KINDS[("kueue.x-k8s.io/v1beta2", "Workload")]
+"""Kueue 0.19's storage version (v1beta1 is deprecated there)."""
 
 
 def default_local_queue(request: Any) -> None:
@@ -47,21 +48,23 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
 class FakeKueue:
-    def __init__(self, api: ObserverClient, namespace: str):
+    def __init__(self, api: ObserverClient, namespace: str, workloads: Any = WORKLOADS):
+        """``workloads``: the Workload API version this Kueue serves (v1beta2; v1beta1 before Kueue 0.16)."""
         self.api = api
         self.namespace = namespace
+        self.workloads = workloads
 
     async def workload_of(self, kind: Any, name: str) -> dict[str, Any]:
         """The child's Workload, created as Kueue does when it first sees a queued job."""
         job = await self.api.get(kind, self.namespace, name)
         assert job is not None, name
         uid = job["metadata"]["uid"]
-        for wl in await self.api.list(WORKLOADS, self.namespace):
+        for wl in await self.api.list(self.workloads, self.namespace):
             if wl["metadata"].get("labels", {}).get(c.KUEUE_JOB_UID_LABEL) == uid:
                 return wl
         queue = job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
         wl = {
-            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "apiVersion": f"{self.workloads.group}/{self.workloads.version}",
             "kind": "Workload",
             "metadata": {"name": f"{kind.plural[:-1]}-{name}-1a2b3", "namespace": self.namespace, "labels": {c.KUEUE_JOB_UID_LABEL: uid}},
             "spec": {"active": True, "queueName": queue},
@@ -72,12 +75,12 @@ class FakeKueue:
     async def admit(self, kind: Any, name: str) -> None:
         wl = await self.workload_of(kind, name)
         assert wl["spec"].get("active", True), "Kueue never admits a deactivated workload"
-        await self.api.patch(WORKLOADS, self.namespace, wl["metadata"]["name"], {"status": {"conditions": [{"type": "Admitted", "status": "True"}]}})
+        await self.api.patch(self.workloads, self.namespace, wl["metadata"]["name"], {"status": {"conditions": [{"type": "Admitted", "status": "True"}]}})
         await self.api.patch(kind, self.namespace, name, {"spec": {"suspend": False}})
 
     async def preempt(self, kind: Any, name: str) -> None:
         wl = await self.workload_of(kind, name)
-        await self.api.patch(WORKLOADS, self.namespace, wl["metadata"]["name"], {"status": {"conditions": [{"type": "Evicted", "status": "True", "reason": "Preempted"}]}})
+        await self.api.patch(self.workloads, self.namespace, wl["metadata"]["name"], {"status": {"conditions": [{"type": "Evicted", "status": "True", "reason": "Preempted"}]}})
         await self.api.patch(kind, self.namespace, name, {"spec": {"suspend": True}})
         if kind is RAYJOBS:  # KubeRay tears the cluster down
             await self.api.patch(kind, self.namespace, name, {"status": {"jobDeploymentStatus": "Suspended", "jobStatus": "NEW"}}, subresource="status")
@@ -89,7 +92,7 @@ class FakeKueue:
         wl = await self.workload_of(kind, name)
         message = "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
         conditions = [{"type": "Admitted", "status": "False"}, {"type": "Evicted", "status": "True", "reason": "Deactivated", "message": message}]
-        await self.api.patch(WORKLOADS, self.namespace, wl["metadata"]["name"], {"spec": {"active": False}, "status": {"conditions": conditions}})
+        await self.api.patch(self.workloads, self.namespace, wl["metadata"]["name"], {"spec": {"active": False}, "status": {"conditions": conditions}})
         await self.api.patch(kind, self.namespace, name, {"spec": {"suspend": True}})
 
     async def enforce(self, kind: Any, name: str) -> None:
@@ -103,7 +106,7 @@ class FakeKueue:
         if not active:
             # Deactivation evicts: the workload loses its admission and the job is suspended.
             conditions = [{"type": "Admitted", "status": "False"}, {"type": "Evicted", "status": "True", "reason": "InactiveWorkload"}]
-            await self.api.patch(WORKLOADS, self.namespace, wl["metadata"]["name"], {"status": {"conditions": conditions}})
+            await self.api.patch(self.workloads, self.namespace, wl["metadata"]["name"], {"status": {"conditions": conditions}})
             if not suspended:
                 await self.api.patch(kind, self.namespace, name, {"spec": {"suspend": True}})
         elif active and admitted and suspended:

@@ -324,3 +324,26 @@ async def test_an_ascend_run_is_refused_on_a_kuberay_older_than_1_5(cluster: Clu
         status = await cluster.phase_is("npu", "Failed")
         assert "older than 1.5" in status["message"]
         assert await cluster.api.get(JOBS, NS, "npu-prepare-1") is None  # nothing started, no NPU held
+
+
+async def test_a_kueue_without_workload_v1beta2_is_served_through_v1beta1(cluster: Cluster) -> None:
+    """Kueue before 0.16 serves only v1beta1 Workloads; 0.16+ stores v1beta2 and deprecates v1beta1."""
+    from tests.operator.kueue import FakeKueue
+    from tests.operator.test_integration_cluster import stage_state
+
+    del cluster.k8s.resources["kueue.x-k8s.io/v1beta2/workloads"]
+    v1beta1 = KINDS[("kueue.x-k8s.io/v1beta1", "Workload")]
+    kueue = FakeKueue(cluster.api, NS, v1beta1)
+    async with running_operator(cluster.config):
+        await cluster.api.create(spec_doc("older", scheduling={"queueName": "team-a"}))
+        await cluster.child(JOBS, "older-prepare-1")
+        await kueue.admit(JOBS, "older-prepare-1")
+        await stage_state(cluster, "older", "prepare", "Running")
+        await cluster.api.patch(RUNS, NS, "older", {"spec": {"suspend": True}})
+        wl = await kueue.workload_of(JOBS, "older-prepare-1")
+
+        async def deactivated() -> bool:
+            current = await cluster.api.get(v1beta1, NS, wl["metadata"]["name"])
+            return current is not None and current["spec"]["active"] is False
+
+        await eventually(deactivated, what="the v1beta1 workload deactivated")
