@@ -24,7 +24,7 @@ from retool.spec.names import RAY_STAGES, STAGES, sandbox_url, stage_child_name
 from retool.spec.status import Condition, MLflowStatus, RetoolRunStatus, SandboxIsolationStatus, SandboxStatus, StageStatus
 from retool_operator import constants as c
 from retool_operator.builders import queued, run_namespace, uses_sandbox
-from retool_operator.claims import ClaimCheck, ClaimObservation, check_claim, storage_status
+from retool_operator.claims import ClaimCheck, ClaimObservation, check_claim, check_extra_claims, storage_status
 from retool_operator.isolation import IsolationObservation, isolation_condition
 from retool_operator.queueing import (
     child_queue,
@@ -132,6 +132,8 @@ class Observed:
     mlflow: MLflowStatus | None = None
     results: dict[str, dict[str, float]] = field(default_factory=dict)
     claim: ClaimObservation | None = None  # None: not read this pass (no storage gate)
+    extra_claims: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    """The claims of ``spec.pods.volumes`` by name (None: absent), read with ``claim`` before the first stage."""
     workloads: dict[str, list[dict[str, Any]] | None] = field(default_factory=dict)
     """Kueue Workloads of a queued child, by child name; None when the cluster serves no Workload API."""
     child_events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
@@ -395,6 +397,8 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
     claim_check: ClaimCheck | None = None
     if observed.claim is not None and not any(s.attempt > 0 for s in stages):
         claim_check = check_claim(run, observed.claim)
+        if claim_check.state == "ready":
+            claim_check = check_extra_claims(run, observed.extra_claims) or claim_check
     first_created = "Queued" if queue else "Running"
 
     for i, entry in enumerate(stages):

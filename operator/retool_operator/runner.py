@@ -35,7 +35,7 @@ from retool_operator.builders import (
     uses_sandbox,
 )
 from retool_operator.builders.stages import STAGE_CONTAINER
-from retool_operator.claims import ClaimObservation
+from retool_operator.claims import ClaimObservation, extra_claim_names
 from retool_operator.config import OperatorConfig
 from retool_operator.isolation import IsolationObservation
 from retool_operator.kube import KINDS, ApiError, Kind, KubeClient
@@ -489,9 +489,13 @@ class Reconciler:
             isolation = await self._sandbox_isolation(namespace, run.metadata.name, deployment)
         claim: ClaimObservation | None = None
         claim_events: list[dict[str, Any]] | None = None
+        extra_claims: dict[str, dict[str, Any] | None] = {}
         if not any(s.attempt > 0 for s in status.stages) or status.storage is None or status.storage.phase != "Bound":
             spec = run_claim(run, self.config)
             claim = ClaimObservation(spec, await self.client.get(CLAIMS, namespace, spec.name))
+            if not any(s.attempt > 0 for s in status.stages):
+                for extra, _ in extra_claim_names(run):
+                    extra_claims[extra] = await self.client.get(CLAIMS, namespace, extra)
             if claim.obj is not None and ((claim.obj.get("status") or {}).get("phase") or "Pending") == "Pending" and below.old_enough(claim.obj, self.now()):
                 claim_events = await self._events(namespace, "PersistentVolumeClaim", spec.name)
         details = await self._failure_details(namespace, run.metadata.name, status, children)
@@ -509,6 +513,7 @@ class Reconciler:
             workloads=workloads,
             child_events=child_events,
             claim_events=claim_events,
+            extra_claims=extra_claims,
             sandbox_isolation=isolation,
         )
         return observed, autoscaled

@@ -79,3 +79,34 @@ def test_a_rayjob_still_running_is_not_a_failure() -> None:
     status = SFT_RUNNING
     decision = decide(run, status, Observed(children={"demo-sft-1": rayjob_status("Running", "RUNNING")}), T0)
     assert sft_of(decision.status).state == "Running"
+
+
+def _claim(name: str, modes: list[str]) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"accessModes": modes}, "status": {"phase": "Bound", "accessModes": modes}}
+
+
+@pytest.mark.parametrize(
+    ("modes", "read_only", "state", "fragment"),
+    [
+        (["ReadWriteOnce"], False, "Failed", "spec.pods.volumes) has access modes ReadWriteOnce, but hardware.nodes is 2"),
+        (["ReadOnlyMany"], True, "Running", "prepare-1"),
+        (["ReadOnlyMany"], False, "Failed", "needs ReadWriteMany"),
+        (["ReadWriteMany"], False, "Running", "prepare-1"),
+        (None, False, "Pending", "does not exist"),
+    ],
+    ids=["rwo-extra-claim-on-two-nodes-fails-first", "rox-read-only-is-shareable", "rox-mounted-writable-is-not", "rwx-is-fine", "missing-extra-claim-holds"],
+)
+def test_extra_claims_of_a_multi_node_run_must_be_shareable(modes: list[str] | None, read_only: bool, state: str, fragment: str) -> None:
+    from retool_operator.builders import run_claim
+    from retool_operator.claims import ClaimObservation
+
+    from tests.operator.helpers import CONFIG
+
+    volume = {"name": "hf", "mountPath": "/hf", "persistentVolumeClaim": {"claimName": "hf-cache", "readOnly": read_only}}
+    run = run_of(hardware={"nodes": 2}, pods={"volumes": [volume]})
+    main = ClaimObservation(run_claim(run, CONFIG), _claim("retool-data", ["ReadWriteMany"]))
+    observed = Observed(claim=main, extra_claims={"hf-cache": _claim("hf-cache", modes) if modes else None})
+    decision = decide(run, RetoolRunStatus(), observed, T0)
+    prepare = decision.status.stages[0]
+    assert prepare.state == state
+    assert fragment in (prepare.message or "") + (prepare.job or "")
