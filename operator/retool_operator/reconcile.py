@@ -5,11 +5,13 @@ and in the children, so running it twice, after a crash or after an operator res
 same answer. Child names are deterministic (``<run>-<stage>-<attempt>``), so "create" on a child
 that already exists is a no-op for the handler (409 = already there).
 
-Attempts never overlap: a child (the next stage, or the next attempt of the same stage) is
-created only once no pod of any earlier child of the run is still alive (``Observed.active_pods``).
-A RayJob's cluster lingers for ``clusterGraceSeconds`` and its pods take their termination grace
-period; a retry that started meanwhile would write the same checkpoint directory as the attempt
-it replaces and wait for the same accelerators.
+``decide`` walks the stages in order and asks one rule per stage: ``_next_attempt`` for a stage
+that has not started or is due for a retry, ``_follow_child`` for one whose child exists. Each
+concern has its own module, as KubeRay's controllers keep one reconcile step per concern:
+``attempts`` (when the next attempt may start, what a failure leads to), ``queueing`` (who owns a
+child's suspend: Kueue or the operator), ``sandbox_sizing`` (the sandbox's replicas),
+``immutability`` (edits the operator must not act on; applied by the runner), ``claims`` and
+``below`` (what the storage and the controllers below refuse).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from retool.spec.model import RetoolRun
 from retool.spec.names import RAY_STAGES, STAGES, sandbox_url, stage_child_name
 from retool.spec.status import Condition, MLflowStatus, RetoolRunStatus, SandboxIsolationStatus, SandboxStatus, StageStatus
 from retool_operator import constants as c
+from retool_operator.actions import CreateChild, Event, SetSuspend, SetWorkloadActive
+from retool_operator.attempts import RELEASE_POLL_SECONDS, blocking_pods, claim_permission_hint, failed_attempt, waiting_text
 from retool_operator.builders import queued, run_namespace, uses_sandbox
 from retool_operator.claims import ClaimCheck, ClaimObservation, check_claim, check_extra_claims, storage_status
 from retool_operator.isolation import IsolationObservation, isolation_condition
@@ -56,8 +60,6 @@ deterministic exit codes)."""
 # KubeRay's terminal jobDeploymentStatus values: Complete and Failed end the RayJob, and
 # ValidationFailed is where KubeRay leaves a RayJob whose spec it refuses (it never retries it).
 RAYJOB_FAILED_STATES = frozenset({"Failed", "ValidationFailed"})
-RELEASE_POLL_SECONDS = 5.0
-"""How often a pass re-checks pods that must terminate before the next child is created."""
 
 
 def rayjob_outcome(obj: dict[str, Any] | None) -> ChildOutcome:
@@ -144,35 +146,6 @@ class Observed:
     """What the sandbox pods' /readyz said this pass; None when there were no pods to ask."""
 
 
-@dataclass(frozen=True)
-class CreateChild:
-    stage: str
-    attempt: int
-
-
-@dataclass(frozen=True)
-class SetSuspend:
-    stage: str
-    name: str
-    suspend: bool
-
-
-@dataclass(frozen=True)
-class SetWorkloadActive:
-    """Deactivate (spec.suspend) or reactivate (resume) the Kueue Workload of a queued child."""
-
-    stage: str
-    name: str
-    active: bool
-
-
-@dataclass(frozen=True)
-class Event:
-    type: Literal["Normal", "Warning"]
-    reason: str
-    message: str
-
-
 @dataclass
 class Decision:
     status: RetoolRunStatus
@@ -214,11 +187,6 @@ def _initial_stages(run: RetoolRun, existing: list[StageStatus]) -> list[StageSt
             entry = StageStatus(name=name, state="Skipped")
         out.append(entry)
     return out
-
-
-def backoff_seconds(run: RetoolRun, failed_attempt: int) -> int:
-    """backoffSeconds before the first retry, doubled for each further one."""
-    return run.spec.failure_policy.backoff_seconds * 2 ** (failed_attempt - 1)
 
 
 CLAIM_RECHECK_SECONDS = 30.0
@@ -284,68 +252,6 @@ def _operator_suspension(
     return entry.model_copy(update={"state": state}), [SetSuspend(name, child, suspend)], [event], f"stage {name} {'suspended' if suspend else 'resumed'}"
 
 
-PERMISSION_DENIED = ("Permission denied", "EACCES", "[Errno 13]")
-
-
-def claim_permission_hint(run: RetoolRun, detail: str) -> str:
-    """A hint when a stage could not write the run's claim: ``fsGroup`` is a no-op on many ReadWriteMany
-    drivers (NFS, most CSI file drivers without ``fsGroupPolicy: File``), so the volume keeps its
-    owner and the trainer's uid cannot write it."""
-    if not any(marker in detail for marker in PERMISSION_DENIED):
-        return ""
-    mount = run.spec.storage.pvc.mount_path
-    return (
-        f" (a write under {mount} was denied: the claim's volume driver may ignore the pod's fsGroup, as many ReadWriteMany drivers do; "
-        "make the volume writable by the trainer image's group, e.g. chgrp/chmod g+w its root once, or use a storage class whose CSI driver applies fsGroup)"
-    )
-
-
-def _blocking_pods(observed: Observed, child: str) -> dict[str, list[str]]:
-    """Pods of other children of the run that are still alive (they must be gone before ``child`` is created).
-
-    A Ray job submitter pod never blocks: when a child is created every earlier RayJob is terminal,
-    and KubeRay keeps a terminal RayJob's submitter Job (rayjob_controller.go v1.7.0, "We don't need
-    to delete the submitter Kubernetes Job"). Its pod may still run (a hung ``ray job logs
-    --follow``, or a replacement pod waiting forever for the deleted head's GCS); it holds no
-    accelerator and writes no checkpoint, so waiting for it could only hang the next attempt.
-    """
-    out: dict[str, list[str]] = {}
-    for name, pods in sorted(observed.active_pods.items()):
-        submitters = set(observed.submitter_pods.get(name, ()))
-        left = [p for p in pods if p not in submitters]
-        if name != child and left:
-            out[name] = left
-    return out
-
-
-def _waiting_text(blocking: dict[str, list[str]]) -> str:
-    parts = [f"{name} ({', '.join(pods[:3])}{', ...' if len(pods) > 3 else ''})" for name, pods in blocking.items()]
-    return "waiting for the pods of " + "; ".join(parts) + " to terminate"
-
-
-def _failed_attempt(
-    run: RetoolRun, entry: StageStatus, reason: str, now: dt.datetime, *, permanent: bool = False
-) -> tuple[StageStatus, str, Event, float | None]:
-    """A failed attempt: Retrying with backoff while retries are left, else Failed; a permanent
-    failure (one every attempt would repeat) fails the stage at once."""
-    name = entry.name
-    failed_attempts = entry.attempt - (entry.preempted_attempts or 0)  # attempts a queue preempted use no retry
-    retries_left = run.spec.failure_policy.max_retries - (failed_attempts - 1)
-    if permanent:
-        text = f"attempt {entry.attempt} failed: {reason}; not retried (it would fail the same way)"
-        updated = entry.model_copy(update={"state": "Failed", "completion_time": rfc3339(now), "message": text})
-        return updated, f"stage {name} failed: {text}", Event("Warning", c.REASON_STAGE_FAILED, f"stage {name} failed: {text}"), None
-    if retries_left > 0:
-        wait = backoff_seconds(run, failed_attempts)
-        due = now + dt.timedelta(seconds=wait)
-        text = f"attempt {entry.attempt} failed: {reason}; retrying in {wait}s ({retries_left} retr{'y' if retries_left == 1 else 'ies'} left)"
-        updated = entry.model_copy(update={"state": "Retrying", "next_attempt_time": rfc3339(due), "message": text})
-        return updated, f"stage {name} {text}", Event("Warning", c.REASON_STAGE_RETRYING, f"stage {name} {text}"), float(wait)
-    text = f"attempt {entry.attempt} failed: {reason}; no retries left (maxRetries {run.spec.failure_policy.max_retries})"
-    updated = entry.model_copy(update={"state": "Failed", "completion_time": rfc3339(now), "message": text})
-    return updated, f"stage {name} failed: {text}", Event("Warning", c.REASON_STAGE_FAILED, f"stage {name} failed: {text}"), None
-
-
 def _with_isolation(
     conditions: list[Condition],
     status: RetoolRunStatus,
@@ -376,14 +282,117 @@ def _with_isolation(
     return conditions, summary or previous
 
 
+@dataclass
+class Step:
+    """What one stage's rule decided this pass (``decide`` folds the steps of the stages in order)."""
+
+    entry: StageStatus
+    message: str | None = None
+    events: list[Event] = field(default_factory=list)
+    create: list[CreateChild] = field(default_factory=list)
+    suspend: list[SetSuspend] = field(default_factory=list)
+    workloads: list[SetWorkloadActive] = field(default_factory=list)
+    requeue: float | None = None
+    waiting: str | None = None
+    go_on: bool = False
+    """The stage finished this pass: the next one may start in the same pass."""
+
+
+def _next_attempt(run: RetoolRun, entry: StageStatus, observed: Observed, now: dt.datetime, claim_check: ClaimCheck | None) -> Step:
+    """A stage not started yet, or due for a retry: the claim, the backoff and earlier pods permitting, its next child."""
+    name, stamp, first = entry.name, rfc3339(now), entry.attempt == 0
+    if run.spec.suspend:
+        return Step(entry)
+    if first and claim_check is not None and claim_check.state != "ready":
+        if claim_check.state == "failed":
+            failed = entry.model_copy(update={"state": "Failed", "completion_time": stamp, "message": f"not started: {claim_check.message}"})
+            return Step(failed, f"stage {name} not started: {claim_check.message}", [Event("Warning", claim_check.reason, claim_check.message)])
+        return Step(entry.model_copy(update={"message": claim_check.message}), claim_check.message, requeue=CLAIM_RECHECK_SECONDS)
+    if not first:
+        due = parse_time(entry.next_attempt_time) or now
+        if now < due:
+            return Step(entry, requeue=(due - now).total_seconds())
+    attempt = entry.attempt + 1
+    child = stage_child_name(run.metadata.name, name, attempt)
+    blocking = blocking_pods(observed.active_pods, observed.submitter_pods, child)
+    if blocking:
+        waiting = waiting_text(blocking)
+        text = f"attempt {attempt} {waiting}"
+        events = [] if first or entry.message == text else [Event("Normal", c.REASON_WAITING_FOR_PODS, f"stage {name}: {text}")]
+        return Step(entry.model_copy(update={"message": text}), events=events, requeue=RELEASE_POLL_SECONDS, waiting=waiting)
+    queue = queued(run)
+    text = f"attempt {attempt} created; " + queue_message(run.spec.scheduling.queue_name, []) if queue else f"attempt {attempt} started"
+    update: dict[str, Any] = {"state": "Queued" if queue else "Running", "attempt": attempt, "job": child, "message": text}
+    if first:
+        update.update(start_time=stamp, checkpoint=stage_output(run, name))
+        message = f"stage {name} started ({child})"
+        event = Event("Normal", c.REASON_STAGE_STARTED, message)
+    else:
+        update["next_attempt_time"] = None
+        message = f"stage {name} retry: attempt {attempt} started ({child})" + (", resuming from its last checkpoint" if name == "rl" else "")
+        event = Event("Normal", c.REASON_RETRY_STARTED, message)
+    return Step(entry.model_copy(update=update), message, [event], create=[CreateChild(name, attempt)])
+
+
+def _follow_child(run: RetoolRun, entry: StageStatus, observed: Observed, now: dt.datetime) -> Step:
+    """A stage whose child exists: its outcome, its queue (Kueue) or the run's spec.suspend decide."""
+    name = entry.name
+    child = entry.job or stage_child_name(run.metadata.name, name, entry.attempt)
+    obj = observed.children.get(child)
+    workloads = observed.workloads.get(child)
+    kueue = kueue_owns(obj, workloads)
+    outcome = child_outcome(name, obj)
+    if outcome.state == "missing":
+        # The status names a child only after the API server accepted it (a refused create
+        # leaves the stage as it was), so a missing one was deleted behind the operator's back.
+        kind = "RayJob" if name in RAY_STAGES else "Job"
+        updated, message, event, requeue = failed_attempt(run, entry, f"its {kind} {child} was deleted outside the operator", now)
+        return Step(updated, message, [event], requeue=requeue)
+    if outcome.state == "succeeded":
+        message = f"stage {name} succeeded"
+        updated = entry.model_copy(update={"state": "Succeeded", "completion_time": rfc3339(now), "message": outcome.message})
+        return Step(updated, message, [Event("Normal", c.REASON_STAGE_SUCCEEDED, f"{message} ({child})")], go_on=True)
+    if outcome.state == "failed" and kueue and preempted_job(name, obj):
+        attempt = entry.attempt + 1
+        new_child = stage_child_name(run.metadata.name, name, attempt)
+        text = f"attempt {entry.attempt} was preempted by its queue; attempt {attempt} waits for admission (no retry used)"
+        updated = entry.model_copy(
+            update={
+                "state": "Queued",
+                "attempt": attempt,
+                "job": new_child,
+                "message": text,
+                "preemptions": (entry.preemptions or 0) + (1 if entry.state == "Running" else 0),
+                "preempted_attempts": (entry.preempted_attempts or 0) + 1,
+            }
+        )
+        message = f"stage {name}: {text} ({new_child})"
+        return Step(updated, message, [Event("Warning", c.REASON_STAGE_PREEMPTED, message)], create=[CreateChild(name, attempt)])
+    if outcome.state == "failed":
+        reason = outcome.message
+        detail = observed.failure_details.get(child)
+        if detail:
+            reason = f"{reason}; {detail}{claim_permission_hint(run, detail)}"
+        updated, message, event, requeue = failed_attempt(run, entry, reason, now, permanent=outcome.permanent)
+        return Step(updated, message, [event], requeue=requeue)
+    deactivation = kueue_deactivation(workloads) if kueue and not run.spec.suspend else None
+    if deactivation is not None:
+        reason = f"Kueue deactivated its workload {deactivation.workload} ({deactivation.reason}: {deactivation.message}); it will not be admitted again"
+        updated, message, event, requeue = failed_attempt(run, entry, reason, now)
+        return Step(updated, message, [event], requeue=requeue)
+    if kueue:
+        updated, actions, events, text = _queued_child(run, entry, child, obj, observed.workloads.get(child, []))
+        return Step(updated, text, events, workloads=actions)
+    updated, patches, events, text = _operator_suspension(run, entry, child, obj, workloads)
+    return Step(updated, text, events, suspend=patches)
+
+
 def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.datetime, *, sandbox_autoscaled: bool = False) -> Decision:
     """The next status and the actions that get the cluster there.
 
     ``sandbox_autoscaled``: an HPA manages the sandbox's replicas while a stage needs it (``sandbox_sizing``).
     """
-    stamp = rfc3339(now)
     suspend = run.spec.suspend
-    queue = queued(run)
     stages = _initial_stages(run, status.stages)
     create: list[CreateChild] = []
     suspend_actions: list[SetSuspend] = []
@@ -399,127 +408,25 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
         claim_check = check_claim(run, observed.claim)
         if claim_check.state == "ready":
             claim_check = check_extra_claims(run, observed.extra_claims) or claim_check
-    first_created = "Queued" if queue else "Running"
 
     for i, entry in enumerate(stages):
         if entry.state in ("Succeeded", "Skipped"):
             continue
         if entry.state == "Failed":
             break
-        name = entry.name
-        if entry.attempt == 0:
-            if suspend:
-                break
-            if claim_check is not None and claim_check.state != "ready":
-                if claim_check.state == "failed":
-                    stages[i] = entry.model_copy(update={"state": "Failed", "completion_time": stamp, "message": f"not started: {claim_check.message}"})
-                    message = f"stage {name} not started: {claim_check.message}"
-                    events.append(Event("Warning", claim_check.reason, claim_check.message))
-                else:
-                    stages[i] = entry.model_copy(update={"message": claim_check.message})
-                    message = claim_check.message
-                    requeue = CLAIM_RECHECK_SECONDS
-                break
-            child = stage_child_name(run.metadata.name, name, 1)
-            blocking = _blocking_pods(observed, child)
-            if blocking:
-                waiting = _waiting_text(blocking)
-                stages[i] = entry.model_copy(update={"message": f"attempt 1 {waiting}"})
-                requeue = RELEASE_POLL_SECONDS
-                break
-            text = "attempt 1 created; " + queue_message(run.spec.scheduling.queue_name, []) if queue else "attempt 1 started"
-            stages[i] = entry.model_copy(
-                update={"state": first_created, "attempt": 1, "job": child, "start_time": stamp, "message": text, "checkpoint": stage_output(run, name)}
-            )
-            create.append(CreateChild(name, 1))
-            message = f"stage {name} started ({child})"
-            events.append(Event("Normal", c.REASON_STAGE_STARTED, message))
+        # Not started or due for a retry: the next attempt; Running, Queued or Suspended: the child decides.
+        starting = entry.attempt == 0 or entry.state == "Retrying"
+        step = _next_attempt(run, entry, observed, now, claim_check) if starting else _follow_child(run, entry, observed, now)
+        stages[i] = step.entry
+        message = step.message or message
+        events += step.events
+        create += step.create
+        suspend_actions += step.suspend
+        workload_actions += step.workloads
+        requeue = step.requeue if step.requeue is not None else requeue
+        waiting = step.waiting or waiting
+        if not step.go_on:
             break
-        if entry.state == "Retrying":
-            due = parse_time(entry.next_attempt_time) or now
-            if suspend:
-                break
-            if now < due:
-                requeue = (due - now).total_seconds()
-                break
-            attempt = entry.attempt + 1
-            child = stage_child_name(run.metadata.name, name, attempt)
-            blocking = _blocking_pods(observed, child)
-            if blocking:
-                waiting = _waiting_text(blocking)
-                text = f"attempt {attempt} {waiting}"
-                if entry.message != text:
-                    events.append(Event("Normal", c.REASON_WAITING_FOR_PODS, f"stage {name}: {text}"))
-                stages[i] = entry.model_copy(update={"message": text})
-                requeue = RELEASE_POLL_SECONDS
-                break
-            text = f"attempt {attempt} created; " + queue_message(run.spec.scheduling.queue_name, []) if queue else f"attempt {attempt} started"
-            stages[i] = entry.model_copy(update={"state": first_created, "attempt": attempt, "job": child, "next_attempt_time": None, "message": text})
-            create.append(CreateChild(name, attempt))
-            message = f"stage {name} retry: attempt {attempt} started ({child})" + (", resuming from its last checkpoint" if name == "rl" else "")
-            events.append(Event("Normal", c.REASON_RETRY_STARTED, message))
-            break
-        # Running, Queued or Suspended: the child decides.
-        child = entry.job or stage_child_name(run.metadata.name, name, entry.attempt)
-        obj = observed.children.get(child)
-        workloads = observed.workloads.get(child)
-        kueue = kueue_owns(obj, workloads)
-        outcome = child_outcome(name, obj)
-        if outcome.state == "missing":
-            # The status names a child only after the API server accepted it (a refused create
-            # leaves the stage as it was), so a missing one was deleted behind the operator's back.
-            kind = "RayJob" if name in RAY_STAGES else "Job"
-            stages[i], message, event, requeue = _failed_attempt(run, entry, f"its {kind} {child} was deleted outside the operator", now)
-            events.append(event)
-            break
-        if outcome.state == "succeeded":
-            stages[i] = entry.model_copy(update={"state": "Succeeded", "completion_time": stamp, "message": outcome.message})
-            message = f"stage {name} succeeded"
-            events.append(Event("Normal", c.REASON_STAGE_SUCCEEDED, f"{message} ({child})"))
-            continue  # start the next stage in the same pass (once this one's pods are gone)
-        if outcome.state == "failed" and kueue and preempted_job(name, obj):
-            attempt = entry.attempt + 1
-            new_child = stage_child_name(run.metadata.name, name, attempt)
-            text = f"attempt {entry.attempt} was preempted by its queue; attempt {attempt} waits for admission (no retry used)"
-            stages[i] = entry.model_copy(
-                update={
-                    "state": "Queued",
-                    "attempt": attempt,
-                    "job": new_child,
-                    "message": text,
-                    "preemptions": (entry.preemptions or 0) + (1 if entry.state == "Running" else 0),
-                    "preempted_attempts": (entry.preempted_attempts or 0) + 1,
-                }
-            )
-            create.append(CreateChild(name, attempt))
-            message = f"stage {name}: {text} ({new_child})"
-            events.append(Event("Warning", c.REASON_STAGE_PREEMPTED, message))
-            break
-        if outcome.state == "failed":
-            reason = outcome.message
-            detail = observed.failure_details.get(child)
-            if detail:
-                reason = f"{reason}; {detail}{claim_permission_hint(run, detail)}"
-            stages[i], message, event, requeue = _failed_attempt(run, entry, reason, now, permanent=outcome.permanent)
-            events.append(event)
-            break
-        deactivation = kueue_deactivation(workloads) if kueue and not suspend else None
-        if deactivation is not None:
-            reason = f"Kueue deactivated its workload {deactivation.workload} ({deactivation.reason}: {deactivation.message}); it will not be admitted again"
-            stages[i], message, event, requeue = _failed_attempt(run, entry, reason, now)
-            events.append(event)
-            break
-        if kueue:
-            stages[i], actions, more, text = _queued_child(run, entry, child, obj, observed.workloads.get(child, []))
-            workload_actions += actions
-            events += more
-            message = text or message
-            break
-        stages[i], patches, more, text = _operator_suspension(run, entry, child, obj, workloads)
-        suspend_actions += patches
-        events += more
-        message = text or message
-        break
 
     phase = phase_of(stages, suspended=suspend)
     finished = phase in ("Succeeded", "Failed")
