@@ -12,6 +12,7 @@ import base64
 import hashlib
 import json
 import logging
+import os
 import re
 import ssl
 import tempfile
@@ -147,6 +148,22 @@ class Credentials:
     insecure: bool = False
     cert_path: str | None = None
     key_path: str | None = None
+    token_path: str | None = None
+    """A projected service-account token file: re-read whenever it changes (see ``KubeClient``)."""
+
+
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+def token_file_for(token: str | None, path: str = SERVICE_ACCOUNT_TOKEN) -> str | None:
+    """``path`` when ``token`` came from it (kopf's in-cluster login read it once), else None."""
+    if not token or not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return path if handle.read().strip() == token else None
+    except OSError:
+        return None
 
 
 def credentials_from(info: Any) -> Credentials:
@@ -175,6 +192,7 @@ def credentials_from(info: Any) -> Credentials:
         insecure=bool(info.insecure),
         cert_path=as_file(info.certificate_path, info.certificate_data),
         key_path=as_file(info.private_key_path, info.private_key_data),
+        token_path=token_file_for(info.token),
     )
 
 
@@ -188,6 +206,7 @@ class KubeClient:
         self._session: aiohttp.ClientSession | None = None
         self._limit = asyncio.Semaphore(concurrency)
         self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._token_stamp: int | None = None
 
     def _ssl(self) -> ssl.SSLContext | bool:
         if not self._creds.server.startswith("https"):
@@ -202,11 +221,32 @@ class KubeClient:
             context.load_cert_chain(self._creds.cert_path, self._creds.key_path)
         return context
 
+    def _token(self, *, force: bool = False) -> str | None:
+        """The bearer token: re-read from ``token_path`` when the file changed (or ``force``).
+
+        The kubelet rotates a projected service-account token (about hourly) and clusters that do not
+        extend token lifetimes reject the old one soon after; a token read once at login would lock
+        the operator out. A stat per request is all it costs.
+        """
+        path = self._creds.token_path
+        if path:
+            try:
+                stamp = os.stat(path).st_mtime_ns
+                if force or stamp != self._token_stamp:
+                    with open(path, encoding="utf-8") as handle:
+                        self._creds.token = handle.read().strip() or self._creds.token
+                    self._token_stamp = stamp
+            except OSError as err:
+                log.warning("cannot re-read the service-account token %s: %s", path, err)
+        return self._creds.token
+
+    def _auth(self, *, force: bool = False) -> dict[str, str]:
+        token = self._token(force=force)
+        return {"Authorization": f"{self._creds.scheme or 'Bearer'} {token}"} if token else {}
+
     async def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
-            if self._creds.token:
-                headers["Authorization"] = f"{self._creds.scheme or 'Bearer'} {self._creds.token}"
             self._session = aiohttp.ClientSession(
                 base_url=self._creds.server, headers=headers, timeout=self._timeout, connector=aiohttp.TCPConnector(ssl=self._ssl())
             )
@@ -218,11 +258,16 @@ class KubeClient:
 
     async def _request(self, method: str, path: str, *, json: Any = None, content_type: str = "application/json") -> Any:
         session = await self._get_session()
-        async with self._limit, session.request(method, path, json=json, headers={"Content-Type": content_type}) as response:
-            if response.status >= 400:
-                text = await response.text()
-                raise ApiError(response.status, f"{method} {path}: {text[:300]}", reason=_status_message(text))
-            return await response.json(content_type=None)
+        for attempt in (1, 2):
+            headers = {"Content-Type": content_type, **self._auth(force=attempt == 2)}
+            async with self._limit, session.request(method, path, json=json, headers=headers) as response:
+                if response.status == 401 and attempt == 1 and self._creds.token_path:
+                    continue  # the token was rotated under us: read it again, once
+                if response.status >= 400:
+                    text = await response.text()
+                    raise ApiError(response.status, f"{method} {path}: {text[:300]}", reason=_status_message(text))
+                return await response.json(content_type=None)
+        raise AssertionError("unreachable")
 
     async def get(self, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
         try:
