@@ -149,6 +149,7 @@ class Reconciler:
         self.isolation = isolation or IsolationReader()
         self.passes = 0
         self._kuberay: KubeRayCRD | None = None
+        self._events_read: dict[tuple[str, str, str], tuple[float, list[dict[str, Any]]]] = {}
         self._workload_kind: Kind = WORKLOAD_VERSIONS[0]
         self._finished: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
         """(namespace, run) -> child name -> the last state a watch event showed of a finished child."""
@@ -519,8 +520,17 @@ class Reconciler:
         return observed, autoscaled
 
     async def _events(self, namespace: str, kind: str, name: str) -> list[dict[str, Any]]:
-        """The Events about one object (what its controller reported), newest last as the server lists them."""
-        return await self.client.list(EVENTS, namespace, field_selector=f"involvedObject.kind={kind},involvedObject.name={name}")
+        """The Events about one object (what its controller reported), read at most every
+        ``below.EVENTS_AFTER_SECONDS`` per object (a claim many runs share is read once for all)."""
+        key = (namespace, kind, name)
+        cached = self._events_read.get(key)
+        if cached is not None and time.monotonic() - cached[0] < below.EVENTS_AFTER_SECONDS:
+            return cached[1]
+        events = await self.client.list(EVENTS, namespace, field_selector=f"involvedObject.kind={kind},involvedObject.name={name}")
+        if len(self._events_read) > 4096:
+            self._events_read.clear()  # bounded: entries are only a read-rate limit
+        self._events_read[key] = (time.monotonic(), events)
+        return events
 
     async def _sandbox_isolation(self, namespace: str, run_name: str, deployment: dict[str, Any] | None) -> IsolationObservation | None:
         """The isolation the sandbox pods report in /readyz; None while the sandbox has no pods."""
