@@ -51,6 +51,7 @@ SAME_WORKER: dict[str, str] = {
         "tests/operator/test_integration_cluster.py",
         "tests/operator/test_integration_isolation.py",
         "tests/operator/test_integration_tracking.py",
+        "tests/operator/test_integration_upstream.py",
         "tests/operator/test_preflight_stage.py",
         "tests/operator/test_zz_rbac.py",
     )

@@ -83,3 +83,37 @@ def storage_status(run: RetoolRun, seen: ClaimObservation) -> StorageStatus:
         access_modes=access_modes(obj) if obj else list(claim.access_modes),
         phase=status.get("phase"),
     )
+
+
+def extra_claim_names(run: RetoolRun) -> list[tuple[str, bool]]:
+    """(claim name, mounted read-only) of every ``spec.pods.volumes`` entry backed by a claim."""
+    out = []
+    for volume in run.spec.pods.volumes:
+        source = volume.persistent_volume_claim
+        if source is not None:
+            out.append((source.claim_name, bool(source.read_only or volume.read_only)))
+    return out
+
+
+def check_extra_claims(run: RetoolRun, claims: dict[str, dict[str, Any] | None]) -> ClaimCheck | None:
+    """The first problem of the run's extra claims (``spec.pods.volumes``), or None when they can be mounted.
+
+    They are mounted in every trainer pod, so a multi-node run needs each of them shareable across
+    nodes: ReadWriteMany, or ReadOnlyMany for a read-only mount. A missing claim holds the run.
+    """
+    nodes = run.spec.hardware.nodes
+    for name, read_only in extra_claim_names(run):
+        obj = claims.get(name)
+        if obj is None:
+            return ClaimCheck("waiting", c.REASON_CLAIM_NOT_FOUND, f"PersistentVolumeClaim {name} (spec.pods.volumes) does not exist in the run's namespace")
+        modes = access_modes(obj)
+        shared = {RWX, "ReadOnlyMany"} if read_only else {RWX}
+        if nodes > 1 and not shared & set(modes):
+            need = f"{RWX} or ReadOnlyMany" if read_only else RWX
+            return ClaimCheck(
+                "failed",
+                c.REASON_CLAIM_NOT_SHARED,
+                f"PersistentVolumeClaim {name} (spec.pods.volumes) has access modes {', '.join(modes) or 'none'}, but hardware.nodes is {nodes}: "
+                f"every trainer pod mounts it, on every node, which needs {need}",
+            )
+    return None

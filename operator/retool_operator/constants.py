@@ -21,6 +21,8 @@ LABEL_RUN = "retool.dev/run"
 LABEL_ROLE = "retool.dev/component"
 LABEL_STAGE = "retool.dev/stage"
 LABEL_ATTEMPT = "retool.dev/attempt"
+LABEL_POD_ROLE = "retool.dev/pod-role"  # "submitter" on the Ray job submitter's pods
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # set by the Job controller on its pods (k8s >= 1.27)
 
 PART_OF = "retool"
 MANAGED_BY = "retool-operator"
@@ -61,6 +63,7 @@ COND_STORAGE_READY = "StorageReady"
 
 # Condition reasons (one CamelCase word each).
 REASON_INVALID_SPEC = "InvalidSpec"
+REASON_IMMUTABLE_FIELD = "ImmutableFieldChanged"
 REASON_VALID_SPEC = "SpecAccepted"
 REASON_PENDING = "Pending"
 REASON_STAGE_RUNNING = "StageRunning"

@@ -132,9 +132,14 @@ async def resync(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
 
 @kopf.on.event("ray.io", "v1", "rayjobs", labels=CHILD_SELECTOR)
 @kopf.on.event("batch", "v1", "jobs", labels=CHILD_SELECTOR)
-async def stage_child_event(meta: kopf.Meta, namespace: str, memo: kopf.Memo, **_: Any) -> None:
-    """A stage's Job or RayJob changed: re-reconcile its run (success, failure, suspension)."""
-    await _reconciler(memo).trigger(namespace, meta["labels"][c.LABEL_RUN])
+async def stage_child_event(meta: kopf.Meta, body: kopf.Body, namespace: str, memo: kopf.Memo, **_: Any) -> None:
+    """A stage's Job or RayJob changed (or was deleted): re-reconcile its run (success, failure, suspension).
+
+    A finished child's last state is remembered first: KubeRay may delete a finished RayJob before
+    the pass reads it (``DELETE_RAYJOB_CR_AFTER_JOB_FINISHES``)."""
+    reconciler = _reconciler(memo)
+    reconciler.note_child(namespace, dict(body))
+    await reconciler.trigger(namespace, meta["labels"][c.LABEL_RUN])
 
 
 @kopf.on.delete(*RUN_RESOURCE, optional=True)

@@ -12,10 +12,13 @@ import base64
 import hashlib
 import json
 import logging
+import os
+import re
 import ssl
 import tempfile
 import time
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 from urllib.parse import quote
 
@@ -49,15 +52,18 @@ KINDS: dict[tuple[str, str], Kind] = {
     ("v1", "Service"): Kind("", "v1", "services"),
     ("v1", "PersistentVolumeClaim"): Kind("", "v1", "persistentvolumeclaims"),
     ("v1", "Pod"): Kind("", "v1", "pods"),
+    ("v1", "Event"): Kind("", "v1", "events"),
     ("autoscaling/v2", "HorizontalPodAutoscaler"): Kind("autoscaling", "v2", "horizontalpodautoscalers"),
     ("apps/v1", "Deployment"): Kind("apps", "v1", "deployments"),
     ("networking.k8s.io/v1", "NetworkPolicy"): Kind("networking.k8s.io", "v1", "networkpolicies"),
     ("policy/v1", "PodDisruptionBudget"): Kind("policy", "v1", "poddisruptionbudgets"),
     ("batch/v1", "Job"): Kind("batch", "v1", "jobs"),
     ("ray.io/v1", "RayJob"): Kind("ray.io", "v1", "rayjobs"),
-    # v1beta1: served by every Kueue since RayJob support (0.6); newer releases serve v1beta2 beside it.
+    # v1beta2: Kueue's storage version since 0.16 (v1beta1 deprecated there, still served); v1beta1 for older Kueue.
+    ("kueue.x-k8s.io/v1beta2", "Workload"): Kind("kueue.x-k8s.io", "v1beta2", "workloads"),
     ("kueue.x-k8s.io/v1beta1", "Workload"): Kind("kueue.x-k8s.io", "v1beta1", "workloads"),
     ("retool.dev/v1alpha1", "RetoolRun"): Kind("retool.dev", "v1alpha1", "retoolruns"),
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): Kind("apiextensions.k8s.io", "v1", "customresourcedefinitions"),
 }
 
 
@@ -96,12 +102,39 @@ def _status_message(text: str) -> str | None:
     return str(message)[:1000] if message else None
 
 
-def is_subset(desired: Any, observed: Any) -> bool:
-    """Whether every field of ``desired`` is already in ``observed`` (server defaults are extra fields)."""
+QUANTITY_KEYS = frozenset({"requests", "limits", "sizeLimit", "capacity"})
+"""Fields whose values are resource quantities, which the API server stores in canonical form."""
+_SUFFIXES = {
+    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
+    "k": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9, "T": Decimal(10) ** 12, "P": Decimal(10) ** 15, "E": Decimal(10) ** 18,
+    "Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30, "Ti": Decimal(2) ** 40, "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60,
+}  # fmt: skip
+_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]?)$")
+
+
+def quantity(value: Any) -> Decimal | None:
+    """The value of a Kubernetes resource quantity (``1000m``, ``20480Mi``, ``8``), None when it is not one
+    (the grammar of k8s.io/apimachinery/pkg/api/resource, v0.36.1)."""
+    match = _QUANTITY.match(str(value).strip()) if isinstance(value, str | int | float) and not isinstance(value, bool) else None
+    if match is None:
+        return None
+    return Decimal(match.group(1)) * _SUFFIXES[match.group(2)]
+
+
+def is_subset(desired: Any, observed: Any, *, quantities: bool = False) -> bool:
+    """Whether every field of ``desired`` is already in ``observed`` (server defaults are extra fields).
+
+    Inside ``resources.requests``/``limits``, ``sizeLimit`` and ``capacity`` values are compared as
+    quantities: the API server returns ``1000m`` as ``1`` and ``20480Mi`` as ``20Gi``, and comparing the
+    strings would patch the same object on every pass.
+    """
     if isinstance(desired, dict):
-        return isinstance(observed, dict) and all(k in observed and is_subset(v, observed[k]) for k, v in desired.items())
+        return isinstance(observed, dict) and all(k in observed and is_subset(v, observed[k], quantities=quantities or k in QUANTITY_KEYS) for k, v in desired.items())
     if isinstance(desired, list):
-        return isinstance(observed, list) and len(desired) == len(observed) and all(is_subset(d, o) for d, o in zip(desired, observed, strict=True))
+        return isinstance(observed, list) and len(desired) == len(observed) and all(is_subset(d, o, quantities=quantities) for d, o in zip(desired, observed, strict=True))
+    if quantities and desired != observed:
+        want, have = quantity(desired), quantity(observed)
+        return want is not None and want == have
     return desired == observed
 
 
@@ -115,6 +148,22 @@ class Credentials:
     insecure: bool = False
     cert_path: str | None = None
     key_path: str | None = None
+    token_path: str | None = None
+    """A projected service-account token file: re-read whenever it changes (see ``KubeClient``)."""
+
+
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+def token_file_for(token: str | None, path: str = SERVICE_ACCOUNT_TOKEN) -> str | None:
+    """``path`` when ``token`` came from it (kopf's in-cluster login read it once), else None."""
+    if not token or not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return path if handle.read().strip() == token else None
+    except OSError:
+        return None
 
 
 def credentials_from(info: Any) -> Credentials:
@@ -143,6 +192,7 @@ def credentials_from(info: Any) -> Credentials:
         insecure=bool(info.insecure),
         cert_path=as_file(info.certificate_path, info.certificate_data),
         key_path=as_file(info.private_key_path, info.private_key_data),
+        token_path=token_file_for(info.token),
     )
 
 
@@ -156,6 +206,7 @@ class KubeClient:
         self._session: aiohttp.ClientSession | None = None
         self._limit = asyncio.Semaphore(concurrency)
         self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._token_stamp: int | None = None
 
     def _ssl(self) -> ssl.SSLContext | bool:
         if not self._creds.server.startswith("https"):
@@ -170,11 +221,32 @@ class KubeClient:
             context.load_cert_chain(self._creds.cert_path, self._creds.key_path)
         return context
 
+    def _token(self, *, force: bool = False) -> str | None:
+        """The bearer token: re-read from ``token_path`` when the file changed (or ``force``).
+
+        The kubelet rotates a projected service-account token (about hourly) and clusters that do not
+        extend token lifetimes reject the old one soon after; a token read once at login would lock
+        the operator out. A stat per request is all it costs.
+        """
+        path = self._creds.token_path
+        if path:
+            try:
+                stamp = os.stat(path).st_mtime_ns
+                if force or stamp != self._token_stamp:
+                    with open(path, encoding="utf-8") as handle:
+                        self._creds.token = handle.read().strip() or self._creds.token
+                    self._token_stamp = stamp
+            except OSError as err:
+                log.warning("cannot re-read the service-account token %s: %s", path, err)
+        return self._creds.token
+
+    def _auth(self, *, force: bool = False) -> dict[str, str]:
+        token = self._token(force=force)
+        return {"Authorization": f"{self._creds.scheme or 'Bearer'} {token}"} if token else {}
+
     async def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
-            if self._creds.token:
-                headers["Authorization"] = f"{self._creds.scheme or 'Bearer'} {self._creds.token}"
             self._session = aiohttp.ClientSession(
                 base_url=self._creds.server, headers=headers, timeout=self._timeout, connector=aiohttp.TCPConnector(ssl=self._ssl())
             )
@@ -186,11 +258,16 @@ class KubeClient:
 
     async def _request(self, method: str, path: str, *, json: Any = None, content_type: str = "application/json") -> Any:
         session = await self._get_session()
-        async with self._limit, session.request(method, path, json=json, headers={"Content-Type": content_type}) as response:
-            if response.status >= 400:
-                text = await response.text()
-                raise ApiError(response.status, f"{method} {path}: {text[:300]}", reason=_status_message(text))
-            return await response.json(content_type=None)
+        for attempt in (1, 2):
+            headers = {"Content-Type": content_type, **self._auth(force=attempt == 2)}
+            async with self._limit, session.request(method, path, json=json, headers=headers) as response:
+                if response.status == 401 and attempt == 1 and self._creds.token_path:
+                    continue  # the token was rotated under us: read it again, once
+                if response.status >= 400:
+                    text = await response.text()
+                    raise ApiError(response.status, f"{method} {path}: {text[:300]}", reason=_status_message(text))
+                return await response.json(content_type=None)
+        raise AssertionError("unreachable")
 
     async def get(self, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -200,10 +277,11 @@ class KubeClient:
                 return None
             raise
 
-    async def list(self, kind: Kind, namespace: str, *, label_selector: str | None = None) -> list[dict[str, Any]]:
+    async def list(self, kind: Kind, namespace: str, *, label_selector: str | None = None, field_selector: str | None = None) -> list[dict[str, Any]]:
         path = kind.path(namespace)
-        if label_selector:
-            path += f"?labelSelector={quote(label_selector, safe='')}"
+        params = [f"{key}={quote(value, safe='')}" for key, value in (("labelSelector", label_selector), ("fieldSelector", field_selector)) if value]
+        if params:
+            path += "?" + "&".join(params)
         data = await self._request("GET", path)
         return list(data.get("items") or [])
 

@@ -26,7 +26,9 @@ RULES: list[Rule] = [
     {"apiGroups": ["retool.dev"], "resources": ["retoolruns/finalizers"], "verbs": ["update"]},
     # Children of a run (and the namespace's managed MLflow tracker): create-or-patch by name.
     {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "create", "patch"]},
-    {"apiGroups": [""], "resources": ["services", "configmaps", "persistentvolumeclaims"], "verbs": ["get", "create", "patch"]},
+    {"apiGroups": [""], "resources": ["services", "persistentvolumeclaims"], "verbs": ["get", "create", "patch"]},
+    # Spec snapshots: created with each child, read back for the immutability check, never patched.
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create"]},
     {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["get", "create", "patch"]},
     {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["get", "create", "patch"]},
     # Stage children: watched by kopf (server-side label selector), read, created, suspended.
@@ -40,9 +42,11 @@ RULES: list[Rule] = [
     # reactivated for spec.suspend (Kueue would undo a suspend set on the Job or RayJob itself).
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list", "patch"]},
     # Kubernetes Events on runs (kopf.event posts core/v1 Events).
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    # create: the run's Events; list: why the Job controller, KubeRay's or the volume controller refuse a child's pods or claim.
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "list"]},
     # kopf's own discovery of the CRD it serves.
-    {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["list", "watch"]},
+    # get: the RayJob CRD, read once at start (what the installed KubeRay can run).
+    {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get", "list", "watch"]},
 ]
 
 NOT_REQUESTED: dict[tuple[str, str, str], str] = {

@@ -5,11 +5,13 @@ and in the children, so running it twice, after a crash or after an operator res
 same answer. Child names are deterministic (``<run>-<stage>-<attempt>``), so "create" on a child
 that already exists is a no-op for the handler (409 = already there).
 
-Attempts never overlap: a child (the next stage, or the next attempt of the same stage) is
-created only once no pod of any earlier child of the run is still alive (``Observed.active_pods``).
-A RayJob's cluster lingers for ``clusterGraceSeconds`` and its pods take their termination grace
-period; a retry that started meanwhile would write the same checkpoint directory as the attempt
-it replaces and wait for the same accelerators.
+``decide`` walks the stages in order and asks one rule per stage: ``_next_attempt`` for a stage
+that has not started or is due for a retry, ``_follow_child`` for one whose child exists. Each
+concern has its own module, as KubeRay's controllers keep one reconcile step per concern:
+``attempts`` (when the next attempt may start, what a failure leads to), ``queueing`` (who owns a
+child's suspend: Kueue or the operator), ``sandbox_sizing`` (the sandbox's replicas),
+``immutability`` (edits the operator must not act on; applied by the runner), ``claims`` and
+``below`` (what the storage and the controllers below refuse).
 """
 
 from __future__ import annotations
@@ -23,9 +25,20 @@ from retool.spec.model import RetoolRun
 from retool.spec.names import RAY_STAGES, STAGES, sandbox_url, stage_child_name
 from retool.spec.status import Condition, MLflowStatus, RetoolRunStatus, SandboxIsolationStatus, SandboxStatus, StageStatus
 from retool_operator import constants as c
-from retool_operator.builders import desired_sandbox_replicas, queued, run_namespace, uses_sandbox
-from retool_operator.claims import ClaimCheck, ClaimObservation, check_claim, storage_status
+from retool_operator.actions import CreateChild, Event, SetSuspend, SetWorkloadActive
+from retool_operator.attempts import RELEASE_POLL_SECONDS, blocking_pods, claim_permission_hint, failed_attempt, waiting_text
+from retool_operator.builders import queued, run_namespace, uses_sandbox
+from retool_operator.claims import ClaimCheck, ClaimObservation, check_claim, check_extra_claims, storage_status
 from retool_operator.isolation import IsolationObservation, isolation_condition
+from retool_operator.queueing import (
+    child_queue,
+    deactivated_by_operator,
+    kueue_deactivation,
+    kueue_owns,
+    queue_message,
+    suspended_by_operator,
+)
+from retool_operator.sandbox_sizing import sandbox_replicas
 from retool_operator.status import current_stage, headline_score, parse_time, phase_of, pipeline_conditions, progress_of, rfc3339, set_condition
 
 ChildState = Literal["missing", "running", "succeeded", "failed", "suspended"]
@@ -47,8 +60,6 @@ deterministic exit codes)."""
 # KubeRay's terminal jobDeploymentStatus values: Complete and Failed end the RayJob, and
 # ValidationFailed is where KubeRay leaves a RayJob whose spec it refuses (it never retries it).
 RAYJOB_FAILED_STATES = frozenset({"Failed", "ValidationFailed"})
-RELEASE_POLL_SECONDS = 5.0
-"""How often a pass re-checks pods that must terminate before the next child is created."""
 
 
 def rayjob_outcome(obj: dict[str, Any] | None) -> ChildOutcome:
@@ -59,7 +70,8 @@ def rayjob_outcome(obj: dict[str, Any] | None) -> ChildOutcome:
     deployment, job = st.get("jobDeploymentStatus"), st.get("jobStatus")
     detail = " ".join(x for x in (st.get("reason"), st.get("message")) if x)
     if deployment == "ValidationFailed":
-        return ChildOutcome("failed", "KubeRay refused the RayJob (ValidationFailed)" + (f": {detail}" if detail else ""))
+        # KubeRay never retries a spec it refuses (ValidationFailed is terminal, rayjob_controller.go v1.7.0): neither do we.
+        return ChildOutcome("failed", "KubeRay refused the RayJob (ValidationFailed)" + (f": {detail}" if detail else ""), permanent=True)
     if deployment == "Complete":
         if job == "SUCCEEDED":
             return ChildOutcome("succeeded", "RayJob completed with jobStatus SUCCEEDED")
@@ -108,47 +120,30 @@ class Observed:
     children: dict[str, dict[str, Any]] = field(default_factory=dict)  # stage child name -> object
     active_pods: dict[str, list[str]] = field(default_factory=dict)
     """Child name -> its pods that have not terminated (phase other than Succeeded/Failed)."""
+    submitter_pods: dict[str, list[str]] = field(default_factory=dict)
+    """Child name -> those of its ``active_pods`` that are Ray job submitter pods (never waited for)."""
     failure_details: dict[str, str] = field(default_factory=dict)
     """Failed Job name -> its stage container's termination message (the reason the stage gave, or its last log lines)."""
     sandbox_ready_replicas: int = 0
+    sandbox_spec_replicas: int | None = None
+    """The sandbox Deployment's ``spec.replicas`` as stored (None: no Deployment yet)."""
+    sandbox_hpa_min_replicas: int | None = None
+    """``minReplicas`` of the HPA on the sandbox, when there is one."""
     sandbox_pods_refused: str | None = None
     """The message of the sandbox Deployment's ReplicaFailure condition (pods refused at creation), if True."""
     mlflow: MLflowStatus | None = None
     results: dict[str, dict[str, float]] = field(default_factory=dict)
     claim: ClaimObservation | None = None  # None: not read this pass (no storage gate)
+    extra_claims: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    """The claims of ``spec.pods.volumes`` by name (None: absent), read with ``claim`` before the first stage."""
     workloads: dict[str, list[dict[str, Any]] | None] = field(default_factory=dict)
     """Kueue Workloads of a queued child, by child name; None when the cluster serves no Workload API."""
+    child_events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Events of a running Job that has no pod (read only then: why the Job controller creates none)."""
+    claim_events: list[dict[str, Any]] | None = None
+    """Events of the run's claim while it is Pending (why it is not provisioned)."""
     sandbox_isolation: IsolationObservation | None = None
     """What the sandbox pods' /readyz said this pass; None when there were no pods to ask."""
-
-
-@dataclass(frozen=True)
-class CreateChild:
-    stage: str
-    attempt: int
-
-
-@dataclass(frozen=True)
-class SetSuspend:
-    stage: str
-    name: str
-    suspend: bool
-
-
-@dataclass(frozen=True)
-class SetWorkloadActive:
-    """Deactivate (spec.suspend) or reactivate (resume) the Kueue Workload of a queued child."""
-
-    stage: str
-    name: str
-    active: bool
-
-
-@dataclass(frozen=True)
-class Event:
-    type: Literal["Normal", "Warning"]
-    reason: str
-    message: str
 
 
 @dataclass
@@ -194,37 +189,14 @@ def _initial_stages(run: RetoolRun, existing: list[StageStatus]) -> list[StageSt
     return out
 
 
-def backoff_seconds(run: RetoolRun, failed_attempt: int) -> int:
-    """backoffSeconds before the first retry, doubled for each further one."""
-    return run.spec.failure_policy.backoff_seconds * 2 ** (failed_attempt - 1)
-
-
 CLAIM_RECHECK_SECONDS = 30.0
 """How soon a pass waiting for the run's claim looks again (claims are not watched)."""
-
-
-def _queue_message(run: RetoolRun, workloads: list[dict[str, Any]] | None) -> str:
-    """Why a queued child waits: Kueue's own words from its Workload when there is one."""
-    queue = run.spec.scheduling.queue_name
-    if workloads is None:
-        return f"waiting for admission by Kueue queue {queue}, but the cluster serves no Kueue Workload API (is Kueue installed?)"
-    for wl in workloads:
-        if (wl.get("spec") or {}).get("active") is False and not _ours(wl):
-            return f"Kueue workload {wl['metadata']['name']} is deactivated and will not be admitted until it is reactivated"
-        for cond in (wl.get("status") or {}).get("conditions") or []:
-            if cond.get("type") in ("QuotaReserved", "Admitted") and cond.get("status") == "False" and cond.get("message"):
-                return f"waiting for admission by Kueue queue {queue}: {cond['message']}"
-    return f"waiting for admission by Kueue queue {queue}"
-
-
-def _ours(workload: dict[str, Any]) -> bool:
-    return bool(((workload.get("metadata") or {}).get("annotations") or {}).get(c.ANNOTATION_DEACTIVATED))
 
 
 def _queued_child(
     run: RetoolRun, entry: StageStatus, child: str, obj: dict[str, Any] | None, workloads: list[dict[str, Any]] | None
 ) -> tuple[StageStatus, list[SetWorkloadActive], list[Event], str | None]:
-    """A running child of a queued run: Kueue owns its ``spec.suspend``; the operator only reads it.
+    """A running child Kueue manages (``queueing.kueue_owns``): Kueue owns its ``spec.suspend``; the operator only reads it.
 
     spec.suspend deactivates the child's Kueue Workload (Kueue then suspends the child and keeps it
     out of the queue) and resuming reactivates only Workloads the operator deactivated. A child
@@ -232,6 +204,7 @@ def _queued_child(
     preempted, which is counted, never a failure.
     """
     name = entry.name
+    queue = child_queue(obj)
     actions: list[SetWorkloadActive] = []
     events: list[Event] = []
     message: str | None = None
@@ -241,51 +214,42 @@ def _queued_child(
             message = f"stage {name} suspended (Kueue workload deactivated)"
             events.append(Event("Normal", c.REASON_SUSPENDED, f"{message} ({child})"))
         return entry.model_copy(update={"state": "Suspended", "message": "suspended by spec.suspend"}), actions, events, message
-    actions = [SetWorkloadActive(name, wl["metadata"]["name"], True) for wl in workloads or [] if _ours(wl) and (wl.get("spec") or {}).get("active") is False]
+    actions = [
+        SetWorkloadActive(name, wl["metadata"]["name"], True) for wl in workloads or [] if deactivated_by_operator(wl) and (wl.get("spec") or {}).get("active") is False
+    ]
     if bool(((obj or {}).get("spec") or {}).get("suspend")):
-        update: dict[str, Any] = {"state": "Queued", "message": _queue_message(run, workloads)}
+        update: dict[str, Any] = {"state": "Queued", "message": queue_message(queue, workloads)}
         if entry.state == "Running":
             update["preemptions"] = (entry.preemptions or 0) + 1
             message = f"stage {name} preempted by its queue; waiting for re-admission ({child})"
             events.append(Event("Warning", c.REASON_STAGE_PREEMPTED, message))
         return entry.model_copy(update=update), actions, events, message
     if entry.state in ("Queued", "Suspended"):
-        message = f"stage {name} admitted by Kueue queue {run.spec.scheduling.queue_name} ({child})"
+        message = f"stage {name} admitted by Kueue{f' queue {queue}' if queue else ''} ({child})"
         events.append(Event("Normal", c.REASON_STAGE_ADMITTED, message))
     return entry.model_copy(update={"state": "Running", "message": f"attempt {entry.attempt} running"}), actions, events, message
 
 
-def _blocking_pods(observed: Observed, child: str) -> dict[str, list[str]]:
-    """Pods of other children of the run that are still alive (they must be gone before ``child`` is created)."""
-    return {name: pods for name, pods in sorted(observed.active_pods.items()) if name != child and pods}
+def _operator_suspension(
+    run: RetoolRun, entry: StageStatus, child: str, obj: dict[str, Any] | None, workloads: list[dict[str, Any]] | None
+) -> tuple[StageStatus, list[SetSuspend], list[Event], str | None]:
+    """A running child outside Kueue: its ``spec.suspend`` follows the run's.
 
-
-def _waiting_text(blocking: dict[str, list[str]]) -> str:
-    parts = [f"{name} ({', '.join(pods[:3])}{', ...' if len(pods) > 3 else ''})" for name, pods in blocking.items()]
-    return "waiting for the pods of " + "; ".join(parts) + " to terminate"
-
-
-def _failed_attempt(
-    run: RetoolRun, entry: StageStatus, reason: str, now: dt.datetime, *, permanent: bool = False
-) -> tuple[StageStatus, str, Event, float | None]:
-    """A failed attempt: Retrying with backoff while retries are left, else Failed; a permanent
-    failure (one every attempt would repeat) fails the stage at once."""
-    name = entry.name
-    failed_attempts = entry.attempt - (entry.preempted_attempts or 0)  # attempts a queue preempted use no retry
-    retries_left = run.spec.failure_policy.max_retries - (failed_attempts - 1)
-    if permanent:
-        text = f"attempt {entry.attempt} failed: {reason}; not retried (it would fail the same way)"
-        updated = entry.model_copy(update={"state": "Failed", "completion_time": rfc3339(now), "message": text})
-        return updated, f"stage {name} failed: {text}", Event("Warning", c.REASON_STAGE_FAILED, f"stage {name} failed: {text}"), None
-    if retries_left > 0:
-        wait = backoff_seconds(run, failed_attempts)
-        due = now + dt.timedelta(seconds=wait)
-        text = f"attempt {entry.attempt} failed: {reason}; retrying in {wait}s ({retries_left} retr{'y' if retries_left == 1 else 'ies'} left)"
-        updated = entry.model_copy(update={"state": "Retrying", "next_attempt_time": rfc3339(due), "message": text})
-        return updated, f"stage {name} {text}", Event("Warning", c.REASON_STAGE_RETRYING, f"stage {name} {text}"), float(wait)
-    text = f"attempt {entry.attempt} failed: {reason}; no retries left (maxRetries {run.spec.failure_policy.max_retries})"
-    updated = entry.model_copy(update={"state": "Failed", "completion_time": rfc3339(now), "message": text})
-    return updated, f"stage {name} failed: {text}", Event("Warning", c.REASON_STAGE_FAILED, f"stage {name} failed: {text}"), None
+    The operator resumes only a child it suspended itself (its mark), or any suspended child on a
+    cluster without Kueue's API: a child that something else suspended (Kueue's webhook suspends
+    jobs at creation under ``manageJobsWithoutQueueName``, before its Workload exists) is left alone
+    and shown as waiting, so the two controllers never take turns flipping it.
+    """
+    name, suspend = entry.name, run.spec.suspend
+    child_suspended = bool(((obj or {}).get("spec") or {}).get("suspend"))
+    if child_suspended == suspend:
+        return entry.model_copy(update={"state": "Suspended" if suspend else "Running"}), [], [], None
+    if not suspend and not suspended_by_operator(obj) and workloads is not None:
+        text = f"{child} was suspended by another controller (not the operator); waiting for it to be resumed"
+        return entry.model_copy(update={"state": "Queued", "message": text}), [], [], None
+    event = Event("Normal", c.REASON_SUSPENDED if suspend else c.REASON_RESUMED, f"stage {name} {'suspended' if suspend else 'resumed'} ({child})")
+    state = "Suspended" if suspend else "Running"
+    return entry.model_copy(update={"state": state}), [SetSuspend(name, child, suspend)], [event], f"stage {name} {'suspended' if suspend else 'resumed'}"
 
 
 def _with_isolation(
@@ -318,14 +282,117 @@ def _with_isolation(
     return conditions, summary or previous
 
 
+@dataclass
+class Step:
+    """What one stage's rule decided this pass (``decide`` folds the steps of the stages in order)."""
+
+    entry: StageStatus
+    message: str | None = None
+    events: list[Event] = field(default_factory=list)
+    create: list[CreateChild] = field(default_factory=list)
+    suspend: list[SetSuspend] = field(default_factory=list)
+    workloads: list[SetWorkloadActive] = field(default_factory=list)
+    requeue: float | None = None
+    waiting: str | None = None
+    go_on: bool = False
+    """The stage finished this pass: the next one may start in the same pass."""
+
+
+def _next_attempt(run: RetoolRun, entry: StageStatus, observed: Observed, now: dt.datetime, claim_check: ClaimCheck | None) -> Step:
+    """A stage not started yet, or due for a retry: the claim, the backoff and earlier pods permitting, its next child."""
+    name, stamp, first = entry.name, rfc3339(now), entry.attempt == 0
+    if run.spec.suspend:
+        return Step(entry)
+    if first and claim_check is not None and claim_check.state != "ready":
+        if claim_check.state == "failed":
+            failed = entry.model_copy(update={"state": "Failed", "completion_time": stamp, "message": f"not started: {claim_check.message}"})
+            return Step(failed, f"stage {name} not started: {claim_check.message}", [Event("Warning", claim_check.reason, claim_check.message)])
+        return Step(entry.model_copy(update={"message": claim_check.message}), claim_check.message, requeue=CLAIM_RECHECK_SECONDS)
+    if not first:
+        due = parse_time(entry.next_attempt_time) or now
+        if now < due:
+            return Step(entry, requeue=(due - now).total_seconds())
+    attempt = entry.attempt + 1
+    child = stage_child_name(run.metadata.name, name, attempt)
+    blocking = blocking_pods(observed.active_pods, observed.submitter_pods, child)
+    if blocking:
+        waiting = waiting_text(blocking)
+        text = f"attempt {attempt} {waiting}"
+        events = [] if first or entry.message == text else [Event("Normal", c.REASON_WAITING_FOR_PODS, f"stage {name}: {text}")]
+        return Step(entry.model_copy(update={"message": text}), events=events, requeue=RELEASE_POLL_SECONDS, waiting=waiting)
+    queue = queued(run)
+    text = f"attempt {attempt} created; " + queue_message(run.spec.scheduling.queue_name, []) if queue else f"attempt {attempt} started"
+    update: dict[str, Any] = {"state": "Queued" if queue else "Running", "attempt": attempt, "job": child, "message": text}
+    if first:
+        update.update(start_time=stamp, checkpoint=stage_output(run, name))
+        message = f"stage {name} started ({child})"
+        event = Event("Normal", c.REASON_STAGE_STARTED, message)
+    else:
+        update["next_attempt_time"] = None
+        message = f"stage {name} retry: attempt {attempt} started ({child})" + (", resuming from its last checkpoint" if name == "rl" else "")
+        event = Event("Normal", c.REASON_RETRY_STARTED, message)
+    return Step(entry.model_copy(update=update), message, [event], create=[CreateChild(name, attempt)])
+
+
+def _follow_child(run: RetoolRun, entry: StageStatus, observed: Observed, now: dt.datetime) -> Step:
+    """A stage whose child exists: its outcome, its queue (Kueue) or the run's spec.suspend decide."""
+    name = entry.name
+    child = entry.job or stage_child_name(run.metadata.name, name, entry.attempt)
+    obj = observed.children.get(child)
+    workloads = observed.workloads.get(child)
+    kueue = kueue_owns(obj, workloads)
+    outcome = child_outcome(name, obj)
+    if outcome.state == "missing":
+        # The status names a child only after the API server accepted it (a refused create
+        # leaves the stage as it was), so a missing one was deleted behind the operator's back.
+        kind = "RayJob" if name in RAY_STAGES else "Job"
+        updated, message, event, requeue = failed_attempt(run, entry, f"its {kind} {child} was deleted outside the operator", now)
+        return Step(updated, message, [event], requeue=requeue)
+    if outcome.state == "succeeded":
+        message = f"stage {name} succeeded"
+        updated = entry.model_copy(update={"state": "Succeeded", "completion_time": rfc3339(now), "message": outcome.message})
+        return Step(updated, message, [Event("Normal", c.REASON_STAGE_SUCCEEDED, f"{message} ({child})")], go_on=True)
+    if outcome.state == "failed" and kueue and preempted_job(name, obj):
+        attempt = entry.attempt + 1
+        new_child = stage_child_name(run.metadata.name, name, attempt)
+        text = f"attempt {entry.attempt} was preempted by its queue; attempt {attempt} waits for admission (no retry used)"
+        updated = entry.model_copy(
+            update={
+                "state": "Queued",
+                "attempt": attempt,
+                "job": new_child,
+                "message": text,
+                "preemptions": (entry.preemptions or 0) + (1 if entry.state == "Running" else 0),
+                "preempted_attempts": (entry.preempted_attempts or 0) + 1,
+            }
+        )
+        message = f"stage {name}: {text} ({new_child})"
+        return Step(updated, message, [Event("Warning", c.REASON_STAGE_PREEMPTED, message)], create=[CreateChild(name, attempt)])
+    if outcome.state == "failed":
+        reason = outcome.message
+        detail = observed.failure_details.get(child)
+        if detail:
+            reason = f"{reason}; {detail}{claim_permission_hint(run, detail)}"
+        updated, message, event, requeue = failed_attempt(run, entry, reason, now, permanent=outcome.permanent)
+        return Step(updated, message, [event], requeue=requeue)
+    deactivation = kueue_deactivation(workloads) if kueue and not run.spec.suspend else None
+    if deactivation is not None:
+        reason = f"Kueue deactivated its workload {deactivation.workload} ({deactivation.reason}: {deactivation.message}); it will not be admitted again"
+        updated, message, event, requeue = failed_attempt(run, entry, reason, now)
+        return Step(updated, message, [event], requeue=requeue)
+    if kueue:
+        updated, actions, events, text = _queued_child(run, entry, child, obj, observed.workloads.get(child, []))
+        return Step(updated, text, events, workloads=actions)
+    updated, patches, events, text = _operator_suspension(run, entry, child, obj, workloads)
+    return Step(updated, text, events, suspend=patches)
+
+
 def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.datetime, *, sandbox_autoscaled: bool = False) -> Decision:
     """The next status and the actions that get the cluster there.
 
-    ``sandbox_autoscaled``: an HPA manages the sandbox's replicas (the decision leaves them alone).
+    ``sandbox_autoscaled``: an HPA manages the sandbox's replicas while a stage needs it (``sandbox_sizing``).
     """
-    stamp = rfc3339(now)
     suspend = run.spec.suspend
-    queue = queued(run)
     stages = _initial_stages(run, status.stages)
     create: list[CreateChild] = []
     suspend_actions: list[SetSuspend] = []
@@ -339,128 +406,40 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
     claim_check: ClaimCheck | None = None
     if observed.claim is not None and not any(s.attempt > 0 for s in stages):
         claim_check = check_claim(run, observed.claim)
-    first_created = "Queued" if queue else "Running"
+        if claim_check.state == "ready":
+            claim_check = check_extra_claims(run, observed.extra_claims) or claim_check
 
     for i, entry in enumerate(stages):
         if entry.state in ("Succeeded", "Skipped"):
             continue
         if entry.state == "Failed":
             break
-        name = entry.name
-        if entry.attempt == 0:
-            if suspend:
-                break
-            if claim_check is not None and claim_check.state != "ready":
-                if claim_check.state == "failed":
-                    stages[i] = entry.model_copy(update={"state": "Failed", "completion_time": stamp, "message": f"not started: {claim_check.message}"})
-                    message = f"stage {name} not started: {claim_check.message}"
-                    events.append(Event("Warning", claim_check.reason, claim_check.message))
-                else:
-                    stages[i] = entry.model_copy(update={"message": claim_check.message})
-                    message = claim_check.message
-                    requeue = CLAIM_RECHECK_SECONDS
-                break
-            child = stage_child_name(run.metadata.name, name, 1)
-            blocking = _blocking_pods(observed, child)
-            if blocking:
-                waiting = _waiting_text(blocking)
-                stages[i] = entry.model_copy(update={"message": f"attempt 1 {waiting}"})
-                requeue = RELEASE_POLL_SECONDS
-                break
-            text = "attempt 1 created; " + _queue_message(run, []) if queue else "attempt 1 started"
-            stages[i] = entry.model_copy(
-                update={"state": first_created, "attempt": 1, "job": child, "start_time": stamp, "message": text, "checkpoint": stage_output(run, name)}
-            )
-            create.append(CreateChild(name, 1))
-            message = f"stage {name} started ({child})"
-            events.append(Event("Normal", c.REASON_STAGE_STARTED, message))
+        # Not started or due for a retry: the next attempt; Running, Queued or Suspended: the child decides.
+        starting = entry.attempt == 0 or entry.state == "Retrying"
+        step = _next_attempt(run, entry, observed, now, claim_check) if starting else _follow_child(run, entry, observed, now)
+        stages[i] = step.entry
+        message = step.message or message
+        events += step.events
+        create += step.create
+        suspend_actions += step.suspend
+        workload_actions += step.workloads
+        requeue = step.requeue if step.requeue is not None else requeue
+        waiting = step.waiting or waiting
+        if not step.go_on:
             break
-        if entry.state == "Retrying":
-            due = parse_time(entry.next_attempt_time) or now
-            if suspend:
-                break
-            if now < due:
-                requeue = (due - now).total_seconds()
-                break
-            attempt = entry.attempt + 1
-            child = stage_child_name(run.metadata.name, name, attempt)
-            blocking = _blocking_pods(observed, child)
-            if blocking:
-                waiting = _waiting_text(blocking)
-                text = f"attempt {attempt} {waiting}"
-                if entry.message != text:
-                    events.append(Event("Normal", c.REASON_WAITING_FOR_PODS, f"stage {name}: {text}"))
-                stages[i] = entry.model_copy(update={"message": text})
-                requeue = RELEASE_POLL_SECONDS
-                break
-            text = f"attempt {attempt} created; " + _queue_message(run, []) if queue else f"attempt {attempt} started"
-            stages[i] = entry.model_copy(update={"state": first_created, "attempt": attempt, "job": child, "next_attempt_time": None, "message": text})
-            create.append(CreateChild(name, attempt))
-            message = f"stage {name} retry: attempt {attempt} started ({child})" + (", resuming from its last checkpoint" if name == "rl" else "")
-            events.append(Event("Normal", c.REASON_RETRY_STARTED, message))
-            break
-        # Running, Queued or Suspended: the child decides.
-        child = entry.job or stage_child_name(run.metadata.name, name, entry.attempt)
-        obj = observed.children.get(child)
-        outcome = child_outcome(name, obj)
-        if outcome.state == "missing":
-            # The status names a child only after the API server accepted it (a refused create
-            # leaves the stage as it was), so a missing one was deleted behind the operator's back.
-            kind = "RayJob" if name in RAY_STAGES else "Job"
-            stages[i], message, event, requeue = _failed_attempt(run, entry, f"its {kind} {child} was deleted outside the operator", now)
-            events.append(event)
-            break
-        if outcome.state == "succeeded":
-            stages[i] = entry.model_copy(update={"state": "Succeeded", "completion_time": stamp, "message": outcome.message})
-            message = f"stage {name} succeeded"
-            events.append(Event("Normal", c.REASON_STAGE_SUCCEEDED, f"{message} ({child})"))
-            continue  # start the next stage in the same pass (once this one's pods are gone)
-        if outcome.state == "failed" and queue and preempted_job(name, obj):
-            attempt = entry.attempt + 1
-            new_child = stage_child_name(run.metadata.name, name, attempt)
-            text = f"attempt {entry.attempt} was preempted by its queue; attempt {attempt} waits for admission (no retry used)"
-            stages[i] = entry.model_copy(
-                update={
-                    "state": "Queued",
-                    "attempt": attempt,
-                    "job": new_child,
-                    "message": text,
-                    "preemptions": (entry.preemptions or 0) + (1 if entry.state == "Running" else 0),
-                    "preempted_attempts": (entry.preempted_attempts or 0) + 1,
-                }
-            )
-            create.append(CreateChild(name, attempt))
-            message = f"stage {name}: {text} ({new_child})"
-            events.append(Event("Warning", c.REASON_STAGE_PREEMPTED, message))
-            break
-        if outcome.state == "failed":
-            reason = outcome.message
-            detail = observed.failure_details.get(child)
-            if detail:
-                reason = f"{reason}; {detail}"
-            stages[i], message, event, requeue = _failed_attempt(run, entry, reason, now, permanent=outcome.permanent)
-            events.append(event)
-            break
-        if queue:
-            stages[i], actions, more, text = _queued_child(run, entry, child, obj, observed.workloads.get(child, []))
-            workload_actions += actions
-            events += more
-            message = text or message
-            break
-        # running or suspended: make the child's suspension follow the spec.
-        child_suspended = bool(((obj or {}).get("spec") or {}).get("suspend"))
-        if child_suspended != suspend:
-            suspend_actions.append(SetSuspend(name, child, suspend))
-            events.append(Event("Normal", c.REASON_SUSPENDED if suspend else c.REASON_RESUMED, f"stage {name} {'suspended' if suspend else 'resumed'} ({child})"))
-            message = f"stage {name} {'suspended' if suspend else 'resumed'}"
-        stages[i] = stages[i].model_copy(update={"state": "Suspended" if suspend else "Running"})
-        break
 
     phase = phase_of(stages, suspended=suspend)
     finished = phase in ("Succeeded", "Failed")
     generation = (run.metadata.model_extra or {}).get("generation")
     current = current_stage(stages)
-    replicas = None if sandbox_autoscaled else desired_sandbox_replicas(run, stage=current.name if current else None, finished=finished)
+    replicas = sandbox_replicas(
+        run,
+        current,
+        finished=finished,
+        autoscaled=sandbox_autoscaled,
+        hpa_min_replicas=observed.sandbox_hpa_min_replicas,
+        replicas_now=observed.sandbox_spec_replicas,
+    )
     results = observed.results or status.results
     first_eval = run.spec.data.eval[0].name
     conditions = pipeline_conditions(

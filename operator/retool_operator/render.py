@@ -34,8 +34,8 @@ from retool_operator.tracking import tracking_target
 
 
 def desired_objects(document: dict[str, Any], *, config: OperatorConfig | None = None, stage: str | None = None) -> list[dict[str, Any]]:
-    """Spec ConfigMap, the claim the operator creates (if any), sandbox set, then the given stage's
-    first attempt (or every enabled stage's). Raises SpecError for what this operator would refuse."""
+    """The claim the operator creates (if any), sandbox set, then the given stage's first attempt (or
+    every enabled stage's), each after its spec snapshot. Raises SpecError for what this operator would refuse."""
     config = config or OperatorConfig()
     run = parse_run(document)
     problems = scheduling_problems(run, config)
@@ -47,15 +47,17 @@ def desired_objects(document: dict[str, Any], *, config: OperatorConfig | None =
     tracking = Tracking(uri=target.uri, experiment=experiment_name(run))
     stages = [stage] if stage else [s for s, on in enabled_stages(run).items() if on]
     claim = build_claim(run, config)
-    owned = [build_spec_configmap(run), *build_sandbox(run, config=config, replicas=desired_sandbox_replicas(run))]
-    owned += [build_stage_child(run, s, 1, config=config, tracking=tracking) for s in stages]
+    owned = list(build_sandbox(run, config=config, replicas=desired_sandbox_replicas(run)))
+    for s in stages:
+        child = build_stage_child(run, s, 1, config=config, tracking=tracking)
+        owned += [build_spec_configmap(run, child["metadata"]["name"]), child]
     uid = (run.metadata.model_extra or {}).get("uid")
     if claim is not None and run_claim(run, config).owned_by_run:
-        owned.insert(1, claim)
+        owned.insert(0, claim)
         claim = None
     if uid:
         owned = [owned_by(obj, run_name=run.metadata.name, run_uid=uid) for obj in owned]
-    return [owned[0], *([claim] if claim is not None else []), *owned[1:]]
+    return [*([claim] if claim is not None else []), *owned]
 
 
 class _Dumper(yaml.SafeDumper):

@@ -18,6 +18,7 @@ from retool.spec.model import RetoolRun
 from retool.spec.names import RAY_STAGES, sandbox_name, stage_child_name
 from retool.spec.status import MLflowStatus, RetoolRunStatus, StageStatus
 from retool.spec.validate import document_warnings, parse_run
+from retool_operator import below, immutability
 from retool_operator import constants as c
 from retool_operator.builders import (
     Tracking,
@@ -28,20 +29,22 @@ from retool_operator.builders import (
     build_stage_child,
     experiment_name,
     owned_by,
-    queued,
     run_claim,
+    run_document,
     scheduling_problems,
     uses_sandbox,
 )
 from retool_operator.builders.stages import STAGE_CONTAINER
-from retool_operator.claims import ClaimObservation
+from retool_operator.claims import ClaimObservation, extra_claim_names
 from retool_operator.config import OperatorConfig
 from retool_operator.isolation import IsolationObservation
 from retool_operator.kube import KINDS, ApiError, Kind, KubeClient
+from retool_operator.kuberay_crd import RAYJOB_CRD, KubeRayCRD, kuberay_problems, read_crd
+from retool_operator.queueing import ANNOTATION_SUSPENDED, SUSPENDED_BY, child_queue
 from retool_operator.readyz import IsolationReader
 from retool_operator.reconcile import Decision, Event, Observed, child_outcome, decide
-from retool_operator.status import dump, invalid_spec_status, load, phase_of, replica_failure, with_refusals, with_spec_warnings
-from retool_operator.tracking import ensure_parent_run, eval_results, tracking_target
+from retool_operator.status import dump, invalid_spec_status, load, phase_of, replica_failure, set_condition, with_refusals, with_spec_warnings
+from retool_operator.tracking import ensure_parent_run, eval_results, same_tracker, tracking_target
 from retool_operator.webhook import cluster_problems, spec_problems
 
 log = logging.getLogger(__name__)
@@ -52,7 +55,12 @@ PODS = KINDS[("v1", "Pod")]
 HPAS = KINDS[("autoscaling/v2", "HorizontalPodAutoscaler")]
 TERMINATED_POD_PHASES = frozenset({"Succeeded", "Failed"})
 CLAIMS = KINDS[("v1", "PersistentVolumeClaim")]
-WORKLOADS = KINDS[("kueue.x-k8s.io/v1beta1", "Workload")]
+CONFIGMAPS = KINDS[("v1", "ConfigMap")]
+EVENTS = KINDS[("v1", "Event")]
+CRDS = KINDS[("apiextensions.k8s.io/v1", "CustomResourceDefinition")]
+WORKLOAD_VERSIONS = (KINDS[("kueue.x-k8s.io/v1beta2", "Workload")], KINDS[("kueue.x-k8s.io/v1beta1", "Workload")])
+"""Kueue's Workload API, newest first: v1beta2 (storage version since Kueue 0.16, where v1beta1 is
+deprecated: apis/kueue/v1beta1/workload_types.go, v0.19.0), v1beta1 for older releases."""
 DEACTIVATED_BY = "retool-operator"
 EventSink = Callable[[dict[str, Any], Event], None]
 
@@ -74,6 +82,19 @@ def termination_message(pod: dict[str, Any], container: str) -> str:
         text = " ".join(str(terminated.get("message") or "").split())
         return text if len(text) <= TERMINATION_MESSAGE_CHARS else "..." + text[-TERMINATION_MESSAGE_CHARS:]
     return ""
+
+
+def is_submitter_pod(pod_labels: dict[str, str], stage: str, child: str) -> bool:
+    """A pod of a RayJob's submitter Job: our role label, or (pods made by an older operator) the Job
+    controller's job-name label on a Ray stage's pod (the submitter Job is named after its RayJob;
+    Ray head and worker pods belong to no Job)."""
+    if pod_labels.get(c.LABEL_POD_ROLE) == "submitter":
+        return True
+    return stage in RAY_STAGES and pod_labels.get(c.JOB_NAME_LABEL) == child
+
+
+def _valid_message(status: RetoolRunStatus) -> str | None:
+    return next((cond.message for cond in status.conditions if cond.type == c.COND_VALID), None)
 
 
 def utcnow() -> dt.datetime:
@@ -127,6 +148,11 @@ class Reconciler:
         self._parent_factory = parent_factory
         self.isolation = isolation or IsolationReader()
         self.passes = 0
+        self._kuberay: KubeRayCRD | None = None
+        self._events_read: dict[tuple[str, str, str], tuple[float, list[dict[str, Any]]]] = {}
+        self._workload_kind: Kind = WORKLOAD_VERSIONS[0]
+        self._finished: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+        """(namespace, run) -> child name -> the last state a watch event showed of a finished child."""
 
     # ------------------------------------------------------------ scheduling
 
@@ -171,8 +197,26 @@ class Reconciler:
             timer.cancel()
         self._timers.clear()
 
+    def note_child(self, namespace: str, child: dict[str, Any]) -> None:
+        """Remember a stage child that a watch event showed finished (Complete, Failed, ...).
+
+        KubeRay with ``DELETE_RAYJOB_CR_AFTER_JOB_FINISHES=true`` deletes the RayJob itself right after
+        it turns Complete (``ttlSecondsAfterFinished`` 0; rayjob_controller.go v1.7.0), often before a
+        pass can read it: the outcome the watch delivered (the MODIFIED or the DELETED event's last
+        state) is what the pass uses when the child is gone, so a succeeded stage is never taken for
+        one deleted behind the operator's back and rerun.
+        """
+        meta = child.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        run, stage, name = labels.get(c.LABEL_RUN), labels.get(c.LABEL_STAGE), meta.get("name")
+        if not (run and stage and name) or child_outcome(stage, child).state not in ("succeeded", "failed"):
+            return
+        kept = {"metadata": {"name": name, "labels": dict(labels)}, "spec": {"suspend": (child.get("spec") or {}).get("suspend")}, "status": child.get("status")}
+        self._finished.setdefault((namespace, run), {})[name] = kept
+
     def forget(self, namespace: str, name: str) -> None:
         key = (namespace, name)
+        self._finished.pop(key, None)
         timer = self._timers.pop(key, None)
         if timer is not None:
             timer.cancel()
@@ -195,17 +239,26 @@ class Reconciler:
         if not problems:  # the webhook's limits hold on clusters that run without it too
             problems = cluster_problems(body, self.config.sandbox_max_replicas)
         if not problems:
-            problems = scheduling_problems(parse_run({k: v for k, v in body.items() if k != "status"}), self.config)
-        if problems:
+            parsed = parse_run({k: v for k, v in body.items() if k != "status"})
+            problems = scheduling_problems(parsed, self.config) + kuberay_problems(parsed, await self._kuberay_crd(), self.config)
+        accepted: dict[str, Any] | None = None
+        if problems or immutability.needs_check(meta.get("generation"), current):
+            accepted = await self._accepted(namespace, current, body)
+        held, held_reason = problems, c.REASON_INVALID_SPEC
+        if problems and accepted is None:
             new = invalid_spec_status(current, problems, now=self.now(), generation=meta.get("generation"))
             if await self._write_status(body, old_status, new):
                 self.post_event(body, Event("Warning", c.REASON_INVALID_SPEC, new.message or "invalid spec"))
             return None
         document = {k: v for k, v in body.items() if k != "status"}
+        if not problems and accepted is not None:
+            normalized = {**body, "spec": run_document(parse_run(document))["spec"]}
+            held, held_reason = immutability.refused_edits(accepted, normalized), c.REASON_IMMUTABLE_FIELD
+        if held:
+            document = accepted or document  # act on the accepted spec; observe the running children with it
         run = parse_run(document)
         refusals: list[str] = []
         tracking, mlflow_status, wait = await self._tracking(run, current, refusals)
-        await self._ensure(self._owned(build_spec_configmap(run), run), refusals)
         await self._ensure_claim(run, current, refusals)
         observed, autoscaled = await self._observe(run, current, mlflow_status)
         results = await self._results(current, tracking)
@@ -221,17 +274,35 @@ class Reconciler:
             decision.requeue_after = min(decision.requeue_after or 1.0, 1.0)  # next pass reads the results
         if wait is not None and decision.create:
             # MLflow is not answering yet: hold new stages for the grace period, retry soon.
-            held = {a.stage for a in decision.create}
-            before = {s.name: s for s in current.stages}
-            stages = [before.get(s.name, StageStatus(name=s.name)) if s.name in held else s for s in decision.status.stages]
-            decision.status = decision.status.model_copy(update={"stages": stages, "phase": current.phase, "message": wait})
-            decision.create, decision.events = [], []
+            self._hold(decision, current)
+            decision.status = decision.status.model_copy(update={"message": wait})
             decision.requeue_after = self.config.mlflow_retry_seconds
+        refusals += self._refused_below(decision.status, observed)
+        if observed.claim is not None:
+            failed = below.claim_refusal(observed.claim.claim.name, observed.claim.obj, observed.claim_events)
+            if failed:
+                conds = set_condition(
+                    decision.status.conditions,
+                    type_=c.COND_STORAGE_READY,
+                    status=False,
+                    reason=below.CLAIM_PROVISIONING_FAILED,
+                    message=failed,
+                    now=now,
+                    generation=meta.get("generation"),
+                )
+                decision.status = decision.status.model_copy(update={"conditions": conds})
+        if held:
+            self._hold(decision, current)
+            decision.status = immutability.held_status(decision.status, held, reason=held_reason, now=now, generation=meta.get("generation"))
+            if not any(cond.type == c.COND_VALID and cond.status == "False" and cond.message == _valid_message(decision.status) for cond in current.conditions):
+                decision.events.append(Event("Warning", held_reason, decision.status.message or "spec edit not applied"))
         for obj in build_sandbox(run, config=self.config, replicas=decision.sandbox_replicas):
             await self._ensure(self._owned(obj, run), refusals)
         for action in decision.create:
             child = build_stage_child(run, action.stage, action.attempt, config=self.config, tracking=tracking)
             try:
+                # The attempt's spec snapshot first (never patched afterwards), then the child that mounts it.
+                await self.client.create(self._owned(build_spec_configmap(run, child["metadata"]["name"]), run))
                 created = await self.client.create(self._owned(child, run))
             except ApiError as err:
                 if not err.refused:
@@ -244,8 +315,9 @@ class Reconciler:
             log.info("%s/%s: %s %s %s", namespace, name, "created" if created else "found existing", child["kind"], child["metadata"]["name"])
         for action in decision.suspend:
             kind = stage_kind(action.stage)
+            mark = SUSPENDED_BY if action.suspend else None  # only a child the operator suspended is resumed by it
             try:
-                await self.client.patch(kind, namespace, action.name, {"spec": {"suspend": action.suspend}})
+                await self.client.patch(kind, namespace, action.name, {"metadata": {"annotations": {ANNOTATION_SUSPENDED: mark}}, "spec": {"suspend": action.suspend}})
             except ApiError as err:
                 if not err.refused:
                     raise
@@ -253,11 +325,11 @@ class Reconciler:
         for wl in decision.workloads:
             mark = DEACTIVATED_BY if not wl.active else None  # only workloads we deactivated are reactivated
             try:
-                await self.client.patch(WORKLOADS, namespace, wl.name, {"metadata": {"annotations": {c.ANNOTATION_DEACTIVATED: mark}}, "spec": {"active": wl.active}})
+                await self.client.patch(self._workload_kind, namespace, wl.name, {"metadata": {"annotations": {c.ANNOTATION_DEACTIVATED: mark}}, "spec": {"active": wl.active}})
             except ApiError as err:
                 if not err.refused:
                     raise
-                refusals.append(f"patch {WORKLOADS.plural} {wl.name} refused: {err.reason}")
+                refusals.append(f"patch workloads {wl.name} refused: {err.reason}")
         if refusals:
             decision.status = with_refusals(decision.status, refusals, previous=current.conditions, now=now, generation=meta.get("generation"))
             decision.events.append(Event("Warning", c.REASON_CHILD_REFUSED, "; ".join(refusals)))
@@ -277,6 +349,55 @@ class Reconciler:
             if not err.refused:
                 raise  # the API server is unwell, not refusing: the pass fails and is retried
             refusals.append(refusal_text("apply", obj, err))
+
+    @staticmethod
+    def _refused_below(status: RetoolRunStatus, observed: Observed) -> list[str]:
+        """What the controllers below refuse for the running stage's child and the run's claim (``below``)."""
+        out: list[str] = []
+        for entry in status.stages:
+            if entry.state != "Running" or not entry.job:
+                continue
+            kind = "RayJob" if entry.name in RAY_STAGES else "Job"
+            text = below.child_refusal(kind, entry.job, observed.children.get(entry.job), observed.child_events.get(entry.job))
+            if text:
+                out.append(text)
+        if observed.claim is not None:
+            text = below.claim_refusal(observed.claim.claim.name, observed.claim.obj, observed.claim_events)
+            if text:
+                out.append(text)
+        return out
+
+    @staticmethod
+    def _hold(decision: Decision, before: RetoolRunStatus) -> None:
+        """Create nothing this pass: the stages it would have started stay as they were."""
+        if not decision.create:
+            return
+        held = {a.stage for a in decision.create}
+        previous = {s.name: s for s in before.stages}
+        stages = [previous.get(s.name, StageStatus(name=s.name)) if s.name in held else s for s in decision.status.stages]
+        decision.status = decision.status.model_copy(update={"stages": stages, "phase": before.phase})
+        decision.create = []
+        decision.events[:] = [e for e in decision.events if e.reason not in (c.REASON_STAGE_STARTED, c.REASON_RETRY_STARTED)]
+
+    async def _kuberay_crd(self) -> KubeRayCRD:
+        """The installed KubeRay's RayJob CRD, read once per operator start (``kuberay_crd``)."""
+        if self._kuberay is None:
+            try:
+                crd = await self.client.get(CRDS, None, RAYJOB_CRD)
+            except ApiError as err:
+                if not err.refused:
+                    raise
+                log.warning("cannot read the CRD %s (%s): the installed KubeRay version is not checked", RAYJOB_CRD, err.reason)
+                crd = None
+            self._kuberay = read_crd(crd)
+        return self._kuberay
+
+    async def _accepted(self, namespace: str, status: RetoolRunStatus, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The run as the operator last accepted it: the latest child's spec snapshot (None before any child)."""
+        name = immutability.snapshot_name(status)
+        if name is None:
+            return None
+        return immutability.accepted_document(await self.client.get(CONFIGMAPS, namespace, name), body)
 
     @staticmethod
     def _revert_stage(decision: Decision, before: RetoolRunStatus, stage: str) -> None:
@@ -335,41 +456,81 @@ class Reconciler:
         """(what decide needs, whether an HPA manages the sandbox's replicas)."""
         namespace = run.metadata.namespace or "default"
         children: dict[str, dict[str, Any]] = {}
+        child_events: dict[str, list[dict[str, Any]]] = {}
         workloads: dict[str, list[dict[str, Any]] | None] = {}
+        finished = self._finished.get((namespace, run.metadata.name), {})
+        current_jobs = {entry.job for entry in status.stages if entry.state in ("Running", "Queued", "Suspended") and entry.job}
+        for gone in set(finished) - current_jobs:
+            finished.pop(gone, None)  # recorded in status by an earlier pass
         for entry in status.stages:
             if entry.state in ("Running", "Queued", "Suspended") and entry.job:
-                obj = await self.client.get(stage_kind(entry.name), namespace, entry.job)
+                obj = await self.client.get(stage_kind(entry.name), namespace, entry.job) or finished.get(entry.job)
                 if obj is not None:
                     children[entry.job] = obj
-                    if queued(run):
+                    if entry.name not in RAY_STAGES and below.job_without_pods(obj) and below.old_enough(obj, self.now()):
+                        child_events[entry.job] = await self._events(namespace, "Job", entry.job)
+                    if child_queue(obj) or (obj.get("spec") or {}).get("suspend") or run.spec.suspend:
+                        # Kueue may own it (queued, or managed without a queue name): its Workloads say.
                         workloads[entry.job] = await self._workloads(namespace, obj)
         active: dict[str, list[str]] = {}
+        submitters: dict[str, list[str]] = {}
         if may_create(status, children):
-            active = await self._active_pods(namespace, run.metadata.name)
+            active, submitters = await self._active_pods(namespace, run.metadata.name)
         ready, autoscaled, isolation, refused = 0, False, None, None
+        hpa_min: int | None = None
+        spec_replicas: int | None = None
         if uses_sandbox(run):
             deployment = await self.client.get(DEPLOYMENTS, namespace, sandbox_name(run.metadata.name))
             ready = int(((deployment or {}).get("status") or {}).get("readyReplicas") or 0)
             refused = replica_failure(deployment)
-            autoscaled = await self.client.get(HPAS, namespace, sandbox_name(run.metadata.name)) is not None
+            hpa = await self.client.get(HPAS, namespace, sandbox_name(run.metadata.name))
+            autoscaled = hpa is not None
+            hpa_min = int(((hpa or {}).get("spec") or {}).get("minReplicas") or 1) if hpa else None
+            spec_replicas = ((deployment or {}).get("spec") or {}).get("replicas") if deployment else None
             isolation = await self._sandbox_isolation(namespace, run.metadata.name, deployment)
         claim: ClaimObservation | None = None
+        claim_events: list[dict[str, Any]] | None = None
+        extra_claims: dict[str, dict[str, Any] | None] = {}
         if not any(s.attempt > 0 for s in status.stages) or status.storage is None or status.storage.phase != "Bound":
             spec = run_claim(run, self.config)
             claim = ClaimObservation(spec, await self.client.get(CLAIMS, namespace, spec.name))
+            if not any(s.attempt > 0 for s in status.stages):
+                for extra, _ in extra_claim_names(run):
+                    extra_claims[extra] = await self.client.get(CLAIMS, namespace, extra)
+            if claim.obj is not None and ((claim.obj.get("status") or {}).get("phase") or "Pending") == "Pending" and below.old_enough(claim.obj, self.now()):
+                claim_events = await self._events(namespace, "PersistentVolumeClaim", spec.name)
         details = await self._failure_details(namespace, run.metadata.name, status, children)
         observed = Observed(
             children=children,
             active_pods=active,
+            submitter_pods=submitters,
             failure_details=details,
             sandbox_ready_replicas=ready,
             sandbox_pods_refused=refused,
+            sandbox_spec_replicas=spec_replicas,
+            sandbox_hpa_min_replicas=hpa_min,
             mlflow=mlflow,
             claim=claim,
             workloads=workloads,
+            child_events=child_events,
+            claim_events=claim_events,
+            extra_claims=extra_claims,
             sandbox_isolation=isolation,
         )
         return observed, autoscaled
+
+    async def _events(self, namespace: str, kind: str, name: str) -> list[dict[str, Any]]:
+        """The Events about one object (what its controller reported), read at most every
+        ``below.EVENTS_AFTER_SECONDS`` per object (a claim many runs share is read once for all)."""
+        key = (namespace, kind, name)
+        cached = self._events_read.get(key)
+        if cached is not None and time.monotonic() - cached[0] < below.EVENTS_AFTER_SECONDS:
+            return cached[1]
+        events = await self.client.list(EVENTS, namespace, field_selector=f"involvedObject.kind={kind},involvedObject.name={name}")
+        if len(self._events_read) > 4096:
+            self._events_read.clear()  # bounded: entries are only a read-rate limit
+        self._events_read[key] = (time.monotonic(), events)
+        return events
 
     async def _sandbox_isolation(self, namespace: str, run_name: str, deployment: dict[str, Any] | None) -> IsolationObservation | None:
         """The isolation the sandbox pods report in /readyz; None while the sandbox has no pods."""
@@ -386,12 +547,18 @@ class Reconciler:
         uid = (child.get("metadata") or {}).get("uid")
         if not uid:
             return []
-        try:
-            items = await self.client.list(WORKLOADS, namespace, label_selector=f"{c.KUEUE_JOB_UID_LABEL}={uid}")
-        except ApiError as err:
-            if err.status == 404:
-                return None
-            raise
+        items: list[dict[str, Any]] | None = None
+        for kind in sorted(WORKLOAD_VERSIONS, key=lambda k: k != self._workload_kind):  # the one that answered last first
+            try:
+                items = await self.client.list(kind, namespace, label_selector=f"{c.KUEUE_JOB_UID_LABEL}={uid}")
+            except ApiError as err:
+                if err.status == 404:
+                    continue
+                raise
+            self._workload_kind = kind
+            break
+        if items is None:
+            return None
         return [w for w in items if ((w.get("metadata") or {}).get("labels") or {}).get(c.KUEUE_JOB_UID_LABEL) == uid]
 
     async def _failure_details(
@@ -410,18 +577,23 @@ class Reconciler:
                     details[entry.job or ""] = message
         return details
 
-    async def _active_pods(self, namespace: str, run_name: str) -> dict[str, list[str]]:
-        """Stage child name -> its pods that still run or are still terminating."""
+    async def _active_pods(self, namespace: str, run_name: str) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+        """(stage child name -> its pods that still run or are still terminating, the same for those
+        that are Ray job submitter pods)."""
         selector = f"{c.LABEL_RUN}={run_name},{c.LABEL_ROLE}={c.COMPONENT_STAGE}"
         active: dict[str, list[str]] = {}
+        submitters: dict[str, list[str]] = {}
         for pod in await self.client.list(PODS, namespace, label_selector=selector):
             meta = pod.get("metadata") or {}
             lbls = meta.get("labels") or {}
             stage, attempt = lbls.get(c.LABEL_STAGE), lbls.get(c.LABEL_ATTEMPT)
             if (pod.get("status") or {}).get("phase") in TERMINATED_POD_PHASES or stage is None or not (attempt or "").isdigit():
                 continue
-            active.setdefault(stage_child_name(run_name, stage, int(attempt)), []).append(meta.get("name", "?"))
-        return active
+            child = stage_child_name(run_name, stage, int(attempt))
+            active.setdefault(child, []).append(meta.get("name", "?"))
+            if is_submitter_pod(lbls, stage, child):
+                submitters.setdefault(child, []).append(meta.get("name", "?"))
+        return active, submitters
 
     async def _tracking(self, run: RetoolRun, status: RetoolRunStatus, refusals: list[str]) -> tuple[Tracking, MLflowStatus, str | None]:
         """(what stages get, status.mlflow, a reason to hold new stages or None)."""
@@ -432,7 +604,7 @@ class Reconciler:
                 await self._ensure(obj, refusals)
         known = status.mlflow
         experiment = experiment_name(run)
-        if known is not None and known.run_id:
+        if known is not None and known.run_id and same_tracker(known.url, target.uri):
             return Tracking(target.uri, experiment, known.run_id), known, None
         base = MLflowStatus(url=target.uri)
         if self._parent_factory is None:

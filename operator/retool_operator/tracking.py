@@ -70,6 +70,15 @@ def _spec_params(run: RetoolRun) -> dict[str, str]:
     return {}
 
 
+def same_tracker(known_url: str | None, uri: str | None) -> bool:
+    """Whether a parent run recorded in status (its UI URL, under its tracking URI) lives on the tracker
+    at ``uri``: after ``spec.tracking.mlflow.trackingUri`` (or the chart's tracker) changed mid-run, the
+    old run id means nothing to the new tracker, so a parent run is made there instead of reusing it."""
+    if not uri or not known_url:
+        return True
+    return known_url.rstrip("/") == uri.rstrip("/") or known_url.startswith(uri.rstrip("/") + "/")
+
+
 async def ensure_parent_run(run: RetoolRun, uri: str, factory: Callable[..., Any], *, timeout: float = PARENT_RUN_TIMEOUT) -> ParentRun:
     """Create (or find) the run's parent MLflow run; raises on any failure (the caller decides to wait or go on)."""
     meta = run.metadata.model_extra or {}

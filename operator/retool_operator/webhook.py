@@ -32,7 +32,9 @@ STAGE_INPUTS: dict[str, tuple[str, ...]] = {
     "rl": ("rl", "data", "hardware", "recipe"),
     "eval": ("eval", "data", "hardware", "recipe"),
 }
-STARTED = frozenset({"Running", "Retrying", "Succeeded", "Failed", "Suspended"})
+STARTED = frozenset({"Queued", "Running", "Retrying", "Succeeded", "Failed", "Suspended"})
+"""Stage states after the stage's first child exists: Queued is one (created, waiting for admission, or
+preempted), so its inputs are as fixed as a running stage's."""
 
 
 def spec_problems(document: Mapping[str, Any]) -> list[str]:
@@ -65,6 +67,21 @@ def update_problems(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]
             seen.add(section)
             problems.append(f"spec.{section}: cannot change after stage {stage} started (it would change what ran); create a new RetoolRun instead")
     return problems
+
+
+def spec_edited(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether an UPDATE is an edit of the run to judge: its ``spec`` changed and it is not being deleted.
+
+    Everything else is admitted: metadata-only updates (labels, annotations, kopf's finalizer and its
+    progress annotations) and any update of an object with a ``deletionTimestamp`` (the spec of an
+    object being deleted can no longer change, and refusing the removal of a finalizer would leave the
+    run Terminating with its children). Judging those against the operator's *current* settings
+    would refuse them for runs created under older ones (a lowered ``limits.sandboxReplicas``, a new
+    ``batchScheduler``).
+    """
+    if _mapping(new.get("metadata")).get("deletionTimestamp"):
+        return False
+    return old.get("spec") != new.get("spec")
 
 
 def review_warnings(operation: str, new: dict[str, Any] | None) -> list[str]:
@@ -106,6 +123,8 @@ def review(
     overrides its replica limit, which defaults to the environment's (RETOOL_OPERATOR_*).
     """
     if operation not in ("CREATE", "UPDATE") or not isinstance(new, Mapping) or not new:
+        return []
+    if operation == "UPDATE" and isinstance(old, Mapping) and old and not spec_edited(old, new):
         return []
     problems = spec_problems(new)
     if not problems:

@@ -42,6 +42,7 @@ RESOURCES: dict[str, tuple[str, bool, set[str]]] = {
     "batch/v1/jobs": ("Job", True, {"status"}),
     "ray.io/v1/rayjobs": ("RayJob", True, {"status"}),
     "apiextensions.k8s.io/v1/customresourcedefinitions": ("CustomResourceDefinition", False, {"status"}),
+    "kueue.x-k8s.io/v1beta2/workloads": ("Workload", True, {"status"}),
     "kueue.x-k8s.io/v1beta1/workloads": ("Workload", True, {"status"}),
 }
 VERBS = {"get", "list", "watch", "create", "patch", "update", "delete"}
@@ -75,6 +76,18 @@ def selector_matches(selector: str, labels: dict[str, str]) -> bool:
     return True
 
 
+def fields_match(selector: str, obj: dict[str, Any]) -> bool:
+    """A field selector of ``a.b=value`` terms (what the API server supports for Events' involvedObject.*)."""
+    for term in (t.strip() for t in selector.split(",") if t.strip()):
+        path, _, value = term.partition("=")
+        current: Any = obj
+        for part in path.split("."):
+            current = current.get(part) if isinstance(current, dict) else None
+        if str(current or "") != value:
+            return False
+    return True
+
+
 class ScalableEmulator(kmock.KubernetesEmulator):
     """KubernetesEmulator that stays fast with thousands of requests, and a little more like an API server.
 
@@ -89,6 +102,8 @@ class ScalableEmulator(kmock.KubernetesEmulator):
     """
 
     refusals: list[Refusal]
+    mutations: list[Callable[[Any], None]]
+    """Mutating admission: each is called with every request before it is stored (may change ``request.data``)."""
 
     async def _handle(self, request: Any) -> Any:
         if not hasattr(self, "history"):
@@ -100,6 +115,9 @@ class ScalableEmulator(kmock.KubernetesEmulator):
             # The API server gives every object a uid (Kueue finds a job's Workload by it).
             meta = request.data.setdefault("metadata", {})
             meta.setdefault("uid", str(uuid.uuid4()))
+            meta.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        for mutate in list(getattr(self, "mutations", [])):
+            mutate(request)  # a mutating admission webhook (Kueue's defaulting, ...)
         self.history.append(request)
         for refusal in list(self.refusals):
             answer = refusal(request) if request.resource is not None else None
@@ -119,6 +137,9 @@ class ScalableEmulator(kmock.KubernetesEmulator):
         selector = request.params.get("labelSelector")
         if selector:
             payload["items"] = [o for o in payload["items"] if selector_matches(selector, (o.get("metadata") or {}).get("labels") or {})]
+        fields = request.params.get("fieldSelector")
+        if fields:
+            payload["items"] = [o for o in payload["items"] if fields_match(fields, o)]
         return payload
 
     async def _serve_watch(self, request: Any) -> Any:

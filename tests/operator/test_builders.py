@@ -181,7 +181,7 @@ def test_stage_job_mounts_spec_pvc_and_shm_and_reads_s3_secret() -> None:
         {"name": "dshm", "mountPath": "/dev/shm"},
     ]
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}} in pod["volumes"]
-    assert {"name": "run-spec", "configMap": {"name": "demo-spec"}} in pod["volumes"]
+    assert {"name": "run-spec", "configMap": {"name": "demo-prepare-1-spec"}} in pod["volumes"]  # the attempt's own snapshot
     assert {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": "s3-creds", "key": "AWS_SECRET_ACCESS_KEY"}}} in container["env"]
     assert job["spec"]["backoffLimit"] == 0
     assert pod["restartPolicy"] == "Never"
@@ -194,8 +194,8 @@ def test_spec_configmap_round_trips_through_the_model() -> None:
     from retool.spec.validate import parse_run
 
     run = run_of()
-    cm = builders.build_spec_configmap(run)
-    assert cm["metadata"]["name"] == "demo-spec"
+    cm = builders.build_spec_configmap(run, "demo-rl-2")
+    assert cm["metadata"]["name"] == "demo-rl-2-spec"
     reparsed = parse_run(yaml.safe_load(cm["data"]["run.yaml"]))
     assert reparsed.spec == run.spec
 

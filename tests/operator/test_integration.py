@@ -422,19 +422,20 @@ async def test_children_edited_behind_the_operators_back_are_repaired_and_an_hpa
         await cluster.api.create(spec_doc("tidy"))
         await cluster.child(JOBS, "tidy-prepare-1")
         await cluster.phase_is("tidy", "Preparing")
-        assert "replicas" not in (await cluster.api.get(DEPLOYMENTS, NS, "tidy-sandbox"))["spec"]  # left to the HPA from the start
+        # Nothing calls the sandbox while preparing: zero, which also holds the HPA off (it never scales a target at zero).
+        assert (await cluster.api.get(DEPLOYMENTS, NS, "tidy-sandbox"))["spec"]["replicas"] == 0
         # Suspending a batch stage patches its Job.
         await cluster.api.patch(RUNS, NS, "tidy", {"spec": {"suspend": True}})
         await cluster.phase_is("tidy", "Suspended")
         assert (await cluster.api.get(JOBS, NS, "tidy-prepare-1"))["spec"]["suspend"] is True
-        kinds = [("v1", "Service"), ("networking.k8s.io/v1", "NetworkPolicy"), ("policy/v1", "PodDisruptionBudget"), ("v1", "ConfigMap"), ("v1", "PersistentVolumeClaim")]
-        services, policies, pdbs, configmaps, claims = (KINDS[k] for k in kinds)
+        # (The attempt's spec snapshot, <child>-spec, is a record written once: see test_integration_upstream.)
+        kinds = [("v1", "Service"), ("networking.k8s.io/v1", "NetworkPolicy"), ("policy/v1", "PodDisruptionBudget"), ("v1", "PersistentVolumeClaim")]
+        services, policies, pdbs, claims = (KINDS[k] for k in kinds)
         await cluster.api.patch(services, NS, "tidy-sandbox", {"spec": {"selector": {"retool.dev/run": "someone-else"}}})
         await cluster.api.patch(policies, NS, "tidy-sandbox", {"spec": {"policyTypes": ["Ingress"]}})
         await cluster.api.patch(pdbs, NS, "tidy-sandbox", {"spec": {"maxUnavailable": 5}})
-        await cluster.api.patch(configmaps, NS, "tidy-spec", {"data": {"run.yaml": "edited"}})
         await cluster.api.patch(claims, NS, "retool-mlflow", {"metadata": {"labels": {"app.kubernetes.io/component": "edited"}}})
-        await cluster.api.patch(DEPLOYMENTS, NS, "tidy-sandbox", {"spec": {"replicas": 3}})  # what the HPA does
+        await cluster.api.patch(DEPLOYMENTS, NS, "tidy-sandbox", {"spec": {"replicas": 3}})  # someone scales it by hand
         await eventually(lambda: _sleep_true(0.4), what="the client's verification interval")
         await cluster.api.patch(RUNS, NS, "tidy", {"spec": {"suspend": False}})
         await cluster.phase_is("tidy", "Preparing")
@@ -443,18 +444,16 @@ async def test_children_edited_behind_the_operators_back_are_repaired_and_an_hpa
             svc = await cluster.api.get(services, NS, "tidy-sandbox")
             pol = await cluster.api.get(policies, NS, "tidy-sandbox")
             pdb = await cluster.api.get(pdbs, NS, "tidy-sandbox")
-            cm = await cluster.api.get(configmaps, NS, "tidy-spec")
             pvc = await cluster.api.get(claims, NS, "retool-mlflow")
             return (
                 svc["spec"]["selector"]["retool.dev/run"] == "tidy"
                 and pol["spec"]["policyTypes"] == ["Ingress", "Egress"]
                 and pdb["spec"]["maxUnavailable"] == 1
-                and cm["data"]["run.yaml"] != "edited"
                 and pvc["metadata"]["labels"]["app.kubernetes.io/component"] == "mlflow"
             )
 
         await eventually(repaired, what="children repaired")
-        assert (await cluster.api.get(DEPLOYMENTS, NS, "tidy-sandbox"))["spec"]["replicas"] == 3  # the HPA's, not the operator's 0
+        await eventually(lambda: _replicas(cluster, "tidy-sandbox", 0), what="sandbox back at zero: no stage calls it")
 
 
 async def _sleep_true(seconds: float) -> bool:

@@ -135,7 +135,7 @@ async def test_eval_scores_reach_status_and_a_secret_reaches_nothing(
         column = next(c for c in crd["spec"]["versions"][0]["additionalPrinterColumns"] if c["name"] == "AIME")
         assert column["jsonPath"] == ".status.score"
         assert status["score"] == pytest.approx(status["results"]["aime_2024"]["mean@4"])
-        spec_map = await cluster.api.get(CONFIGMAPS, NS, "scored-spec")
+        spec_map = await cluster.api.get(CONFIGMAPS, NS, "scored-prepare-1-spec")  # the prepare attempt's snapshot
 
     # The Secret is referenced by name in the pods and the spec, never copied anywhere.
     assert "hf-token" in yaml.safe_dump(spec_map) and "hf-token" in yaml.safe_dump(rayjob)

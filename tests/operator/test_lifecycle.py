@@ -301,3 +301,18 @@ def test_examples_name_gpu_products_nodes_carry() -> None:
     for doc in runs:
         assert document_warnings(doc) == [], doc["metadata"]["name"]
     parse_run(runs[0])
+
+
+@pytest.mark.parametrize(
+    ("deadline", "pod_deadline"), [(None, None), (7200, 7500)], ids=["no-stage-deadline-no-pod-deadline", "stage-deadline-bounds-the-submitter-pod"]
+)
+def test_the_submitter_job_never_replaces_its_pod_and_ends_with_the_stage(deadline: int | None, pod_deadline: int | None) -> None:
+    """KubeRay's submitter Job defaults to backoffLimit 2 (createNewK8sJob, rayjob_controller.go
+    v1.6.1/v1.7.0); a replacement pod after the cluster is gone waits for its GCS forever (common/job.go
+    v1.7.0). The operator retries with attempts of its own, so the submitter gets none."""
+    policy = {} if deadline is None else {"stageDeadlineSeconds": deadline}
+    for rayjob in rayjobs_of(document(failurePolicy=policy)):
+        assert rayjob["spec"]["submitterConfig"] == {"backoffLimit": 0}
+        template = rayjob["spec"]["submitterPodTemplate"]
+        assert template["spec"].get("activeDeadlineSeconds") == pod_deadline
+        assert template["metadata"]["labels"]["retool.dev/pod-role"] == "submitter"

@@ -21,8 +21,10 @@ def queued_run(**spec: Any):
     return run_of(scheduling=QUEUE, **spec)
 
 
-def child(state: dict[str, Any], *, suspend: bool, uid: str = "uid-child") -> dict[str, Any]:
-    return {"metadata": {"uid": uid}, "spec": {"suspend": suspend}, **state}
+def child(state: dict[str, Any], *, suspend: bool, uid: str = "uid-child", queue: str | None = "team-a") -> dict[str, Any]:
+    """A stage child as the API server holds it; ``queue``: its ``kueue.x-k8s.io/queue-name`` label."""
+    labels = {"kueue.x-k8s.io/queue-name": queue} if queue else {}
+    return {"metadata": {"uid": uid, "labels": labels}, "spec": {"suspend": suspend}, **state}
 
 
 def workload(name: str = "rayjob-demo-sft-1-abcde", *, active: bool = True, ours: bool = False, message: str | None = None) -> dict[str, Any]:
@@ -110,14 +112,14 @@ QUEUE_CASES = [
         "waiting",
     ),
     (
-        "a workload someone else deactivated is left alone and named",
+        "a workload kueue deactivated itself ends the attempt with kueue's reason (it is never admitted again)",
         sft("Queued"),
         child(rayjob_status("Suspended"), suspend=True),
         [workload(active=False)],
         False,
-        "Queued",
+        "Retrying",
         [],
-        "is deactivated and will not be admitted",
+        "Kueue deactivated its workload rayjob-demo-sft-1-abcde",
     ),
     ("no Kueue on the cluster: said so", sft("Queued"), child(rayjob_status("Suspended"), suspend=True), None, False, "Queued", [], "is Kueue installed?"),
 ]
@@ -167,7 +169,7 @@ def test_a_preempted_batch_job_is_replaced_without_using_a_retry() -> None:
 def test_without_a_queue_a_failed_suspended_job_is_a_failure() -> None:
     run = run_of(failurePolicy={"maxRetries": 0})
     status = RetoolRunStatus(stages=[StageStatus(name="prepare", state="Running", attempt=1, job="demo-prepare-1")])
-    decision = decide(run, status, Observed(children={"demo-prepare-1": child(job_status("Failed"), suspend=True)}), T0)
+    decision = decide(run, status, Observed(children={"demo-prepare-1": child(job_status("Failed"), suspend=True, queue=None)}), T0)
     assert decision.status.phase == "Failed"
 
 

@@ -99,10 +99,10 @@ def test_validating_handler_registration_follows_config(enabled: str, expected: 
 def test_render_lists_spec_sandbox_and_stage_children(stage: str | None) -> None:
     objects = list(yaml.safe_load_all(render_manifests(BASE, config=CONFIG, stage=stage)))
     kinds = [o["kind"] for o in objects]
-    assert kinds[:5] == ["ConfigMap", "Service", "NetworkPolicy", "PodDisruptionBudget", "Deployment"]
-    children = [o["metadata"]["name"] for o in objects[5:]]
+    assert kinds[:4] == ["Service", "NetworkPolicy", "PodDisruptionBudget", "Deployment"]
+    children = [o["metadata"]["name"] for o in objects[4:]]
     expected = [f"demo-{s}-1" for s in (["prepare", "sft", "merge", "rl", "eval"] if stage is None else [stage])]
-    assert children == expected
+    assert children == [name for child in expected for name in (f"{child}-spec", child)]  # each child after its spec snapshot
     assert all(o["metadata"]["ownerReferences"][0]["uid"] == "uid-1" for o in objects)
 
 
@@ -115,14 +115,14 @@ def test_render_rejects_invalid_runs_and_unknown_stages() -> None:
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_render_every_example(example) -> None:
-    """The spec ConfigMap, the claim the operator creates, the sandbox set (4, unless text-only) and a child per enabled stage."""
+    """The claim the operator creates, the sandbox set (4, unless text-only) and a child per enabled stage, each with its spec snapshot."""
     from retool_operator.reconcile import enabled_stages
 
     from retool.spec.validate import parse_run
 
     doc = yaml.safe_load(example.read_text())
     run = parse_run(doc)
-    expected = 1 + (run.spec.storage.pvc.claim_name is None) + (4 if run.spec.recipe == "tool-integrated" else 0) + sum(enabled_stages(run).values())
+    expected = (run.spec.storage.pvc.claim_name is None) + (4 if run.spec.recipe == "tool-integrated" else 0) + 2 * sum(enabled_stages(run).values())
     assert len(desired_objects(doc, config=config_for(doc))) == expected
 
 

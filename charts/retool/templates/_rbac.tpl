@@ -21,8 +21,11 @@ to set blockOwnerDeletion on those references.
   resources: ["deployments"]
   verbs: ["get", "create", "patch"]
 - apiGroups: [""]
-  resources: ["services", "configmaps", "persistentvolumeclaims"]
+  resources: ["services", "persistentvolumeclaims"]
   verbs: ["get", "create", "patch"]
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "create"]
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
   verbs: ["get", "create", "patch"]
@@ -46,13 +49,14 @@ to set blockOwnerDeletion on those references.
   verbs: ["list", "patch"]
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create"]
+  verbs: ["create", "list"]
 {{- end }}
 
 {{/* Cluster-scoped: a Role cannot grant these. kopf lists and watches the CRD it serves in both
-modes (it watches namespaces only for glob patterns, which watchNamespaces does not allow). */}}
+modes (it watches namespaces only for glob patterns, which watchNamespaces does not allow); the
+operator reads KubeRay's RayJob CRD once at start to refuse runs the installed version cannot run. */}}
 {{- define "retool.rbac.clusterRules" -}}
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
-  verbs: ["list", "watch"]
+  verbs: ["get", "list", "watch"]
 {{- end }}

@@ -17,6 +17,7 @@ from typing import Any
 
 from retool.spec.model import RetoolRun
 from retool.spec.pods import VOLUME_SOURCES
+from retool_operator.constants import LABEL_POD_ROLE
 from retool_operator.profiles import HardwareProfile
 
 Obj = dict[str, Any]
@@ -36,6 +37,8 @@ class PodSettings:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     tolerations: Sequence[Obj] = ()
     security_context: Mapping[str, Any] = field(default_factory=dict)
+    container_security_context: Mapping[str, Any] = field(default_factory=dict)
+    """Merged into every container's securityContext (the container's own keys win)."""
     service_account_name: str | None = None
     automount_service_account_token: bool | None = None
     image_pull_secrets: Sequence[str] = ()
@@ -53,6 +56,8 @@ class PodSettings:
 
 def _with_pod_env(container: Obj, settings: PodSettings) -> Obj:
     out = copy.deepcopy(container)
+    if settings.container_security_context:
+        out["securityContext"] = {**copy.deepcopy(dict(settings.container_security_context)), **out.get("securityContext", {})}
     if settings.env:
         own = {e["name"] for e in out.get("env", [])}
         out["env"] = [*out.get("env", []), *(copy.deepcopy(e) for e in settings.env if e["name"] not in own)]
@@ -165,11 +170,29 @@ def stage_security_context(profile: HardwareProfile) -> dict[str, Any]:
     return context
 
 
+RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+"""What Pod Security ``restricted`` asks of every container (pkg/security/podsecurity in Kubernetes
+v1.36.3: allowPrivilegeEscalation false, capabilities drop ALL, runAsNonRoot, a RuntimeDefault or
+Localhost seccomp profile)."""
+
+
+def stage_container_security_context(profile: HardwareProfile) -> dict[str, Any]:
+    """The containers' securityContext of every stage pod: Pod Security ``restricted`` where the image
+    runs as a non-root uid (the CUDA trainer); nothing more for an image that runs as root (the Ascend
+    trainer, whose CANN runtime expects root: such pods meet ``baseline``, see docs/operations.md).
+
+    KubeRay copies the Ray container's securityContext into the init container it injects
+    (common/pod.go, KubeRay v1.6.1), so the whole pod stays within the level.
+    """
+    return copy.deepcopy(RESTRICTED_CONTAINER) if profile.run_as_user is not None else {}
+
+
 StageRole = str
 TRAINER = "trainer"
 """Pods that run the stage's code and mount the run's claim: Job pods, Ray heads and workers."""
 SUBMITTER = "submitter"
 """The Ray job submitter: trainer image, trainer nodes, but no claim, no run environment."""
+
 
 
 def stage_pod_settings(
@@ -192,12 +215,14 @@ def stage_pod_settings(
     """
     run = run or RunPodSettings()
     trainer = role == TRAINER
+    role_label = {} if trainer else {LABEL_POD_ROLE: role}  # the operator never waits for a submitter pod
     return PodSettings(
-        labels={**run.labels, **labels},
+        labels={**run.labels, **labels, **role_label},
         annotations=dict(run.annotations),
         node_selector=profile.node_selector,
         tolerations=tuple(profile.tolerations),
         security_context=stage_security_context(profile),
+        container_security_context=stage_container_security_context(profile),
         restart_policy=restart_policy,
         service_account_name=run.service_account_name,
         image_pull_secrets=tuple(run.image_pull_secrets),
@@ -243,9 +268,10 @@ def sandbox_pod_settings(
 
 
 def mlflow_pod_settings(*, labels: Mapping[str, str], fs_group: int) -> PodSettings:
-    """The managed tracker: no API credentials; its claim writable by the image's user."""
+    """The managed tracker: no API credentials; runs as the image's non-root uid (``fs_group``, which
+    is also its group), its claim writable by it; Pod Security ``restricted``."""
     return PodSettings(
         labels=labels,
         automount_service_account_token=False,
-        security_context={"fsGroup": fs_group, "seccompProfile": {"type": "RuntimeDefault"}},
+        security_context={"runAsNonRoot": True, "runAsUser": fs_group, "runAsGroup": fs_group, "fsGroup": fs_group, "seccompProfile": {"type": "RuntimeDefault"}},
     )

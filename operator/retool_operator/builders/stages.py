@@ -59,6 +59,24 @@ MERGE_MIN_GIB = 16
 TORCH_AUTOLOAD_OFF = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
 """Ascend: pods without an NPU get no driver from the Ascend runtime; torch_npu must not autoload."""
 SUBMITTER_RESOURCES: dict[str, dict[str, str]] = {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
+SUBMITTER_GRACE_SECONDS = 300
+"""How long the submitter pod may outlive the stage deadline: KubeRay's job-status check-failure
+timeout (``recordJobStatusCheckFailure``, 300 s in rayjob_controller.go v1.7.0), after which the
+RayJob is Failed anyway."""
+
+
+def submitter_settings(run: RetoolRun) -> tuple[dict[str, Any], int | None]:
+    """(``spec.submitterConfig``, the submitter pod's ``activeDeadlineSeconds`` or None).
+
+    KubeRay's submitter Job defaults to ``backoffLimit: 2`` (``createNewK8sJob``, rayjob_controller.go
+    v1.6.1 and v1.7.0) and is kept when the RayJob ends ("We don't need to delete the submitter
+    Kubernetes Job"); a replacement pod started after the cluster is deleted loops forever waiting
+    for the gone head's GCS (common/job.go v1.7.0 ``until ... GCS healthy``). The operator retries
+    with a new attempt of its own, so the submitter gets no retries of its own (0), and with a stage
+    deadline its pod is bounded by it (plus KubeRay's status-check grace).
+    """
+    deadline = run.spec.failure_policy.stage_deadline_seconds
+    return {"backoffLimit": 0}, (deadline + SUBMITTER_GRACE_SECONDS if deadline else None)
 
 
 def stage_command(stage: str) -> list[str]:
@@ -155,7 +173,7 @@ def build_stage_job(run: RetoolRun, stage: str, attempt: int, *, config: Operato
     profile = hardware_profile(run.spec.hardware, config)
     name = stage_child_name(run.metadata.name, stage, attempt)
     lbls = stage_labels(run, stage, attempt)
-    volumes, mounts = stage_volumes(run, profile)
+    volumes, mounts = stage_volumes(run, profile, child_name=name)
     job_env = TORCH_AUTOLOAD_OFF if profile.accelerator == "ascend" else {}
     pods = run_pod_settings(run)
     container = {
@@ -233,7 +251,7 @@ def build_stage_rayjob(run: RetoolRun, stage: str, attempt: int, *, config: Oper
     profile = hardware_profile(run.spec.hardware, config)
     name = stage_child_name(run.metadata.name, stage, attempt)
     lbls = stage_labels(run, stage, attempt)
-    volumes, mounts = stage_volumes(run, profile)
+    volumes, mounts = stage_volumes(run, profile, child_name=name)
     run_pods = run_pod_settings(run)
     env = _stage_env(run, stage, attempt=attempt, image=profile.image, tracking=tracking, profile_env=profile.env, pods=run_pods)
     pods = stage_pod_settings(profile, labels=lbls, run=run_pods)
@@ -259,6 +277,10 @@ def build_stage_rayjob(run: RetoolRun, stage: str, attempt: int, *, config: Oper
             }
         ]
     submitter = {"name": RAY_SUBMITTER_CONTAINER, "image": profile.image, "resources": SUBMITTER_RESOURCES}
+    submitter_config, submitter_deadline = submitter_settings(run)
+    submitter_template = pod_template(stage_pod_settings(profile, labels=lbls, restart_policy="Never", run=run_pods, role=SUBMITTER), [submitter])
+    if submitter_deadline is not None:
+        submitter_template["spec"]["activeDeadlineSeconds"] = submitter_deadline
     spec: dict[str, Any] = {
         "entrypoint": " ".join(stage_command(stage)),
         **entrypoint_devices(run, stage, profile),
@@ -266,7 +288,8 @@ def build_stage_rayjob(run: RetoolRun, stage: str, attempt: int, *, config: Oper
         "shutdownAfterJobFinishes": True,
         "ttlSecondsAfterFinished": run.spec.failure_policy.cluster_grace_seconds,
         "backoffLimit": 0,
-        "submitterPodTemplate": pod_template(stage_pod_settings(profile, labels=lbls, restart_policy="Never", run=run_pods, role=SUBMITTER), [submitter]),
+        "submitterPodTemplate": submitter_template,
+        "submitterConfig": submitter_config,
         "rayClusterSpec": cluster,
     }
     if queued(run):

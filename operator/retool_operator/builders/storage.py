@@ -67,11 +67,11 @@ def build_claim(run: RetoolRun, config: OperatorConfig) -> dict[str, Any] | None
     return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": spec}
 
 
-def stage_volumes(run: RetoolRun, profile: HardwareProfile) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(volumes, mounts) of a stage pod: the spec read-only, the claim, an in-memory /dev/shm."""
+def stage_volumes(run: RetoolRun, profile: HardwareProfile, *, child_name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumes, mounts) of a pod of the child ``child_name``: its spec snapshot read-only, the claim, an in-memory /dev/shm."""
     pvc = run.spec.storage.pvc
     volumes = [
-        {"name": c.SPEC_VOLUME, "configMap": {"name": spec_configmap_name(run.metadata.name)}},
+        {"name": c.SPEC_VOLUME, "configMap": {"name": spec_configmap_name(child_name)}},
         {"name": c.DATA_VOLUME, "persistentVolumeClaim": {"claimName": claim_name(run)}},
         {"name": c.SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": profile.shared_memory}},
     ]

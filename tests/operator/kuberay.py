@@ -1,0 +1,101 @@
+"""KubeRay's RayJob controller, played by the test against the emulator (which runs no KubeRay).
+
+Each method does once what the controller does at one step, as written in
+``ray-operator/controllers/ray/rayjob_controller.go`` (KubeRay v1.7.0, K8sJobMode):
+
+- ``start``: the RayCluster's head and worker pods from the RayJob's group templates, and the
+  submitter Job named after the RayJob (``createNewK8sJob``: ``backoffLimit`` from
+  ``spec.submitterConfig.backoffLimit``, default 2; labels ``ray.io/originated-from-*``) whose pod
+  the Job controller makes from ``submitterPodTemplate`` (with its ``batch.kubernetes.io/job-name``
+  label, pkg/controller/job in Kubernetes v1.36.3);
+- ``end``: the terminal transition; with ``shutdownAfterJobFinishes`` the RayCluster (head and
+  workers) is deleted and the submitter Job is kept ("We don't need to delete the submitter
+  Kubernetes Job"); ``hung_submitter`` leaves its pod running (a ``ray job logs --follow`` that
+  never returns), as when the RayJob turned terminal on ``activeDeadlineSeconds`` or the 300 s
+  job-status timeout;
+- ``submitter_pod_fails``: the Job controller's answer to a failed submitter pod: a replacement
+  while failures <= backoffLimit; from v1.7 the replacement loops forever waiting for the deleted
+  head's GCS (common/job.go v1.7.0), so it stays Running;
+- ``delete_finished``: ``DELETE_RAYJOB_CR_AFTER_JOB_FINISHES=true`` deletes the RayJob itself
+  instead of only its cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from retool_operator.kube import KINDS
+
+from tests.operator.emulator import JOBS, RAYJOBS, ObserverClient
+
+PODS = KINDS[("v1", "Pod")]
+DEFAULT_SUBMITTER_BACKOFF_LIMIT = 2
+
+
+class FakeKubeRay:
+    def __init__(self, api: ObserverClient, namespace: str):
+        self.api = api
+        self.namespace = namespace
+
+    async def _pod(self, name: str, template: dict[str, Any], extra_labels: dict[str, str], phase: str) -> None:
+        labels = {**(template.get("metadata") or {}).get("labels", {}), **extra_labels}
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": self.namespace, "labels": labels}, "spec": template["spec"]}
+        await self.api.create(pod)
+        await self.api.patch(PODS, self.namespace, name, {"status": {"phase": phase}}, subresource="status")
+
+    async def start(self, name: str) -> None:
+        rayjob = await self.api.get(RAYJOBS, self.namespace, name)
+        assert rayjob is not None, name
+        spec = rayjob["spec"]
+        cluster = spec["rayClusterSpec"]
+        await self._pod(f"{name}-head-x1", cluster["headGroupSpec"]["template"], {"ray.io/node-type": "head"}, "Running")
+        for group in cluster.get("workerGroupSpecs") or []:
+            for i in range(group.get("replicas", 0)):
+                await self._pod(f"{name}-{group['groupName']}-w{i}", group["template"], {"ray.io/node-type": "worker"}, "Running")
+        limit = (spec.get("submitterConfig") or {}).get("backoffLimit", DEFAULT_SUBMITTER_BACKOFF_LIMIT)
+        job = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": name,
+                "namespace": self.namespace,
+                "labels": {"ray.io/originated-from-cr-name": name, "ray.io/originated-from-crd": "RayJob", "app.kubernetes.io/created-by": "kuberay-operator"},
+            },
+            "spec": {"backoffLimit": limit, "template": spec["submitterPodTemplate"]},
+        }
+        await self.api.create(job)
+        await self.api.patch(JOBS, self.namespace, name, {"status": {"active": 1, "failed": 0}}, subresource="status")
+        await self._pod(f"{name}-submit-0", spec["submitterPodTemplate"], {"batch.kubernetes.io/job-name": name, "job-name": name}, "Running")
+        await self.api.patch(RAYJOBS, self.namespace, name, {"status": {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}}, subresource="status")
+
+    async def end(self, name: str, deployment: str, job_status: str | None, *, hung_submitter: bool = False, message: str | None = None) -> None:
+        status: dict[str, Any] = {"jobDeploymentStatus": deployment}
+        if job_status:
+            status["jobStatus"] = job_status
+        if message:
+            status["message"] = message
+        await self.api.patch(RAYJOBS, self.namespace, name, {"status": status}, subresource="status")
+        for pod in await self.api.list(PODS, self.namespace):
+            labels = pod["metadata"].get("labels") or {}
+            if pod["metadata"]["name"].startswith(f"{name}-") and "ray.io/node-type" in labels:
+                await self.api._request("DELETE", PODS.path(self.namespace, pod["metadata"]["name"]))  # the RayCluster goes
+        if not hung_submitter:
+            await self.api.patch(PODS, self.namespace, f"{name}-submit-0", {"status": {"phase": "Succeeded"}}, subresource="status")
+
+    async def submitter_pod_fails(self, name: str, pod: str) -> str | None:
+        """The Job controller after ``pod`` failed: the replacement pod's name, or None past backoffLimit."""
+        await self.api.patch(PODS, self.namespace, pod, {"status": {"phase": "Failed"}}, subresource="status")
+        job = await self.api.get(JOBS, self.namespace, name)
+        assert job is not None
+        failed = int((job.get("status") or {}).get("failed") or 0) + 1
+        await self.api.patch(JOBS, self.namespace, name, {"status": {"failed": failed}}, subresource="status")
+        if failed > int(job["spec"].get("backoffLimit", 6)):
+            failed_condition = {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}
+            await self.api.patch(JOBS, self.namespace, name, {"status": {"active": 0, "conditions": [failed_condition]}}, subresource="status")
+            return None
+        replacement = f"{name}-submit-{failed}"
+        await self._pod(replacement, job["spec"]["template"], {"batch.kubernetes.io/job-name": name, "job-name": name}, "Running")  # waits for the gone GCS
+        return replacement
+
+    async def delete_finished(self, name: str) -> None:
+        await self.api._request("DELETE", RAYJOBS.path(self.namespace, name))

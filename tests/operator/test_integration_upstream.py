@@ -1,0 +1,349 @@
+# ruff: noqa: F811  (the tests take test_integration's `cluster` fixture, imported below)
+"""The real operator against the emulator, with KubeRay's, Kueue's and Kubernetes' controllers played as
+their upstream sources do it (``tests/operator/kuberay.py``, ``tests/operator/kueue.py``); each test
+names the upstream behaviour it plays. Every test ends with the RBAC check of ``test_integration``'s
+fixture.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from retool_operator import below
+from retool_operator.kube import KINDS
+
+from tests.operator.emulator import JOBS, RAYJOBS, RUNS, TEST_AGENT, eventually, running_operator
+from tests.operator.helpers import job_status
+from tests.operator.kuberay import PODS, FakeKubeRay
+from tests.operator.test_integration import NS, Cluster, cluster, spec_doc, stage_of  # noqa: F401  (the fixture)
+
+pytestmark = pytest.mark.slow
+
+
+async def _to_sft(cluster: Cluster, name: str, **spec: Any) -> FakeKubeRay:
+    kuberay = FakeKubeRay(cluster.api, NS)
+    await cluster.api.create(spec_doc(name, **spec))
+    await cluster.finish(JOBS, f"{name}-prepare-1", job_status("Complete"))
+    await cluster.child(RAYJOBS, f"{name}-sft-1")
+    await kuberay.start(f"{name}-sft-1")
+    return kuberay
+
+
+async def test_a_hung_submitter_of_a_failed_rayjob_does_not_hold_the_next_attempt(cluster: Cluster) -> None:
+    """KubeRay v1.7.0 rayjob_controller.go: a RayJob turns Failed (here on its deadline) while its
+    submitter still follows the log; the cluster is deleted, the submitter Job is kept, and with the
+    default submitter backoffLimit (2) its failed pod is replaced by one that waits for the deleted
+    head's GCS forever. Attempt 2 must start anyway."""
+    async with running_operator(cluster.config):
+        kuberay = await _to_sft(cluster, "hung", failurePolicy={"maxRetries": 1, "backoffSeconds": 1, "stageDeadlineSeconds": 3600})
+        sft = await cluster.api.get(RAYJOBS, NS, "hung-sft-1")
+        assert sft is not None and sft["spec"]["submitterConfig"] == {"backoffLimit": 0}
+        await kuberay.end("hung-sft-1", "Failed", "RUNNING", hung_submitter=True, message="DeadlineExceeded")
+        # The hung pod is still Running: it holds neither accelerators nor the checkpoint directory.
+        await cluster.child(RAYJOBS, "hung-sft-2", timeout=15)
+        # Its pod then fails; the submitter Job makes no replacement (backoffLimit 0).
+        assert await kuberay.submitter_pod_fails("hung-sft-1", "hung-sft-1-submit-0") is None
+        status = await cluster.status("hung")
+        assert stage_of(status, "sft")["attempt"] == 2 and "waiting for the pods" not in (stage_of(status, "sft").get("message") or "")
+
+
+async def test_the_next_stage_waits_for_ray_pods_but_not_for_the_submitter(cluster: Cluster) -> None:
+    """The cluster's pods are waited for (they hold the GPUs); a submitter pod left running is not."""
+    async with running_operator(cluster.config):
+        kuberay = await _to_sft(cluster, "order")
+        await cluster.api.patch(RAYJOBS, NS, "order-sft-1", {"status": {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}}, subresource="status")
+
+        async def waiting() -> dict[str, Any] | None:
+            status = await cluster.status("order")
+            merge = stage_of(status, "merge")
+            return status if "order-sft-1-head-x1" in (merge.get("message") or "") else None
+
+        status = await eventually(waiting, what="merge waiting for sft's head pod")
+        assert "order-sft-1-submit-0" not in stage_of(status, "merge")["message"]
+        await kuberay.end("order-sft-1", "Complete", "SUCCEEDED", hung_submitter=True)
+        await cluster.child(JOBS, "order-merge-1")
+        pod = await cluster.api.get(PODS, NS, "order-sft-1-submit-0")
+        assert pod is not None and pod["status"]["phase"] == "Running"
+
+
+async def test_kueues_default_local_queue_takes_an_unqueued_run_and_the_operator_does_not_fight_it(cluster: Cluster) -> None:
+    """Kueue's defaulting webhook labels and suspends the unqueued run's Job (a LocalQueue named
+    ``default``); the operator shows it Queued and never writes its ``suspend``; Kueue admits it."""
+    from tests.operator.kueue import FakeKueue, default_local_queue
+    from tests.operator.test_integration_cluster import stage_state, suspend_patches
+
+    cluster.k8s.mutations = [default_local_queue]
+    kueue = FakeKueue(cluster.api, NS)
+    async with running_operator(cluster.config):
+        await cluster.api.create(spec_doc("defaulted"))
+        job = await cluster.child(JOBS, "defaulted-prepare-1")
+        assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "default" and job["spec"]["suspend"] is True
+        await kueue.workload_of(JOBS, "defaulted-prepare-1")
+        status = await stage_state(cluster, "defaulted", "prepare", "Queued")
+        assert "Kueue queue default" in stage_of(status, "prepare")["message"]
+        await kueue.admit(JOBS, "defaulted-prepare-1")
+        await stage_state(cluster, "defaulted", "prepare", "Running")
+    assert suspend_patches(cluster, "jobs") == [], "the operator wrote suspend of a child Kueue manages"
+    assert not any((r.data or {}).get("reason") == "Resumed" for r in cluster.k8s.requests if r.resource is not None and r.resource.plural == "events")
+
+
+# ---------------------------------------------------------------- edits of a running run (no webhook on the emulator)
+
+CONFIGMAPS_KIND = KINDS[("v1", "ConfigMap")]
+
+
+async def _spec_valid(cluster: Cluster, name: str, want: str) -> dict[str, Any]:
+    async def probe() -> dict[str, Any] | None:
+        status = await cluster.status(name)
+        cond = next((c for c in status.get("conditions", []) if c["type"] == "SpecValid"), None)
+        return status if cond is not None and cond["status"] == want else None
+
+    return await eventually(probe, what=f"{name} SpecValid {want}")
+
+
+async def _edit(cluster: Cluster, name: str, generation: int, spec: dict[str, Any]) -> None:
+    """A spec edit as the API server stores it: metadata.generation moves with every spec change."""
+    await cluster.api.patch(RUNS, NS, name, {"metadata": {"generation": generation}, "spec": spec})
+
+
+async def test_an_edit_to_a_started_stage_is_held_without_the_webhook_and_never_reaches_its_child(cluster: Cluster) -> None:
+    async with running_operator(cluster.config):
+        await cluster.api.create(spec_doc("frozen"))
+        await cluster.finish(JOBS, "frozen-prepare-1", job_status("Complete"))
+        sft = await cluster.child(RAYJOBS, "frozen-sft-1")
+        volumes = sft["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["volumes"]
+        assert {"name": "run-spec", "configMap": {"name": "frozen-sft-1-spec"}} in volumes
+        snapshot = await cluster.child(CONFIGMAPS_KIND, "frozen-sft-1-spec")
+
+        await _edit(cluster, "frozen", 2, {"sft": {"epochs": 1}})
+        status = await _spec_valid(cluster, "frozen", "False")
+        conds = {c["type"]: c for c in status["conditions"]}
+        assert conds["SpecValid"]["reason"] == "ImmutableFieldChanged" and "spec.sft" in conds["SpecValid"]["message"]
+        assert conds["Stalled"]["status"] == "True" and status["phase"] == "SFT"
+        assert (await cluster.api.get(CONFIGMAPS_KIND, NS, "frozen-sft-1-spec"))["data"] == snapshot["data"]
+
+        # The running child is still observed; nothing new starts while the edit is held.
+        await cluster.finish(RAYJOBS, "frozen-sft-1", {"status": {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}})
+
+        async def sft_done() -> bool:
+            return stage_of(await cluster.status("frozen"), "sft")["state"] == "Succeeded"
+
+        await eventually(sft_done, what="sft success recorded while the edit is held")
+        assert await cluster.api.get(JOBS, NS, "frozen-merge-1") is None
+
+        await _edit(cluster, "frozen", 3, {"sft": {"epochs": None}})  # reverted
+        await _spec_valid(cluster, "frozen", "True")
+        await cluster.child(JOBS, "frozen-merge-1")
+
+
+async def test_an_edit_that_makes_the_spec_invalid_does_not_stop_observing_the_running_stage(cluster: Cluster) -> None:
+    async with running_operator(cluster.config):
+        await cluster.api.create(spec_doc("broken"))
+        await cluster.finish(JOBS, "broken-prepare-1", job_status("Complete"))
+        await cluster.child(RAYJOBS, "broken-sft-1")
+        await cluster.child(CONFIGMAPS_KIND, "broken-sft-1-spec")
+        await _edit(cluster, "broken", 2, {"rl": {"miniBatchSize": 1024}})
+        status = await _spec_valid(cluster, "broken", "False")
+        assert status["phase"] == "SFT" and "miniBatchSize" in status["message"]
+        await cluster.finish(RAYJOBS, "broken-sft-1", {"status": {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}})
+
+        async def sft_done() -> bool:
+            return stage_of(await cluster.status("broken"), "sft")["state"] == "Succeeded"
+
+        await eventually(sft_done, what="sft success recorded under an invalid edit")
+        assert (await cluster.status("broken"))["phase"] != "Failed"
+
+
+async def test_a_succeeded_rayjob_kuberay_deletes_right_after_complete_is_not_rerun(cluster: Cluster) -> None:
+    """KubeRay with DELETE_RAYJOB_CR_AFTER_JOB_FINISHES=true (rayjob_controller.go v1.7.0) deletes the
+    RayJob itself once it is Complete and ttlSecondsAfterFinished (0) has passed: the stage succeeded."""
+    async with running_operator(cluster.config):
+        kuberay = await _to_sft(cluster, "gone")
+        completed = False
+
+        def already_deleted(request: Any) -> tuple[int, str] | None:
+            """KubeRay deletes within milliseconds of Complete: every read of the operator comes after it."""
+            fetch = request.action is not None and request.action.value == "FETCH" and request.resource.plural == "rayjobs"
+            ours = fetch and request.name == "gone-sft-1" and request.headers.get("User-Agent") != TEST_AGENT
+            return (404, "not found") if completed and ours else None
+
+        cluster.k8s.refusals.append(already_deleted)
+        await asyncio.sleep(0.5)  # the passes the Running RayJob triggered are over
+        completed = True
+        await kuberay.end("gone-sft-1", "Complete", "SUCCEEDED")
+        await kuberay.delete_finished("gone-sft-1")
+        await cluster.child(JOBS, "gone-merge-1")
+        status = await cluster.status("gone")
+        assert (stage_of(status, "sft")["state"], stage_of(status, "sft")["attempt"]) == ("Succeeded", 1)
+        assert await cluster.api.get(RAYJOBS, NS, "gone-sft-2") is None
+
+
+async def test_a_workload_kueue_deactivates_fails_the_stage_instead_of_queueing_forever(cluster: Cluster) -> None:
+    from tests.operator.kueue import FakeKueue
+
+    kueue = FakeKueue(cluster.api, NS)
+    async with running_operator(cluster.config):
+        await cluster.api.create(spec_doc("requeued", scheduling={"queueName": "team-a"}, failurePolicy={"maxRetries": 0}))
+        await cluster.child(JOBS, "requeued-prepare-1")
+        await kueue.admit(JOBS, "requeued-prepare-1")
+        await kueue.give_up(JOBS, "requeued-prepare-1")
+        status = await cluster.phase_is("requeued", "Failed")
+        message = stage_of(status, "prepare")["message"]
+        assert "Kueue deactivated its workload" in message and "re-queuing retries" in message
+        assert {c["type"]: c["status"] for c in status["conditions"]}["Stalled"] == "True"
+
+
+# ---------------------------------------------------------------- refusals below the operator
+
+EVENTS_KIND = KINDS[("v1", "Event")]
+FORBIDDEN = 'pods "x" is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false (container "stage")'
+
+
+async def _controller_event(cluster: Cluster, kind: str, name: str, reason: str, message: str) -> None:
+    """A Warning Event as the Job controller (FailedCreate) or the volume controller (ProvisioningFailed) records it."""
+    await cluster.api.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{name}.{reason.lower()}", "namespace": NS},
+            "involvedObject": {"kind": kind, "name": name, "namespace": NS},
+            "reason": reason,
+            "message": message,
+            "type": "Warning",
+            "lastTimestamp": "2026-01-01T00:00:00Z",
+        }
+    )
+
+
+async def _stalled(cluster: Cluster, name: str, fragment: str) -> dict[str, Any]:
+    async def probe() -> dict[str, Any] | None:
+        status = await cluster.status(name)
+        cond = next((c for c in status.get("conditions", []) if c["type"] == "Stalled"), None)
+        return status if cond is not None and cond["status"] == "True" and fragment in cond["message"] else None
+
+    return await eventually(probe, what=f"{name} Stalled with {fragment!r}")
+
+
+async def test_pods_the_job_controller_cannot_create_stall_the_run_visibly(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pod Security admission refuses the Job's pod: the Job controller records FailedCreate Events
+    (pkg/controller/job/job_controller.go, Kubernetes v1.36.3) and the Job stays active with 0 pods."""
+    from tests.operator.test_integration import FAST, _warned
+
+    monkeypatch.setattr(below, "EVENTS_AFTER_SECONDS", 0.0)  # a Job's Events are read only once it is not brand new
+    async with running_operator(FAST):
+        await cluster.api.create(spec_doc("denied"))
+        await cluster.child(JOBS, "denied-prepare-1")
+        await _controller_event(cluster, "Job", "denied-prepare-1", "FailedCreate", f"Error creating: {FORBIDDEN}")
+        status = await _stalled(cluster, "denied", "violates PodSecurity")
+        assert status["phase"] == "Preparing" and stage_of(status, "prepare")["state"] == "Running"
+        await eventually(lambda: _warned(cluster, {"ChildRefused"}), what="a ChildRefused Warning Event")
+
+
+async def test_ray_pods_kuberay_cannot_create_stall_the_run_visibly(cluster: Cluster) -> None:
+    """KubeRay's RayCluster ReplicaFailure condition, copied into the RayJob while it waits for its cluster."""
+    async with running_operator(cluster.config):
+        await cluster.api.create(spec_doc("quota"))
+        await cluster.finish(JOBS, "quota-prepare-1", job_status("Complete"))
+        condition = {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreateHeadPod", "message": 'exceeded quota: gpus, requested: nvidia.com/gpu=8'}
+        await cluster.finish(RAYJOBS, "quota-sft-1", {"status": {"jobDeploymentStatus": "Initializing", "rayClusterStatus": {"conditions": [condition]}}})
+        status = await _stalled(cluster, "quota", "FailedCreateHeadPod: exceeded quota")
+        assert status["phase"] == "SFT"
+
+
+async def test_a_claim_the_storage_class_cannot_provision_says_so(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ReadWriteMany claim on a block-only default class stays Pending with ProvisioningFailed Events
+    (pkg/controller/volume/events/event.go, Kubernetes v1.36.3)."""
+    from tests.operator.test_integration import FAST
+
+    monkeypatch.setattr(below, "EVENTS_AFTER_SECONDS", 0.0)
+    async with running_operator(FAST):
+        await cluster.api.create(spec_doc("blocky", hardware={"nodes": 2}, storage={"pvc": {"claimName": None}}))
+        claim = await cluster.child(KINDS[("v1", "PersistentVolumeClaim")], "blocky-data")
+        assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+        message = 'failed to provision volume with StorageClass "standard": rpc error: access mode ReadWriteMany is not supported'
+        await _controller_event(cluster, "PersistentVolumeClaim", "blocky-data", "ProvisioningFailed", message)
+        status = await _stalled(cluster, "blocky", "cannot be provisioned")
+        storage = next(c for c in status["conditions"] if c["type"] == "StorageReady")
+        assert (storage["status"], storage["reason"]) == ("False", "ProvisioningFailed") and "ReadWriteMany is not supported" in storage["message"]
+
+
+async def test_the_sandbox_is_down_while_its_stage_waits_in_the_queue_and_after_the_run_even_with_an_hpa(cluster: Cluster) -> None:
+    """The HPA controller never scales a target at zero (ScalingDisabled, pkg/controller/podautoscaler/horizontal.go,
+    Kubernetes v1.36.3): the operator writes zero when nothing needs the sandbox, lifts it to the HPA's
+    minReplicas once when a stage needs it, then leaves it to the HPA."""
+    from tests.operator.kueue import FakeKueue
+    from tests.operator.test_integration import DEPLOYMENTS, FAST, _replicas
+
+    kueue = FakeKueue(cluster.api, NS)
+    hpa = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "scaled-sandbox", "namespace": NS}}
+    hpa["spec"] = {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "scaled-sandbox"}, "minReplicas": 3, "maxReplicas": 9}
+    await cluster.api.create(hpa)
+    async with running_operator(FAST):
+        await cluster.api.create(spec_doc("scaled", scheduling={"queueName": "team-a"}, sft={"enabled": False}))
+        await cluster.child(JOBS, "scaled-prepare-1")
+        await kueue.admit(JOBS, "scaled-prepare-1")
+        await cluster.finish(JOBS, "scaled-prepare-1", job_status("Complete"))
+        await cluster.child(RAYJOBS, "scaled-rl-1")
+        await stage_state_is(cluster, "scaled", "rl", "Queued")
+        assert await _replicas(cluster, "scaled-sandbox", 0)  # waiting for admission: nothing calls it
+        await kueue.admit(RAYJOBS, "scaled-rl-1")
+        await eventually(lambda: _replicas(cluster, "scaled-sandbox", 3), what="lifted to the HPA's minReplicas")
+        await cluster.api.patch(DEPLOYMENTS, NS, "scaled-sandbox", {"spec": {"replicas": 5}})  # the HPA scales up
+        await kueue.preempt(RAYJOBS, "scaled-rl-1")
+        await eventually(lambda: _replicas(cluster, "scaled-sandbox", 0), what="zero while preempted")
+        await kueue.admit(RAYJOBS, "scaled-rl-1")
+        await eventually(lambda: _replicas(cluster, "scaled-sandbox", 3), what="lifted again on re-admission")
+        await cluster.api.patch(DEPLOYMENTS, NS, "scaled-sandbox", {"spec": {"replicas": 6}})  # the HPA's
+        await cluster.api.patch(RAYJOBS, NS, "scaled-rl-1", {"status": {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}}, subresource="status")
+        await eventually(lambda: _replicas(cluster, "scaled-sandbox", 6), what="left to the HPA while rl runs")
+        await cluster.finish(RAYJOBS, "scaled-rl-1", {"status": {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}})
+        await cluster.child(RAYJOBS, "scaled-eval-1")
+        await kueue.admit(RAYJOBS, "scaled-eval-1")
+        await cluster.finish(RAYJOBS, "scaled-eval-1", {"status": {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}})
+        await cluster.phase_is("scaled", "Succeeded")
+        await eventually(lambda: _replicas(cluster, "scaled-sandbox", 0), what="zero once the run is over")
+
+
+async def stage_state_is(cluster: Cluster, run: str, stage: str, state: str) -> None:
+    async def probe() -> bool:
+        entry = stage_of(await cluster.status(run), stage)
+        return entry["state"] == state
+
+    await eventually(probe, what=f"{run} {stage} {state}")
+
+
+async def test_an_ascend_run_is_refused_on_a_kuberay_older_than_1_5(cluster: Cluster) -> None:
+    from tests.operator.test_kuberay_crd import rayjob_crd
+
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", **rayjob_crd(group_resources=False)}
+    await cluster.api._request("POST", KINDS[("apiextensions.k8s.io/v1", "CustomResourceDefinition")].path(None), json=crd)  # cluster-scoped
+    async with running_operator(cluster.config):
+        await cluster.api.create(spec_doc("npu", hardware={"accelerator": "ascend"}))
+        status = await cluster.phase_is("npu", "Failed")
+        assert "older than 1.5" in status["message"]
+        assert await cluster.api.get(JOBS, NS, "npu-prepare-1") is None  # nothing started, no NPU held
+
+
+async def test_a_kueue_without_workload_v1beta2_is_served_through_v1beta1(cluster: Cluster) -> None:
+    """Kueue before 0.16 serves only v1beta1 Workloads; 0.16+ stores v1beta2 and deprecates v1beta1."""
+    from tests.operator.kueue import FakeKueue
+    from tests.operator.test_integration_cluster import stage_state
+
+    del cluster.k8s.resources["kueue.x-k8s.io/v1beta2/workloads"]
+    v1beta1 = KINDS[("kueue.x-k8s.io/v1beta1", "Workload")]
+    kueue = FakeKueue(cluster.api, NS, v1beta1)
+    async with running_operator(cluster.config):
+        await cluster.api.create(spec_doc("older", scheduling={"queueName": "team-a"}))
+        await cluster.child(JOBS, "older-prepare-1")
+        await kueue.admit(JOBS, "older-prepare-1")
+        await stage_state(cluster, "older", "prepare", "Running")
+        await cluster.api.patch(RUNS, NS, "older", {"spec": {"suspend": True}})
+        wl = await kueue.workload_of(JOBS, "older-prepare-1")
+
+        async def deactivated() -> bool:
+            current = await cluster.api.get(v1beta1, NS, wl["metadata"]["name"])
+            return current is not None and current["spec"]["active"] is False
+
+        await eventually(deactivated, what="the v1beta1 workload deactivated")

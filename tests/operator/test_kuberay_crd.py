@@ -1,0 +1,48 @@
+"""The installed KubeRay's RayJob CRD decides what the operator may start (``kuberay_crd``).
+
+KubeRay added the worker/head group ``resources`` field in v1.5 (``WorkerGroupSpec.Resources`` /
+``HeadGroupSpec.Resources`` in apis/ray/v1/raycluster_types.go, present in v1.6.1); an older CRD's
+structural schema prunes it on admission, and Ray then never learns of the NPUs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from retool_operator.kuberay_crd import kuberay_problems, read_crd
+
+from tests.operator.helpers import CONFIG, run_of
+
+
+def rayjob_crd(*, group_resources: bool) -> dict[str, Any]:
+    """The part of a RayJob CRD the check reads (the v1 schema down to headGroupSpec's properties)."""
+    head: dict[str, Any] = {"rayStartParams": {"type": "object"}, "template": {"type": "object"}}
+    if group_resources:
+        head["resources"] = {"type": "object", "additionalProperties": {"type": "string"}}
+    schema = {"properties": {"spec": {"properties": {"rayClusterSpec": {"properties": {"headGroupSpec": {"properties": head}}}}}}}
+    return {
+        "metadata": {"name": "rayjobs.ray.io"},
+        "spec": {
+            "group": "ray.io",
+            "names": {"kind": "RayJob", "plural": "rayjobs", "singular": "rayjob", "listKind": "RayJobList"},
+            "scope": "Namespaced",
+            "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": schema}}],
+        },
+    }
+
+
+CASES = [
+    ("kuberay-1.4-crd-refuses-an-ascend-run", rayjob_crd(group_resources=False), "ascend", True),
+    ("kuberay-1.4-crd-still-runs-nvidia-ray-detects-gpus", rayjob_crd(group_resources=False), "nvidia", False),
+    ("kuberay-1.5+-crd-runs-ascend", rayjob_crd(group_resources=True), "ascend", False),
+    ("no-readable-crd-refuses-nothing", None, "ascend", False),
+]
+
+
+@pytest.mark.parametrize(("crd", "accelerator", "refused"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_what_the_installed_kuberay_can_run(crd: dict[str, Any] | None, accelerator: str, refused: bool) -> None:
+    problems = kuberay_problems(run_of(hardware={"accelerator": accelerator}), read_crd(crd), CONFIG)
+    assert bool(problems) is refused
+    if refused:
+        assert problems[0].startswith("spec.hardware.accelerator: the KubeRay installed on this cluster") and "NPU" in problems[0]

@@ -1,0 +1,170 @@
+"""What the controllers below the operator refuse (``below``) and the Pod Security level of every pod the
+operator renders, checked against the rules of Kubernetes' Pod Security admission."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from retool_operator import below
+from retool_operator.builders import build_mlflow
+from retool_operator.render import desired_objects
+
+from tests.operator.helpers import CONFIG, document
+
+FORBIDDEN = 'pods "demo-prepare-1-x" is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false'
+
+
+def event(reason: str, message: str, when: str, type_: str = "Warning") -> dict[str, Any]:
+    return {"reason": reason, "message": message, "type": type_, "lastTimestamp": when}
+
+
+CHILD_CASES = [
+    (
+        "kuberay's ReplicaFailure condition names the refused head pod",
+        "RayJob",
+        {
+            "status": {
+                "jobDeploymentStatus": "Initializing",
+                "rayClusterStatus": {"conditions": [{"type": "ReplicaFailure", "status": "True", "reason": "FailedCreateHeadPod", "message": FORBIDDEN}]},
+            }
+        },
+        None,
+        "KubeRay cannot create the pods of RayJob demo-sft-1: FailedCreateHeadPod: " + FORBIDDEN,
+    ),
+    ("a cleared ReplicaFailure says nothing", "RayJob", {"status": {"rayClusterStatus": {"conditions": [{"type": "ReplicaFailure", "status": "False"}]}}}, None, None),
+    (
+        "the newest FailedCreate Event of a Job is its reason",
+        "Job",
+        {"status": {}},
+        [event("FailedCreate", "exceeded quota: gpu-quota", "2026-01-01T00:00:00Z"), event("FailedCreate", FORBIDDEN, "2026-01-01T00:05:00Z")],
+        "the Job controller cannot create the pod of Job demo-sft-1: " + FORBIDDEN,
+    ),
+    ("normal Events of a Job are no refusal", "Job", {"status": {}}, [event("SuccessfulCreate", "Created pod", "2026-01-01T00:00:00Z", "Normal")], None),
+]
+
+
+@pytest.mark.parametrize(("kind", "obj", "events", "expected"), [c[1:] for c in CHILD_CASES], ids=[c[0] for c in CHILD_CASES])
+def test_child_refusal(kind: str, obj: dict[str, Any], events: list[dict[str, Any]] | None, expected: str | None) -> None:
+    assert below.child_refusal(kind, "demo-sft-1", obj, events) == expected
+
+
+@pytest.mark.parametrize(
+    ("obj", "asked"),
+    [
+        ({"spec": {}, "status": {}}, True),
+        ({"spec": {}, "status": {"active": 1}}, False),
+        ({"spec": {"suspend": True}, "status": {}}, False),
+        ({"spec": {}, "status": {"conditions": [{"type": "Complete", "status": "True"}]}}, False),
+    ],
+    ids=["no-pod-yet-ask-why", "a-pod-runs", "suspended-by-its-queue", "finished"],
+)
+def test_events_are_read_only_for_a_job_that_should_have_a_pod_and_has_none(obj: dict[str, Any], asked: bool) -> None:
+    assert below.job_without_pods(obj) is asked
+
+
+def test_a_pending_claim_names_its_provisioning_failure_and_a_bound_one_does_not() -> None:
+    failed = [event("ProvisioningFailed", 'failed to provision volume with StorageClass "block": ReadWriteMany not supported', "2026-01-01T00:00:00Z")]
+    pending = {"status": {"phase": "Pending"}}
+    assert below.claim_refusal("demo-data", pending, failed) == (
+        'PersistentVolumeClaim demo-data cannot be provisioned: failed to provision volume with StorageClass "block": ReadWriteMany not supported'
+    )
+    assert below.claim_refusal("demo-data", {"status": {"phase": "Bound"}}, failed) is None
+    assert below.claim_refusal("demo-data", pending, []) is None
+
+
+# ---------------------------------------------------------------- Pod Security levels
+
+
+def pod_specs(obj: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(where, pod spec) of every pod template in an object the operator renders."""
+    spec = obj.get("spec") or {}
+    out = []
+    if obj["kind"] in ("Job", "Deployment"):
+        out.append((obj["kind"], spec["template"]["spec"]))
+    if obj["kind"] == "RayJob":
+        cluster = spec["rayClusterSpec"]
+        out.append(("head", cluster["headGroupSpec"]["template"]["spec"]))
+        out += [(g["groupName"], g["template"]["spec"]) for g in cluster.get("workerGroupSpecs") or []]
+        out.append(("submitter", spec["submitterPodTemplate"]["spec"]))
+    return out
+
+
+BASELINE_CAPS = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
+RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
+
+
+def baseline_problems(pod: dict[str, Any]) -> list[str]:
+    """The ``baseline`` checks of pkg/security/podsecurity/policy (Kubernetes v1.36.3) that a rendered pod can fail."""
+    problems = []
+    if pod.get("hostNetwork") or pod.get("hostPID") or pod.get("hostIPC"):
+        problems.append("host namespaces")
+    problems += [f"hostPath volume {v['name']}" for v in pod.get("volumes") or [] if "hostPath" in v]
+    for container in [*pod.get("initContainers", []), *pod["containers"]]:
+        context = container.get("securityContext") or {}
+        if context.get("privileged"):
+            problems.append(f"{container['name']}: privileged")
+        added = set((context.get("capabilities") or {}).get("add") or []) - BASELINE_CAPS
+        if added:
+            problems.append(f"{container['name']}: capabilities {sorted(added)}")
+    return problems
+
+
+def restricted_problems(pod: dict[str, Any]) -> list[str]:
+    """``restricted`` = ``baseline`` plus its own checks (same package)."""
+    problems = baseline_problems(pod)
+    pod_context = pod.get("securityContext") or {}
+    problems += [f"volume type of {v['name']}" for v in pod.get("volumes") or [] if not set(v) - {"name"} <= RESTRICTED_VOLUMES]
+    for container in [*pod.get("initContainers", []), *pod["containers"]]:
+        context = container.get("securityContext") or {}
+        if context.get("allowPrivilegeEscalation") is not False:
+            problems.append(f"{container['name']}: allowPrivilegeEscalation != false")
+        if "ALL" not in ((context.get("capabilities") or {}).get("drop") or []):
+            problems.append(f"{container['name']}: capabilities.drop does not include ALL")
+        if not (context.get("runAsNonRoot", pod_context.get("runAsNonRoot"))):
+            problems.append(f"{container['name']}: runAsNonRoot != true")
+        if context.get("runAsUser", pod_context.get("runAsUser")) == 0:
+            problems.append(f"{container['name']}: runAsUser 0")
+        seccomp = (context.get("seccompProfile") or pod_context.get("seccompProfile") or {}).get("type")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            problems.append(f"{container['name']}: seccompProfile")
+    return problems
+
+
+@pytest.mark.parametrize("nodes", [1, 2], ids=["one-node", "two-nodes"])
+def test_every_nvidia_stage_pod_meets_pod_security_restricted(nodes: int) -> None:
+    doc = document(hardware={"nodes": nodes}, storage={"pvc": {}})
+    for obj in desired_objects(doc, config=CONFIG):
+        if obj["kind"] in ("Job", "RayJob"):
+            for where, pod in pod_specs(obj):
+                assert restricted_problems(pod) == [], f"{obj['metadata']['name']} {where}"
+
+
+def test_every_ascend_stage_pod_meets_baseline() -> None:
+    """The Ascend trainer image runs as root (its CANN runtime): ``baseline`` is its documented level."""
+    doc = document(hardware={"accelerator": "ascend", "nodes": 2}, storage={"pvc": {}})
+    for obj in desired_objects(doc, config=CONFIG):
+        if obj["kind"] in ("Job", "RayJob"):
+            for where, pod in pod_specs(obj):
+                assert baseline_problems(pod) == [], f"{obj['metadata']['name']} {where}"
+
+
+def test_the_managed_mlflow_pod_meets_restricted() -> None:
+    deployment = next(o for o in build_mlflow("ml", config=CONFIG) if o["kind"] == "Deployment")
+    assert restricted_problems(deployment["spec"]["template"]["spec"]) == []
+    assert deployment["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == 1000
+
+
+def test_the_restricted_check_can_fail() -> None:
+    pod = {"containers": [{"name": "c", "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}], "volumes": [{"name": "h", "hostPath": {"path": "/"}}]}
+    problems = restricted_problems(pod)
+    assert "hostPath volume h" in problems and "c: capabilities ['SYS_ADMIN']" in problems and "c: allowPrivilegeEscalation != false" in problems
+
+
+def test_events_are_read_only_for_objects_that_are_not_brand_new() -> None:
+    import datetime as dt
+
+    now = dt.datetime(2026, 1, 1, 12, 0, 30, tzinfo=dt.timezone.utc)
+    assert below.old_enough({"metadata": {"creationTimestamp": "2026-01-01T12:00:00Z"}}, now)
+    assert not below.old_enough({"metadata": {"creationTimestamp": "2026-01-01T12:00:25Z"}}, now)
+    assert below.old_enough({"metadata": {}}, now)
