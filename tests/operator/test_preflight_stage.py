@@ -118,7 +118,7 @@ def test_the_preflight_job_fails_at_once_on_every_deterministic_check_and_not_on
     container = pod["containers"][0]
     assert pod["restartPolicy"] == "Never"  # podFailurePolicy requires it
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
-    assert container["command"][:4] == ["python3", "-m", "retool.stage", "preflight"]
+    assert container["command"][:6] == ["python3", "-m", "retool.runtime.cpu_only", "-m", "retool.stage", "preflight"]
     assert container["resources"] == JOB_RESOURCES["preflight"]
     assert not any(k.endswith("gpu") or "Ascend" in k for k in container["resources"]["limits"])
 
