@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,7 @@ import yaml
 
 from retool.spec.model_fit import model_fit_findings, model_shape, read_model_config, rollout_memory
 from retool.spec.validate import parse_run
-from tests.conftest import REPO
+from tests.conftest import REPO, repo_env
 
 QWEN_0_5B = {"hidden_size": 896, "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2, "intermediate_size": 4864,
              "vocab_size": 151936, "tie_word_embeddings": True, "max_position_embeddings": 32768, "torch_dtype": "bfloat16"}  # fmt: skip
@@ -134,3 +136,35 @@ def test_read_model_config_names_what_is_wrong(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(ValueError, match=r"bad\.json is not JSON"):
         read_model_config(tmp_path / "bad.json")
+
+
+def validate(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "retool.cli", "validate", *args], env=repo_env(), capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_retool_validate_checks_the_run_against_a_model_config(tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(QWEN_7B))
+    example = str(REPO / "examples" / "retoolrun-qwen7b-ascend.yaml")
+    assert validate(example, "--model-config", str(config)).returncode == 0
+    doc = yaml.safe_load(Path(example).read_text())
+    doc["spec"]["rl"]["tensorParallel"] = 8
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(doc))
+    result = validate(str(tmp_path / "run.yaml"), "--model-config", str(tmp_path))
+    assert result.returncode == 1
+    assert result.stdout == f"{tmp_path / 'run.yaml'}#0: spec.rl.tensorParallel: 8 does not split the model's 28 attention heads (config.json): {VLLM_TP}\n"
+    missing = validate(example, "--model-config", str(tmp_path / "nope"))
+    assert missing.returncode == 2 and "--model-config:" in missing.stderr and "nope does not exist" in missing.stderr
+
+
+def test_retool_validate_reads_the_config_of_a_local_base_model(tmp_path: Path) -> None:
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(json.dumps(QWEN_7B))
+    doc = yaml.safe_load((REPO / "examples" / "retoolrun-qwen7b-ascend.yaml").read_text())
+    doc["spec"]["model"]["base"] = str(tmp_path / "model")
+    doc["spec"]["rl"]["maxResponseLength"] = 40000
+    doc["spec"]["sft"]["maxLength"] = 40000
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(doc))
+    result = validate(str(tmp_path / "run.yaml"))
+    assert result.returncode == 1 and "spec.rl.maxResponseLength: maxPromptLength + maxResponseLength = 2048 + 40000 = 42048 tokens exceeds" in result.stdout
+    assert "spec.sft.maxLength: warning: 40000 tokens is longer than the model's context window" in result.stderr
