@@ -30,6 +30,7 @@ class Check:
 CHECKS: tuple[Check, ...] = (
     Check("config", 10, "verl composes every rendered stage's overrides and accepts them (Hydra struct mode, validate_config)"),
     Check("tokenizer", 11, "the model's tokenizer loads and has a chat template, which renders the tool schema and tool calls when the run uses the tool"),
+    Check("model", 20, "the model's config.json fits the run: context window, heads vs tensor/sequence parallel, vocabulary, rollout memory per device"),
     Check("sft-data", 12, "verl's multi-turn SFT dataset trains on assistant tokens only, and trajectories fit sft.maxLength"),
     Check("rl-data", 13, "the RL prompts name the recipe's agent loop; verl's create_rl_dataset loads them with the rendered config and keeps at least one batch"),
     Check("eval-data", 14, "every eval set names the recipe's agent loop; verl's create_rl_dataset loads it with the rendered config and keeps prompts of each"),

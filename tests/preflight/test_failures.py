@@ -276,3 +276,22 @@ def test_a_text_only_run_whose_prompts_offer_the_tool(prepare: Callable[[str], P
     report = preflight(only(plan(spec_with(prepared), prepared.context("")), "eval"), tokenizer, tmp_path / "work")
     assert "the prompt offers the code_interpreter tool: a text-only run's prompts carry no tool schema" in failed(report, "rollout[eval]")
     assert_exit(report, "rollout")
+
+
+QWEN_7B_CONFIG = {"hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "intermediate_size": 18944,
+                  "vocab_size": 152064, "tie_word_embeddings": False, "max_position_embeddings": 32768, "torch_dtype": "bfloat16"}  # fmt: skip
+
+
+def test_a_run_that_does_not_fit_the_model_fails_with_the_spec_fields_and_numbers(prepared: PreparedRun, qwen_tokenizer: str, sandbox: str, tmp_path: Path) -> None:
+    """The staged model directory (tokenizer + config.json) of Qwen2.5-7B against a run asking for
+    tensorParallel 8 and 1024 + 40000 tokens: vLLM would refuse both, hours later, on the devices."""
+    model = Path(shutil.copytree(qwen_tokenizer, tmp_path / "model"))
+    (model / "config.json").write_text(json.dumps(QWEN_7B_CONFIG))
+    run = spec_with(prepared, rl={"tensorParallel": 8, "sequenceParallel": 4, "maxPromptLength": 1024, "maxResponseLength": 40000})
+    report = preflight(only(plan(run, prepared.context(sandbox)), "eval"), str(model), tmp_path / "work")
+    summary = failed(report, "model")
+    assert "spec.rl.maxResponseLength: maxPromptLength + maxResponseLength = 1024 + 40000 = 41024 tokens exceeds the model's context window of 32768" in summary
+    assert "spec.rl.tensorParallel: 8 does not split the model's 28 attention heads" in summary
+    assert_exit(report, "model")
+    assert BY_NAME["model"].exit_code in PERMANENT_EXIT_CODES
+    assert outcome(report)["tokenizer"] == "passed"
