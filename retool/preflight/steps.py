@@ -32,7 +32,7 @@ from retool.preflight.checks import CheckResult
 from retool.preflight.data import Prompt, check_eval_data, check_rl_data, first_prompts
 from retool.preflight.plan import PPO_STAGES, Plan, PreflightOptions
 from retool.preflight.reward import AGENT_LOOP_COLUMNS, check_reward, forget_loaded_reward
-from retool.preflight.rollout import rollout_problems, shape_of
+from retool.preflight.rollout import Limits, rollout_problems, shape_of
 from retool.preflight.sft import check_sft, plain
 from retool.preflight.tools import check_sandbox, check_tools, tool_schemas
 from retool.preflight.trainer import RecordingRollout, build_trainer, one_per_source, step_rows, training_step
@@ -422,7 +422,14 @@ def rollout_checks(
                 metrics = dict(value)
     seconds = time.monotonic() - started
     shape = shape_of(target.uses_tools)
-    problems, counts = rollout_problems(recorder.outputs, list(server.transcripts.values()), tokenizer, right, shape, rollout.agents)
+    spec = target.run.spec
+    eval_turns = stage == "eval" and spec.eval.max_turns is not None
+    limits = Limits(
+        max_turns=spec.eval.max_turns if eval_turns else spec.rl.max_turns,  # type: ignore[arg-type]
+        max_turns_field="spec.eval.maxTurns" if eval_turns else "spec.rl.maxTurns",
+        max_response_length=spec.rl.max_response_length,
+    )
+    problems, counts = rollout_problems(recorder.outputs, list(server.transcripts.values()), tokenizer, right, shape, rollout.agents, limits)
     details.update(counts)
     details["seconds"] = round(seconds, 2)
     state.facts[f"{stage}_scripted_rollouts"] = counts["samples"]

@@ -295,3 +295,27 @@ def test_a_run_that_does_not_fit_the_model_fails_with_the_spec_fields_and_number
     assert_exit(report, "model")
     assert BY_NAME["model"].exit_code in PERMANENT_EXIT_CODES
     assert outcome(report)["tokenizer"] == "passed"
+
+
+@pytest.mark.parametrize(
+    ("rl", "reason"),
+    [
+        pytest.param(
+            {"maxTurns": 1},
+            "spec.rl.maxTurns: 1 ends every episode after the model's first turn, so the tool's output never reaches the model; a tool-integrated run needs at least 2",
+            id="maxTurns 1 is named as the limit",
+        ),
+        pytest.param(
+            {"maxResponseLength": 64},
+            "spec.rl.maxResponseLength: 64 tokens leave 6 after the first turn (58 tokens of reasoning and code)",
+            id="maxResponseLength 64 is named as the limit, with the tokens the first turn used",
+        ),
+    ],
+)
+def test_a_limit_that_ends_the_episode_after_the_tool_call_is_named(
+    prepared: PreparedRun, qwen_tokenizer: str, sandbox: str, tmp_path: Path, rl: dict[str, Any], reason: str
+) -> None:
+    report = preflight(only(plan(spec_with(prepared, rl=rl), prepared.context(sandbox)), "eval"), qwen_tokenizer, tmp_path)
+    problems = " ".join(next(r for r in report.results if r.label == "rollout[eval]").details["problems"])
+    assert reason in problems, problems
+    assert "or a limit ended the episode" not in problems
