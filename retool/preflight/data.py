@@ -122,7 +122,10 @@ def check_rl_data(config: DictConfig, tokenizer: Any, scope: str, recipe: str) -
     details = {"files": str(files), **_filter_details(dataset), "data_sources": dict(sources_of(dataset)), "agents": agents}
     batch = int(config.data.get("gen_batch_size") or config.data.train_batch_size)
     if len(dataset) < batch:
-        summary = f"{len(dataset)} prompts left after filtering, fewer than one batch (data.train_batch_size={batch}): RayPPOTrainer's dataloader (drop_last) would be empty"
+        summary = (
+            f"{len(dataset)} prompts left after filtering, fewer than one batch (spec.rl.batchSize: {batch}): RayPPOTrainer's dataloader (drop_last) "
+            "would be empty; lower spec.rl.batchSize or raise spec.rl.maxPromptLength"
+        )
         return CheckResult("rl-data", scope, "failed", summary, details), dataset
     try:
         row = dataset[0]

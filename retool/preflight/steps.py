@@ -172,7 +172,7 @@ def ppo_config_problem(config: DictConfig) -> str | None:
         return f"verl's validate_config refuses the config: {error_text(exc)}"
     samples, workers = int(config.data.train_batch_size) * int(arr.rollout.n), int(arr.rollout.agent.num_workers)
     if samples % workers:
-        return f"a step's {samples} rollouts (data.train_batch_size x rollout.n) do not split evenly between rollout.agent.num_workers={workers}"
+        return f"a step's {samples} rollouts (spec.rl.batchSize x spec.rl.rolloutN) do not split evenly between the {workers} agent-loop workers"
     return None
 
 

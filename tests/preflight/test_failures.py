@@ -169,7 +169,7 @@ def spec_with(prepared: PreparedRun, *, rl: dict[str, Any] | None = None, n: int
     ("rl", "rl_problem", "eval_problem"),
     [
         ({"maxPromptLength": 64}, "kept 0 of 600 prompts: 600 longer than max_prompt_length=64 tokens (with the tool schema)", "kept 0 of 4 prompts"),
-        ({"batchSize": 1024, "miniBatchSize": 64}, "600 prompts left after filtering, fewer than one batch (data.train_batch_size=1024)", None),
+        ({"batchSize": 1024, "miniBatchSize": 64}, "600 prompts left after filtering, fewer than one batch (spec.rl.batchSize: 1024)", None),
     ],
     ids=["every prompt longer than maxPromptLength", "fewer prompts than one batch"],
 )
