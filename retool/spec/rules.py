@@ -149,6 +149,19 @@ def _scheduling(spec: RetoolRunSpec) -> list[Problem]:
     return problems
 
 
+def _rollout_engine(spec: RetoolRunSpec) -> list[Problem]:
+    """A value the schema names for verl's sake, refused until an image runs it (retool.runtime.image_contract)."""
+    if spec.rl.rollout_engine == "sglang":
+        return [
+            Problem(
+                "spec.rl.rolloutEngine",
+                "sglang is not supported: no ReTool trainer image installs SGLang (trainer-cuda ships vLLM 0.11.0, trainer-ascend vllm-ascend), "
+                "so the rollout workers would fail to import it; use vllm",
+            )
+        ]
+    return []
+
+
 def _recipe(spec: RetoolRunSpec) -> list[Problem]:
     if spec.recipe != "text-only":
         return []
@@ -230,6 +243,7 @@ SPEC_RULES: tuple[Callable[[RetoolRunSpec], list[Problem]], ...] = (
     _storage,
     _scheduling,
     _recipe,
+    _rollout_engine,
     pod_problems,
     _sandbox,
     _hardware,

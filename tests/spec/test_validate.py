@@ -83,6 +83,7 @@ INVALID = [
         "spec.rl.batchSize",
         "batchSize x rolloutN = 3 x 1 = 3 responses per step must be a multiple of the 8 devices",
     ),
+    ("sglang, which no trainer image installs", with_spec(rl__rolloutEngine="sglang"), "spec.rl.rolloutEngine", "no ReTool trainer image installs SGLang"),
     ("mini-batch larger than batch", with_spec(rl__batchSize=32, rl__miniBatchSize=64), "spec.rl.miniBatchSize", "larger than rl.batchSize"),
     ("tensor parallel not dividing a node", with_spec(rl__tensorParallel=3), "spec.rl.tensorParallel", "must divide the 8 devices of one node"),
     ("sequence parallel not dividing devices", with_spec(rl__sequenceParallel=16), "spec.rl.sequenceParallel", "must divide the 8 devices"),
