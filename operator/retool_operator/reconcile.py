@@ -110,6 +110,8 @@ class Observed:
     """Child name -> its pods that have not terminated (phase other than Succeeded/Failed)."""
     failure_details: dict[str, str] = field(default_factory=dict)
     """Failed Job name -> its stage container's termination message (the reason the stage gave, or its last log lines)."""
+    stage_notes: dict[str, str] = field(default_factory=dict)
+    """Succeeded preflight Job name -> what its container left in its termination message (the preflight's warnings)."""
     sandbox_ready_replicas: int = 0
     sandbox_pods_refused: str | None = None
     """The message of the sandbox Deployment's ReplicaFailure condition (pods refused at creation), if True."""
@@ -331,6 +333,7 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
     suspend_actions: list[SetSuspend] = []
     workload_actions: list[SetWorkloadActive] = []
     events: list[Event] = []
+    findings: tuple[str, str] | None = None  # (reason, message) of the preflight's findings, when it finished this pass
     requeue: float | None = None
     message = status.message
     waiting: str | None = None
@@ -411,9 +414,14 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
             events.append(event)
             break
         if outcome.state == "succeeded":
-            stages[i] = entry.model_copy(update={"state": "Succeeded", "completion_time": stamp, "message": outcome.message})
+            note = observed.stage_notes.get(child)
+            stage_message = f"{outcome.message}; {note}" if note and outcome.message else (note or outcome.message)
+            stages[i] = entry.model_copy(update={"state": "Succeeded", "completion_time": stamp, "message": stage_message})
             message = f"stage {name} succeeded"
             events.append(Event("Normal", c.REASON_STAGE_SUCCEEDED, f"{message} ({child})"))
+            if note:
+                findings = (c.REASON_PREFLIGHT_WARNINGS, note)
+                events.append(Event("Warning", c.REASON_PREFLIGHT_WARNINGS, f"stage {name}: {note}"))
             continue  # start the next stage in the same pass (once this one's pods are gone)
         if outcome.state == "failed" and queue and preempted_job(name, obj):
             attempt = entry.attempt + 1
@@ -438,6 +446,8 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
             detail = observed.failure_details.get(child)
             if detail:
                 reason = f"{reason}; {detail}"
+                if name == "preflight":
+                    findings = (c.REASON_PREFLIGHT_FAILED, detail)
             stages[i], message, event, requeue = _failed_attempt(run, entry, reason, now, permanent=outcome.permanent)
             events.append(event)
             break
@@ -478,6 +488,10 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
         conditions, isolation = _with_isolation(conditions, status, observed.sandbox_isolation, events, now=now, generation=generation)
     else:
         conditions = [cond for cond in conditions if cond.type != c.COND_SANDBOX_ISOLATION]
+    if findings is not None:
+        conditions = set_condition(
+            conditions, type_=c.COND_PREFLIGHT_FINDINGS, status=True, reason=findings[0], message=findings[1][:1024], now=now, generation=generation
+        )
     if claim_check is not None:
         ready = claim_check.state == "ready"
         conditions = set_condition(

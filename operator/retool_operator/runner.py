@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from retool.preflight.checks import WARNINGS_PREFIX
 from retool.spec.model import RetoolRun
 from retool.spec.names import RAY_STAGES, sandbox_name, stage_child_name
 from retool.spec.status import MLflowStatus, RetoolRunStatus, StageStatus
@@ -358,10 +359,12 @@ class Reconciler:
             spec = run_claim(run, self.config)
             claim = ClaimObservation(spec, await self.client.get(CLAIMS, namespace, spec.name))
         details = await self._failure_details(namespace, run.metadata.name, status, children)
+        notes = await self._stage_notes(namespace, run.metadata.name, status, children)
         observed = Observed(
             children=children,
             active_pods=active,
             failure_details=details,
+            stage_notes=notes,
             sandbox_ready_replicas=ready,
             sandbox_pods_refused=refused,
             mlflow=mlflow,
@@ -409,6 +412,20 @@ class Reconciler:
                 if message:
                     details[entry.job or ""] = message
         return details
+
+    async def _stage_notes(self, namespace: str, run_name: str, status: RetoolRunStatus, children: dict[str, dict[str, Any]]) -> dict[str, str]:
+        """The preflight Job that succeeded since the last pass -> its warnings (its container's termination message)."""
+        notes: dict[str, str] = {}
+        for entry in status.stages:
+            obj = children.get(entry.job or "")
+            if entry.name != "preflight" or entry.state == "Succeeded" or obj is None or child_outcome(entry.name, obj).state != "succeeded":
+                continue
+            selector = f"{c.LABEL_RUN}={run_name},{c.LABEL_STAGE}={entry.name},{c.LABEL_ATTEMPT}={entry.attempt}"
+            for pod in await self.client.list(PODS, namespace, label_selector=selector):
+                message = termination_message(pod, STAGE_CONTAINER)
+                if message.startswith(WARNINGS_PREFIX):
+                    notes[entry.job or ""] = message
+        return notes
 
     async def _active_pods(self, namespace: str, run_name: str) -> dict[str, list[str]]:
         """Stage child name -> its pods that still run or are still terminating."""

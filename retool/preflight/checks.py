@@ -84,6 +84,18 @@ def exit_code(results: Iterable[CheckResult]) -> int:
     return EXIT_OK if failure is None else BY_NAME[failure.check].exit_code
 
 
+WARNINGS_PREFIX = "preflight passed with warnings: "
+"""How a passing preflight's termination message starts: the operator puts it into the run's status."""
+
+
+def warnings_message(results: Iterable[CheckResult]) -> str | None:
+    """One line of every warning of a passing preflight (None without warnings), for the run's status."""
+    warnings = [r for r in results if r.status == "warning"]
+    if not warnings:
+        return None
+    return WARNINGS_PREFIX + " | ".join(f"{r.label}: {r.summary}" for r in warnings)
+
+
 def failure_message(results: Iterable[CheckResult]) -> str | None:
     """One line for the pod's termination message and the operator's condition: which check, and why."""
     results = list(results)

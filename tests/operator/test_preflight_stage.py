@@ -219,3 +219,36 @@ async def test_sandbox_pods_refused_at_admission_show_in_sandbox_ready(cluster: 
 
         cond = await eventually(sandbox_ready, what="SandboxReady PodsRefused")
     assert cond["status"] == "False" and cond["message"].startswith("0/1 replicas ready") and refusal in cond["message"]
+
+
+WARNINGS = (
+    "preflight passed with warnings: eval-data[eval]: the eval would score 3 of 6 problems (aime_2024: 3): 3 are longer than "
+    "spec.rl.maxPromptLength (250 tokens) and are dropped; raise spec.rl.maxPromptLength to score them all"
+)
+
+
+def test_a_preflight_that_passed_with_warnings_says_so_in_the_stage_a_condition_and_an_event() -> None:
+    run = run_of(preflight=PREFLIGHT)
+    observed = Observed(children={"demo-preflight-1": job_status("Complete")}, stage_notes={"demo-preflight-1": WARNINGS})
+    decision = decide(run, status_after_prepare(), observed, T0)
+    assert decision.create == [CreateChild("sft", 1)], "warnings do not stop the run"
+    assert WARNINGS in (stage(decision.status, "preflight").message or "")
+    cond = next(c for c in decision.status.conditions if c.type == "PreflightFindings")
+    assert (cond.status, cond.reason, cond.message) == ("True", "PreflightWarnings", WARNINGS)
+    assert [e.message for e in decision.events if e.reason == "PreflightWarnings"] == [f"stage preflight: {WARNINGS}"]
+    later = decide(run, decision.status, Observed(children={"demo-preflight-1": job_status("Complete")}), T0)
+    assert next(c for c in later.status.conditions if c.type == "PreflightFindings").message == WARNINGS, "the condition stays"
+
+
+def test_a_failed_preflight_sets_the_findings_condition_with_its_reason() -> None:
+    run = run_of(preflight=PREFLIGHT)
+    observed = Observed(children={"demo-preflight-1": failed_by_policy()}, failure_details={"demo-preflight-1": REASON})
+    decision = decide(run, status_after_prepare(), observed, T0)
+    cond = next(c for c in decision.status.conditions if c.type == "PreflightFindings")
+    assert (cond.status, cond.reason, cond.message) == ("True", "PreflightFailed", REASON)
+
+
+def test_a_clean_preflight_sets_no_findings_condition() -> None:
+    run = run_of(preflight=PREFLIGHT)
+    decision = decide(run, status_after_prepare(), Observed(children={"demo-preflight-1": job_status("Complete")}), T0)
+    assert "PreflightFindings" not in {c.type for c in decision.status.conditions}

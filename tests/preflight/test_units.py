@@ -319,3 +319,12 @@ def test_a_file_without_agent_names_goes_to_the_tool_agent_and_an_unreadable_one
     assert agent_mismatch(path, "tool-integrated") == (None, {path: {TOOL: 2}})
     assert "its rows name the agent loop 'tool_agent' (2 of 2 rows)" in (agent_mismatch(path, "text-only")[0] or "")
     assert agent_mismatch(str(tmp_path / "missing.parquet"), "text-only") == (None, {})
+
+
+def test_a_passing_preflight_with_warnings_has_one_line_for_the_runs_status() -> None:
+    from retool.preflight.checks import WARNINGS_PREFIX, warnings_message
+
+    results = [result("tokenizer", "passed"), result("eval-data", "warning", "eval", "the eval would score 3 of 6 problems"), result("model", "warning", summary="sft long")]
+    assert warnings_message(results) == f"{WARNINGS_PREFIX}eval-data[eval]: the eval would score 3 of 6 problems | model: sft long"
+    assert warnings_message([result("tokenizer", "passed")]) is None
+    assert exit_code(results) == EXIT_OK
