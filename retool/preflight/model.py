@@ -8,6 +8,8 @@ on any attempt); warnings keep the run going and are reported.
 
 from __future__ import annotations
 
+import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,12 @@ from retool.spec.model_fit import model_fit_findings, model_shape, read_model_co
 
 
 def check_model(spec: RetoolRunSpec, source: str, tokenizer: Any) -> CheckResult:
+    started = time.monotonic()
+    result = _check_model(spec, source, tokenizer)
+    return replace(result, details={**result.details, "seconds": round(time.monotonic() - started, 4)})
+
+
+def _check_model(spec: RetoolRunSpec, source: str, tokenizer: Any) -> CheckResult:
     config_file = Path(source) / "config.json"
     if not config_file.is_file():
         return CheckResult("model", "run", "skipped", f"no config.json at {source}: the model's context window, heads and memory were not checked")
