@@ -26,6 +26,7 @@ from retool_operator import constants as c
 from retool_operator.builders import desired_sandbox_replicas, queued, run_namespace, uses_sandbox
 from retool_operator.claims import ClaimCheck, ClaimObservation, check_claim, storage_status
 from retool_operator.isolation import IsolationObservation, isolation_condition
+from retool_operator.sandbox_gate import REASON_PULL_FAILING, SandboxGate
 from retool_operator.status import current_stage, headline_score, parse_time, phase_of, pipeline_conditions, progress_of, rfc3339, set_condition
 
 ChildState = Literal["missing", "running", "succeeded", "failed", "suspended"]
@@ -110,6 +111,8 @@ class Observed:
     """Child name -> its pods that have not terminated (phase other than Succeeded/Failed)."""
     failure_details: dict[str, str] = field(default_factory=dict)
     """Failed Job name -> its stage container's termination message (the reason the stage gave, or its last log lines)."""
+    sandbox_gate: SandboxGate | None = None
+    """Whether the sandbox can serve the preflight (``sandbox_gate``); None when not read this pass."""
     stage_notes: dict[str, str] = field(default_factory=dict)
     """Succeeded preflight Job name -> what its container left in its termination message (the preflight's warnings)."""
     sandbox_ready_replicas: int = 0
@@ -257,6 +260,26 @@ def _queued_child(
     return entry.model_copy(update={"state": "Running", "message": f"attempt {entry.attempt} running"}), actions, events, message
 
 
+SANDBOX_POLL_SECONDS = 5.0
+
+
+def _sandbox_wait(run: RetoolRun, entry: StageStatus, observed: Observed, stamp: str) -> tuple[StageStatus, str, Event | None, float | None] | None:
+    """The preflight waits for a ready sandbox replica (``retool_operator.sandbox_gate``): None when it may start.
+
+    Returns (entry, run message, event when the message changed, requeue seconds)."""
+    gate = observed.sandbox_gate
+    if entry.name != "preflight" or not uses_sandbox(run) or gate is None or gate.state == "ready":
+        return None
+    if gate.state == "failed":
+        text = f"not started: {gate.message}"
+        failed = entry.model_copy(update={"state": "Failed", "completion_time": stamp, "message": text})
+        return failed, f"stage {entry.name} {text}", Event("Warning", gate.reason, gate.message), None
+    event = None
+    if entry.message != gate.message:
+        event = Event("Warning" if gate.reason == REASON_PULL_FAILING else "Normal", gate.reason, f"stage {entry.name}: {gate.message}")
+    return entry.model_copy(update={"message": gate.message}), f"stage {entry.name} {gate.message}", event, SANDBOX_POLL_SECONDS
+
+
 def _blocking_pods(observed: Observed, child: str) -> dict[str, list[str]]:
     """Pods of other children of the run that are still alive (they must be gone before ``child`` is created)."""
     return {name: pods for name, pods in sorted(observed.active_pods.items()) if name != child and pods}
@@ -370,6 +393,11 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
                 stages[i] = entry.model_copy(update={"message": f"attempt 1 {waiting}"})
                 requeue = RELEASE_POLL_SECONDS
                 break
+            sandbox_wait = _sandbox_wait(run, entry, observed, stamp)
+            if sandbox_wait is not None:
+                stages[i], message, sandbox_event, requeue = sandbox_wait
+                events.extend([sandbox_event] if sandbox_event else [])
+                break
             text = "attempt 1 created; " + _queue_message(run, []) if queue else "attempt 1 started"
             stages[i] = entry.model_copy(
                 update={"state": first_created, "attempt": 1, "job": child, "start_time": stamp, "message": text, "checkpoint": stage_output(run, name)}
@@ -395,6 +423,11 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
                     events.append(Event("Normal", c.REASON_WAITING_FOR_PODS, f"stage {name}: {text}"))
                 stages[i] = entry.model_copy(update={"message": text})
                 requeue = RELEASE_POLL_SECONDS
+                break
+            sandbox_wait = _sandbox_wait(run, entry, observed, stamp)
+            if sandbox_wait is not None:
+                stages[i], message, sandbox_event, requeue = sandbox_wait
+                events.extend([sandbox_event] if sandbox_event else [])
                 break
             text = f"attempt {attempt} created; " + _queue_message(run, []) if queue else f"attempt {attempt} started"
             stages[i] = entry.model_copy(update={"state": first_created, "attempt": attempt, "job": child, "next_attempt_time": None, "message": text})

@@ -41,6 +41,7 @@ from retool_operator.isolation import IsolationObservation
 from retool_operator.kube import KINDS, ApiError, Kind, KubeClient
 from retool_operator.readyz import IsolationReader
 from retool_operator.reconcile import Decision, Event, Observed, child_outcome, decide
+from retool_operator.sandbox_gate import SandboxGate, sandbox_gate
 from retool_operator.status import dump, invalid_spec_status, load, phase_of, replica_failure, with_refusals, with_spec_warnings
 from retool_operator.tracking import ensure_parent_run, eval_results, tracking_target
 from retool_operator.webhook import cluster_problems, spec_problems
@@ -348,12 +349,14 @@ class Reconciler:
         if may_create(status, children):
             active = await self._active_pods(namespace, run.metadata.name)
         ready, autoscaled, isolation, refused = 0, False, None, None
+        gate: SandboxGate | None = None
         if uses_sandbox(run):
             deployment = await self.client.get(DEPLOYMENTS, namespace, sandbox_name(run.metadata.name))
             ready = int(((deployment or {}).get("status") or {}).get("readyReplicas") or 0)
             refused = replica_failure(deployment)
             autoscaled = await self.client.get(HPAS, namespace, sandbox_name(run.metadata.name)) is not None
             isolation = await self._sandbox_isolation(namespace, run.metadata.name, deployment)
+            gate = await self._sandbox_gate(namespace, run.metadata.name, deployment)
         claim: ClaimObservation | None = None
         if not any(s.attempt > 0 for s in status.stages) or status.storage is None or status.storage.phase != "Bound":
             spec = run_claim(run, self.config)
@@ -371,6 +374,7 @@ class Reconciler:
             claim=claim,
             workloads=workloads,
             sandbox_isolation=isolation,
+            sandbox_gate=gate,
         )
         return observed, autoscaled
 
@@ -412,6 +416,15 @@ class Reconciler:
                 if message:
                     details[entry.job or ""] = message
         return details
+
+    async def _sandbox_gate(self, namespace: str, run_name: str, deployment: dict[str, Any] | None) -> SandboxGate | None:
+        """Whether the sandbox can serve a preflight; its pods are read only while no replica is ready."""
+        if deployment is None:
+            return None
+        if int(((deployment.get("status") or {}).get("readyReplicas")) or 0) >= 1 or not int((deployment.get("spec") or {}).get("replicas") or 0):
+            return sandbox_gate(deployment, [])
+        pods = await self.client.list(PODS, namespace, label_selector=f"{c.LABEL_RUN}={run_name},{c.LABEL_ROLE}={c.COMPONENT_SANDBOX}")
+        return sandbox_gate(deployment, pods)
 
     async def _stage_notes(self, namespace: str, run_name: str, status: RetoolRunStatus, children: dict[str, dict[str, Any]]) -> dict[str, str]:
         """The preflight Job that succeeded since the last pass -> its warnings (its container's termination message)."""

@@ -140,11 +140,18 @@ def test_termination_message(pod: dict[str, Any], expected: str) -> None:
     assert termination_message(pod, "stage") == expected
 
 
+async def sandbox_up(cluster: Cluster, run: str) -> None:
+    """What the Deployment controller reports once a sandbox replica is ready (the emulator runs none):
+    the preflight Job waits for it (``retool_operator.sandbox_gate``)."""
+    await cluster.finish(DEPLOYMENTS, sandbox_name(run), {"status": {"replicas": 1, "readyReplicas": 1}})
+
+
 @pytest.mark.slow
 async def test_a_broken_run_fails_at_preflight_and_no_rayjob_is_created(cluster: Cluster) -> None:
     async with running_operator(cluster.config):
         await cluster.api.create(spec_doc("broken", preflight=PREFLIGHT))
         await cluster.finish(JOBS, "broken-prepare-1", job_status("Complete"))
+        await sandbox_up(cluster, "broken")
         job = await cluster.child(JOBS, "broken-preflight-1")
         pod = {
             "apiVersion": "v1",
@@ -174,6 +181,7 @@ async def test_a_passed_preflight_hands_over_to_sft(cluster: Cluster) -> None:
     async with running_operator(cluster.config):
         await cluster.api.create(spec_doc("checked", preflight=PREFLIGHT))
         await cluster.finish(JOBS, "checked-prepare-1", job_status("Complete"))
+        await sandbox_up(cluster, "checked")
         await cluster.finish(JOBS, "checked-preflight-1", job_status("Complete"))
         await cluster.child(RAYJOBS, "checked-sft-1")
         status = await cluster.status("checked")
@@ -203,15 +211,14 @@ def cluster_pods() -> Any:
 @pytest.mark.slow
 async def test_sandbox_pods_refused_at_admission_show_in_sandbox_ready(cluster: Cluster) -> None:
     """The preflight wants one sandbox replica; when its ReplicaSet cannot create the pod (here Pod
-    Security refusing the user-namespace shape), the Deployment's ReplicaFailure reaches the run."""
+    Security refusing the user-namespace shape), the Deployment's ReplicaFailure reaches the run,
+    and the preflight Job waits for a ready replica instead of racing it."""
     refusal = 'pods "refused-sandbox-5c6d-x" is forbidden: violates PodSecurity "baseline:latest": non-default capabilities'
     async with running_operator(cluster.config):
         await cluster.api.create(spec_doc("refused", preflight=PREFLIGHT))
         await cluster.finish(JOBS, "refused-prepare-1", job_status("Complete"))
-        await cluster.child(JOBS, "refused-preflight-1")
         failure = {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate", "message": refusal}
-        await cluster.api.patch(DEPLOYMENTS, NS, sandbox_name("refused"), {"status": {"replicas": 0, "readyReplicas": 0, "conditions": [failure]}}, subresource="status")
-        await cluster.api.patch(JOBS, NS, "refused-preflight-1", {"status": {"active": 1}}, subresource="status")  # an event: one more pass
+        await cluster.finish(DEPLOYMENTS, sandbox_name("refused"), {"status": {"replicas": 0, "readyReplicas": 0, "conditions": [failure]}})
 
         async def sandbox_ready() -> dict[str, Any] | None:
             cond = {c["type"]: c for c in (await cluster.status("refused")).get("conditions", [])}.get("SandboxReady")
@@ -219,6 +226,8 @@ async def test_sandbox_pods_refused_at_admission_show_in_sandbox_ready(cluster: 
 
         cond = await eventually(sandbox_ready, what="SandboxReady PodsRefused")
     assert cond["status"] == "False" and cond["message"].startswith("0/1 replicas ready") and refusal in cond["message"]
+    assert await cluster.api.get(JOBS, NS, "refused-preflight-1") is None, "no preflight without a sandbox to check"
+    assert stage_of(await cluster.status("refused"), "preflight")["message"].startswith("waiting for the sandbox")
 
 
 WARNINGS = (
