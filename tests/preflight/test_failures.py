@@ -259,7 +259,8 @@ def test_a_text_only_run_skips_the_tool_and_sandbox_checks_with_the_reason(prepa
     prepared = prepare(TEXT_ONLY)
     report = preflight(only(plan(spec_with(prepared), prepared.context("")), "eval"), qwen_tokenizer, tmp_path)
     skipped = {r.label: r.summary for r in report.results if r.status == "skipped"}
-    assert skipped == {"tools[eval]": TEXT_ONLY_TOOLS, "sandbox[eval]": TEXT_ONLY_SANDBOX}
+    no_config = f"no config.json at {qwen_tokenizer}: the model's context window, heads and memory were not checked"
+    assert skipped == {"tools[eval]": TEXT_ONLY_TOOLS, "sandbox[eval]": TEXT_ONLY_SANDBOX, "model": no_config}
     assert outcome(report)["rollout[eval]"] == outcome(report)["trainer-batch[eval]"] == "passed"
     assert report.exit_code == 0 and report.sandbox_url is None
 
