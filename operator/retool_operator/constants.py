@@ -60,6 +60,10 @@ COND_SANDBOX_READY = "SandboxReady"
 COND_SANDBOX_ISOLATION = "SandboxIsolation"
 COND_VALID = "SpecValid"
 COND_STORAGE_READY = "StorageReady"
+COND_PREFLIGHT_FINDINGS = "PreflightFindings"
+"""True when the preflight reported warnings (reason PreflightWarnings) or failed (PreflightFailed): the message names the spec field."""
+REASON_PREFLIGHT_WARNINGS = "PreflightWarnings"
+REASON_PREFLIGHT_FAILED = "PreflightFailed"
 
 # Condition reasons (one CamelCase word each).
 REASON_INVALID_SPEC = "InvalidSpec"

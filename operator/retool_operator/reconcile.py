@@ -38,6 +38,7 @@ from retool_operator.queueing import (
     queue_message,
     suspended_by_operator,
 )
+from retool_operator.sandbox_gate import REASON_PULL_FAILING, SandboxGate
 from retool_operator.sandbox_sizing import sandbox_replicas
 from retool_operator.status import current_stage, headline_score, parse_time, phase_of, pipeline_conditions, progress_of, rfc3339, set_condition
 
@@ -124,6 +125,10 @@ class Observed:
     """Child name -> those of its ``active_pods`` that are Ray job submitter pods (never waited for)."""
     failure_details: dict[str, str] = field(default_factory=dict)
     """Failed Job name -> its stage container's termination message (the reason the stage gave, or its last log lines)."""
+    sandbox_gate: SandboxGate | None = None
+    """Whether the sandbox can serve the preflight (``sandbox_gate``); None when not read this pass."""
+    stage_notes: dict[str, str] = field(default_factory=dict)
+    """Succeeded preflight Job name -> what its container left in its termination message (the preflight's warnings)."""
     sandbox_ready_replicas: int = 0
     sandbox_spec_replicas: int | None = None
     """The sandbox Deployment's ``spec.replicas`` as stored (None: no Deployment yet)."""
@@ -252,6 +257,26 @@ def _operator_suspension(
     return entry.model_copy(update={"state": state}), [SetSuspend(name, child, suspend)], [event], f"stage {name} {'suspended' if suspend else 'resumed'}"
 
 
+SANDBOX_POLL_SECONDS = 5.0
+
+
+def _sandbox_wait(run: RetoolRun, entry: StageStatus, observed: Observed, stamp: str) -> tuple[StageStatus, str, Event | None, float | None] | None:
+    """The preflight waits for a ready sandbox replica (``retool_operator.sandbox_gate``): None when it may start.
+
+    Returns (entry, run message, event when the message changed, requeue seconds)."""
+    gate = observed.sandbox_gate
+    if entry.name != "preflight" or not uses_sandbox(run) or gate is None or gate.state == "ready":
+        return None
+    if gate.state == "failed":
+        text = f"not started: {gate.message}"
+        failed = entry.model_copy(update={"state": "Failed", "completion_time": stamp, "message": text})
+        return failed, f"stage {entry.name} {text}", Event("Warning", gate.reason, gate.message), None
+    event = None
+    if entry.message != gate.message:
+        event = Event("Warning" if gate.reason == REASON_PULL_FAILING else "Normal", gate.reason, f"stage {entry.name}: {gate.message}")
+    return entry.model_copy(update={"message": gate.message}), f"stage {entry.name} {gate.message}", event, SANDBOX_POLL_SECONDS
+
+
 def _with_isolation(
     conditions: list[Condition],
     status: RetoolRunStatus,
@@ -296,6 +321,8 @@ class Step:
     waiting: str | None = None
     go_on: bool = False
     """The stage finished this pass: the next one may start in the same pass."""
+    findings: tuple[str, str] | None = None
+    """(reason, message) of the preflight's findings, when it finished this pass."""
 
 
 def _next_attempt(run: RetoolRun, entry: StageStatus, observed: Observed, now: dt.datetime, claim_check: ClaimCheck | None) -> Step:
@@ -320,6 +347,10 @@ def _next_attempt(run: RetoolRun, entry: StageStatus, observed: Observed, now: d
         text = f"attempt {attempt} {waiting}"
         events = [] if first or entry.message == text else [Event("Normal", c.REASON_WAITING_FOR_PODS, f"stage {name}: {text}")]
         return Step(entry.model_copy(update={"message": text}), events=events, requeue=RELEASE_POLL_SECONDS, waiting=waiting)
+    sandbox_wait = _sandbox_wait(run, entry, observed, stamp)
+    if sandbox_wait is not None:
+        updated, message, sandbox_event, requeue = sandbox_wait
+        return Step(updated, message, [sandbox_event] if sandbox_event else [], requeue=requeue)
     queue = queued(run)
     text = f"attempt {attempt} created; " + queue_message(run.spec.scheduling.queue_name, []) if queue else f"attempt {attempt} started"
     update: dict[str, Any] = {"state": "Queued" if queue else "Running", "attempt": attempt, "job": child, "message": text}
@@ -350,8 +381,14 @@ def _follow_child(run: RetoolRun, entry: StageStatus, observed: Observed, now: d
         return Step(updated, message, [event], requeue=requeue)
     if outcome.state == "succeeded":
         message = f"stage {name} succeeded"
-        updated = entry.model_copy(update={"state": "Succeeded", "completion_time": rfc3339(now), "message": outcome.message})
-        return Step(updated, message, [Event("Normal", c.REASON_STAGE_SUCCEEDED, f"{message} ({child})")], go_on=True)
+        note = observed.stage_notes.get(child)
+        stage_message = f"{outcome.message}; {note}" if note and outcome.message else (note or outcome.message)
+        updated = entry.model_copy(update={"state": "Succeeded", "completion_time": rfc3339(now), "message": stage_message})
+        events = [Event("Normal", c.REASON_STAGE_SUCCEEDED, f"{message} ({child})")]
+        if not note:
+            return Step(updated, message, events, go_on=True)
+        events.append(Event("Warning", c.REASON_PREFLIGHT_WARNINGS, f"stage {name}: {note}"))
+        return Step(updated, message, events, go_on=True, findings=(c.REASON_PREFLIGHT_WARNINGS, note))
     if outcome.state == "failed" and kueue and preempted_job(name, obj):
         attempt = entry.attempt + 1
         new_child = stage_child_name(run.metadata.name, name, attempt)
@@ -374,7 +411,8 @@ def _follow_child(run: RetoolRun, entry: StageStatus, observed: Observed, now: d
         if detail:
             reason = f"{reason}; {detail}{claim_permission_hint(run, detail)}"
         updated, message, event, requeue = failed_attempt(run, entry, reason, now, permanent=outcome.permanent)
-        return Step(updated, message, [event], requeue=requeue)
+        findings = (c.REASON_PREFLIGHT_FAILED, detail) if detail and name == "preflight" else None
+        return Step(updated, message, [event], requeue=requeue, findings=findings)
     deactivation = kueue_deactivation(workloads) if kueue and not run.spec.suspend else None
     if deactivation is not None:
         reason = f"Kueue deactivated its workload {deactivation.workload} ({deactivation.reason}: {deactivation.message}); it will not be admitted again"
@@ -401,6 +439,7 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
     requeue: float | None = None
     message = status.message
     waiting: str | None = None
+    findings: tuple[str, str] | None = None  # (reason, message) of the preflight's findings, when it finished this pass
     # The claim is checked until the first stage starts: a multi-node run on a claim that cannot be
     # shared fails here, before anything requests an accelerator.
     claim_check: ClaimCheck | None = None
@@ -425,6 +464,7 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
         workload_actions += step.workloads
         requeue = step.requeue if step.requeue is not None else requeue
         waiting = step.waiting or waiting
+        findings = step.findings or findings
         if not step.go_on:
             break
 
@@ -457,6 +497,10 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
         conditions, isolation = _with_isolation(conditions, status, observed.sandbox_isolation, events, now=now, generation=generation)
     else:
         conditions = [cond for cond in conditions if cond.type != c.COND_SANDBOX_ISOLATION]
+    if findings is not None:
+        conditions = set_condition(
+            conditions, type_=c.COND_PREFLIGHT_FINDINGS, status=True, reason=findings[0], message=findings[1][:1024], now=now, generation=generation
+        )
     if claim_check is not None:
         ready = claim_check.state == "ready"
         conditions = set_condition(

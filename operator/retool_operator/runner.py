@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from retool.preflight.checks import WARNINGS_PREFIX
 from retool.spec.model import RetoolRun
 from retool.spec.names import RAY_STAGES, sandbox_name, stage_child_name
 from retool.spec.status import MLflowStatus, RetoolRunStatus, StageStatus
@@ -43,6 +44,7 @@ from retool_operator.kuberay_crd import RAYJOB_CRD, KubeRayCRD, kuberay_problems
 from retool_operator.queueing import ANNOTATION_SUSPENDED, SUSPENDED_BY, child_queue
 from retool_operator.readyz import IsolationReader
 from retool_operator.reconcile import Decision, Event, Observed, child_outcome, decide
+from retool_operator.sandbox_gate import SandboxGate, sandbox_gate
 from retool_operator.status import dump, invalid_spec_status, load, phase_of, replica_failure, set_condition, with_refusals, with_spec_warnings
 from retool_operator.tracking import ensure_parent_run, eval_results, same_tracker, tracking_target
 from retool_operator.webhook import cluster_problems, spec_problems
@@ -479,6 +481,7 @@ class Reconciler:
         ready, autoscaled, isolation, refused = 0, False, None, None
         hpa_min: int | None = None
         spec_replicas: int | None = None
+        gate: SandboxGate | None = None
         if uses_sandbox(run):
             deployment = await self.client.get(DEPLOYMENTS, namespace, sandbox_name(run.metadata.name))
             ready = int(((deployment or {}).get("status") or {}).get("readyReplicas") or 0)
@@ -488,6 +491,7 @@ class Reconciler:
             hpa_min = int(((hpa or {}).get("spec") or {}).get("minReplicas") or 1) if hpa else None
             spec_replicas = ((deployment or {}).get("spec") or {}).get("replicas") if deployment else None
             isolation = await self._sandbox_isolation(namespace, run.metadata.name, deployment)
+            gate = await self._sandbox_gate(namespace, run.metadata.name, deployment)
         claim: ClaimObservation | None = None
         claim_events: list[dict[str, Any]] | None = None
         extra_claims: dict[str, dict[str, Any] | None] = {}
@@ -500,11 +504,13 @@ class Reconciler:
             if claim.obj is not None and ((claim.obj.get("status") or {}).get("phase") or "Pending") == "Pending" and below.old_enough(claim.obj, self.now()):
                 claim_events = await self._events(namespace, "PersistentVolumeClaim", spec.name)
         details = await self._failure_details(namespace, run.metadata.name, status, children)
+        notes = await self._stage_notes(namespace, run.metadata.name, status, children)
         observed = Observed(
             children=children,
             active_pods=active,
             submitter_pods=submitters,
             failure_details=details,
+            stage_notes=notes,
             sandbox_ready_replicas=ready,
             sandbox_pods_refused=refused,
             sandbox_spec_replicas=spec_replicas,
@@ -516,6 +522,7 @@ class Reconciler:
             claim_events=claim_events,
             extra_claims=extra_claims,
             sandbox_isolation=isolation,
+            sandbox_gate=gate,
         )
         return observed, autoscaled
 
@@ -576,6 +583,29 @@ class Reconciler:
                 if message:
                     details[entry.job or ""] = message
         return details
+
+    async def _sandbox_gate(self, namespace: str, run_name: str, deployment: dict[str, Any] | None) -> SandboxGate | None:
+        """Whether the sandbox can serve a preflight; its pods are read only while no replica is ready."""
+        if deployment is None:
+            return None
+        if int(((deployment.get("status") or {}).get("readyReplicas")) or 0) >= 1 or not int((deployment.get("spec") or {}).get("replicas") or 0):
+            return sandbox_gate(deployment, [])
+        pods = await self.client.list(PODS, namespace, label_selector=f"{c.LABEL_RUN}={run_name},{c.LABEL_ROLE}={c.COMPONENT_SANDBOX}")
+        return sandbox_gate(deployment, pods)
+
+    async def _stage_notes(self, namespace: str, run_name: str, status: RetoolRunStatus, children: dict[str, dict[str, Any]]) -> dict[str, str]:
+        """The preflight Job that succeeded since the last pass -> its warnings (its container's termination message)."""
+        notes: dict[str, str] = {}
+        for entry in status.stages:
+            obj = children.get(entry.job or "")
+            if entry.name != "preflight" or entry.state == "Succeeded" or obj is None or child_outcome(entry.name, obj).state != "succeeded":
+                continue
+            selector = f"{c.LABEL_RUN}={run_name},{c.LABEL_STAGE}={entry.name},{c.LABEL_ATTEMPT}={entry.attempt}"
+            for pod in await self.client.list(PODS, namespace, label_selector=selector):
+                message = termination_message(pod, STAGE_CONTAINER)
+                if message.startswith(WARNINGS_PREFIX):
+                    notes[entry.job or ""] = message
+        return notes
 
     async def _active_pods(self, namespace: str, run_name: str) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
         """(stage child name -> its pods that still run or are still terminating, the same for those

@@ -13,9 +13,12 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 from retool.cli.inputs import add_operator_arguments, operator_settings
-from retool.spec.validate import FileProblem, validate_file, validate_text
+from retool.spec.model_fit import read_model_config
+from retool.spec.problem import Problem
+from retool.spec.validate import FileProblem, model_fit_problems, validate_text
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -27,23 +30,52 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("files", nargs="+", metavar="FILE", help="YAML files; '-' reads standard input")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     add_operator_arguments(parser)
+    parser.add_argument(
+        "--model-config",
+        metavar="PATH",
+        help="the model's config.json (or its directory): also check context window, heads vs parallelism and memory per device "
+        "(default: spec.model.base when it is a local directory holding config.json)",
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     settings = operator_settings(args.batch_scheduler, args.sandbox_max_replicas, os.environ)
+    try:
+        model_config = read_model_config(args.model_config) if args.model_config else None
+    except ValueError as err:
+        print(f"retool validate: --model-config: {err}", file=sys.stderr)
+        return 2
     documents = 0
     problems: list[FileProblem] = []
+    warnings: list[FileProblem] = []
     for name in args.files:
-        count, found = validate_text(sys.stdin.read(), "<stdin>", settings) if name == "-" else validate_file(name, settings)
+        if name == "-":
+            text, source = sys.stdin.read(), "<stdin>"
+        else:
+            try:
+                text, source = Path(name).read_text(encoding="utf-8"), name
+            except OSError as err:
+                problems.append(FileProblem(name, 0, Problem("(file)", err.strerror or str(err))))
+                continue
+            except UnicodeDecodeError:
+                problems.append(FileProblem(name, 0, Problem("(file)", "not UTF-8 text (is it a YAML file?)")))
+                continue
+        count, found = validate_text(text, source, settings)
         documents += count
         problems.extend(found)
+        model_errors, model_warnings = model_fit_problems(text, source, model_config)
+        problems.extend(model_errors)
+        warnings.extend(model_warnings)
     if args.format == "json":
         payload = [{"file": p.file, "document": p.document, "path": p.problem.path, "message": p.problem.message} for p in problems]
-        print(json.dumps({"documents": documents, "problems": payload}, indent=2))
+        warned = [{"file": p.file, "document": p.document, "path": p.problem.path, "message": p.problem.message} for p in warnings]
+        print(json.dumps({"documents": documents, "problems": payload, **({"warnings": warned} if warned else {})}, indent=2))
     else:
         for p in problems:
             print(f"{p.file}#{p.document}: {p.problem.path}: {p.problem.message}")
+        for p in warnings:
+            print(f"{p.file}#{p.document}: {p.problem.path}: warning: {p.problem.message}", file=sys.stderr)
         summary = f"{documents} document(s), {len(problems)} problem(s)"
         print(summary if problems else f"{summary}: all valid", file=sys.stderr)
     return 1 if problems else 0

@@ -87,6 +87,8 @@ class Transcript:
     turns: int = 0
     tool_turn_texts: list[str] = field(default_factory=list)
     tool_output_seen: bool | None = None
+    reply_tokens: list[int] = field(default_factory=list)
+    """Tokens of each scripted model turn (the response budget they used)."""
 
 
 class ScriptedServer:
@@ -128,6 +130,7 @@ class ScriptedServer:
             reply = list(episode.turns[min(transcript.turns, len(episode.turns) - 1)] if transcript.tool_output_seen else self.missing_output_turn)
             self._state[request_id] = (episode, list(prompt_ids) + reply)
         transcript.turns += 1
+        transcript.reply_tokens.append(len(reply))
         return TokenOutput(token_ids=reply, log_probs=None)
 
 

@@ -30,6 +30,7 @@ class Check:
 CHECKS: tuple[Check, ...] = (
     Check("config", 10, "verl composes every rendered stage's overrides and accepts them (Hydra struct mode, validate_config)"),
     Check("tokenizer", 11, "the model's tokenizer loads and has a chat template, which renders the tool schema and tool calls when the run uses the tool"),
+    Check("model", 20, "the model's config.json fits the run: context window, heads vs tensor/sequence parallel, vocabulary, rollout memory per device"),
     Check("sft-data", 12, "verl's multi-turn SFT dataset trains on assistant tokens only, and trajectories fit sft.maxLength"),
     Check("rl-data", 13, "the RL prompts name the recipe's agent loop; verl's create_rl_dataset loads them with the rendered config and keeps at least one batch"),
     Check("eval-data", 14, "every eval set names the recipe's agent loop; verl's create_rl_dataset loads it with the rendered config and keeps prompts of each"),
@@ -81,6 +82,18 @@ def first_failure(results: Iterable[CheckResult]) -> CheckResult | None:
 def exit_code(results: Iterable[CheckResult]) -> int:
     failure = first_failure(results)
     return EXIT_OK if failure is None else BY_NAME[failure.check].exit_code
+
+
+WARNINGS_PREFIX = "preflight passed with warnings: "
+"""How a passing preflight's termination message starts: the operator puts it into the run's status."""
+
+
+def warnings_message(results: Iterable[CheckResult]) -> str | None:
+    """One line of every warning of a passing preflight (None without warnings), for the run's status."""
+    warnings = [r for r in results if r.status == "warning"]
+    if not warnings:
+        return None
+    return WARNINGS_PREFIX + " | ".join(f"{r.label}: {r.summary}" for r in warnings)
 
 
 def failure_message(results: Iterable[CheckResult]) -> str | None:

@@ -9,7 +9,7 @@ exits with the preflight's status.
 from __future__ import annotations
 
 from retool.recipe.render.command import StageCommand
-from retool.recipe.render.common import PYTHON, attempt_dir, cpu_stage_env
+from retool.recipe.render.common import CPU_ONLY_MODULE, PYTHON, attempt_dir, cpu_stage_env
 from retool.runtime.context import StageContext
 from retool.runtime.paths import run_paths, staged_model_path
 from retool.spec.model import RetoolRun
@@ -30,6 +30,8 @@ def tokenizer_source(run: RetoolRun) -> str:
 
 def render_preflight(run: RetoolRun, ctx: StageContext, spec_file: str) -> StageCommand:
     report_dir = attempt_dir(run_paths(run), STAGE, ctx.attempt)
-    argv = (PYTHON, "-m", MODULE, "--spec", spec_file, "--tokenizer", tokenizer_source(run), "--report-dir", report_dir)
+    # retool.runtime.cpu_only: the pod has no NPU (no driver) and transformers/accelerate import
+    # torch_npu whenever it is installed (TORCH_DEVICE_BACKEND_AUTOLOAD=0 stops only torch's autoload).
+    argv = (PYTHON, "-m", CPU_ONLY_MODULE, "-m", MODULE, "--spec", spec_file, "--tokenizer", tokenizer_source(run), "--report-dir", report_dir)
     notes = (f"checks the run's data, tokenizer, tool, reward and sandbox through verl's runtime code on CPU; report in {report_dir}",)
     return StageCommand(stage=STAGE, argv=argv, env={**cpu_stage_env(run), **EXTRA_ENV}, notes=notes)

@@ -122,7 +122,10 @@ def check_rl_data(config: DictConfig, tokenizer: Any, scope: str, recipe: str) -
     details = {"files": str(files), **_filter_details(dataset), "data_sources": dict(sources_of(dataset)), "agents": agents}
     batch = int(config.data.get("gen_batch_size") or config.data.train_batch_size)
     if len(dataset) < batch:
-        summary = f"{len(dataset)} prompts left after filtering, fewer than one batch (data.train_batch_size={batch}): RayPPOTrainer's dataloader (drop_last) would be empty"
+        summary = (
+            f"{len(dataset)} prompts left after filtering, fewer than one batch (spec.rl.batchSize: {batch}): RayPPOTrainer's dataloader (drop_last) "
+            "would be empty; lower spec.rl.batchSize or raise spec.rl.maxPromptLength"
+        )
         return CheckResult("rl-data", scope, "failed", summary, details), dataset
     try:
         row = dataset[0]
@@ -149,7 +152,13 @@ def check_eval_data(config: DictConfig, tokenizer: Any, scope: str, expected_sou
     if missing:
         return CheckResult("eval-data", scope, "failed", f"no prompt of eval set(s) {', '.join(missing)} is left after filtering", details), dataset
     summary = ", ".join(f"{name}: {counts[name]}" for name in counts)
-    dropped = details.get("prompts", len(dataset)) - len(dataset)
+    total = details.get("prompts", len(dataset))
+    dropped = total - len(dataset)
     if dropped:
-        return CheckResult("eval-data", scope, "warning", f"{summary}; {dropped} dropped by the length filter at maxPromptLength", details), dataset
+        limit = details.get("max_prompt_length", config.data.max_prompt_length)
+        text = (
+            f"the eval would score {len(dataset)} of {total} problems ({summary}): {dropped} are longer than spec.rl.maxPromptLength ({limit} tokens) "
+            "and are dropped; raise spec.rl.maxPromptLength to score them all"
+        )
+        return CheckResult("eval-data", scope, "warning", text, details), dataset
     return CheckResult("eval-data", scope, "passed", summary, details), dataset

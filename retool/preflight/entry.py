@@ -29,4 +29,8 @@ def execute(target: Plan, options: PreflightOptions, *, tracking_uri: str | None
     if report.failure:
         logger.error("%s", report.failure)
         write_termination_message(report.failure)
+    elif report.warnings:
+        # read by the operator from the succeeded pod: the run's status, a condition and an Event
+        logger.warning("%s", report.warnings)
+        write_termination_message(report.warnings)
     return report

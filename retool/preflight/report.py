@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from retool.preflight.checks import BY_NAME, CheckResult, exit_code, failure_message
+from retool.preflight.checks import BY_NAME, CheckResult, exit_code, failure_message, warnings_message
 
 REPORT_JSON = "preflight-report.json"
 REPORT_MD = "preflight-report.md"
@@ -50,6 +50,11 @@ class Report:
     @property
     def failure(self) -> str | None:
         return failure_message(self.results)
+
+    @property
+    def warnings(self) -> str | None:
+        """Every warning on one line when the preflight passed with warnings, else None."""
+        return None if self.failure else warnings_message(self.results)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -43,6 +43,40 @@ TOOL_ROLLOUT = Shape(AGENT_NAME, 4, "prompt, tool call, tool output, answer", 2,
 SINGLE_TURN_ROLLOUT = Shape(TEXT_AGENT_NAME, 2, "prompt, answer", 1, False)
 
 
+@dataclass(frozen=True)
+class Limits:
+    """The spec fields that end an episode, with their values, for messages that name them."""
+
+    max_turns: int
+    max_turns_field: str
+    max_response_length: int
+    max_response_length_field: str = "spec.rl.maxResponseLength"
+
+
+def silent_reason(transcripts: Sequence[Transcript], shape: Shape, limits: Limits | None) -> str:
+    """Why rollouts stopped after the tool call, naming the spec field when a limit did it."""
+    count = len(transcripts)
+    if limits is not None and limits.max_turns < shape.requests:
+        return (
+            f"{count} rollouts stopped after the tool call: {limits.max_turns_field}: {limits.max_turns} ends every episode after the model's first turn, "
+            f"so the tool's output never reaches the model; a tool-integrated run needs at least {shape.requests}"
+        )
+    first = max((t.reply_tokens[0] for t in transcripts if t.reply_tokens), default=0)
+    if limits is not None and first >= limits.max_response_length:
+        return (
+            f"{count} rollouts stopped after the tool call: {limits.max_response_length_field}: {limits.max_response_length} tokens are used up by the "
+            f"first turn alone ({first} tokens of reasoning and code), so the episode ends before the model sees the tool's output and answers"
+        )
+    if limits is not None and first:
+        return (
+            f"{count} rollouts stopped after the tool call: {limits.max_response_length_field}: {limits.max_response_length} tokens leave "
+            f"{limits.max_response_length - first} after the first turn ({first} tokens of reasoning and code), which the tool's output and the answer "
+            "must share: verl ends the episode when the response budget is spent (with an ample budget, the rollout's tool parser found no call in the "
+            "SFT-format turn)"
+        )
+    return f"{count} rollouts stopped after the tool call: the rollout's tool parser found no call in the SFT-format turn, or a limit ended the episode"
+
+
 def shape_of(uses_tools: bool) -> Shape:
     return TOOL_ROLLOUT if uses_tools else SINGLE_TURN_ROLLOUT
 
@@ -87,6 +121,7 @@ def rollout_problems(
     right_score: float,
     shape: Shape = TOOL_ROLLOUT,
     agents: Mapping[str, int] | None = None,
+    limits: Limits | None = None,
 ) -> tuple[list[str], dict[str, Any]]:
     """Problems across every sample the agent loop produced, and counts for the report.
 
@@ -98,7 +133,7 @@ def rollout_problems(
     if shape.calls_tool:
         silent = [t for t in transcripts if t.turns < shape.requests]
         if silent:
-            problems.append(f"{len(silent)} rollouts stopped after the tool call: the rollout's tool parser found no call in the SFT-format turn, or a limit ended the episode")
+            problems.append(silent_reason(silent, shape, limits))
         unseen = [t for t in transcripts if t.tool_output_seen is False]
         if unseen:
             problems.append(f"{len(unseen)} rollouts never saw the sandbox's output; the tool turn read: {unseen[0].tool_turn_texts[-1][:300]!r}")

@@ -11,6 +11,7 @@ import logging
 import time
 
 from retool.preflight import steps
+from retool.preflight.model import check_model
 from retool.preflight.plan import PPO_STAGES, Plan, PreflightOptions
 from retool.preflight.report import Report
 
@@ -23,6 +24,7 @@ def run_preflight(target: Plan, options: PreflightOptions) -> Report:
     options.work_dir.mkdir(parents=True, exist_ok=True)
     state = steps.State()
     tokenizer = steps.tokenizer_check(state, options, trust_remote_code=target.run.spec.model.trust_remote_code, tools=target.uses_tools)
+    state.add(check_model(target.run.spec, options.tokenizer, tokenizer))
     steps.config_checks(state, target, options)
     sft_dataset = steps.sft_check(state, target, options, tokenizer)
     ppo = {stage: state.configs[stage] for stage in PPO_STAGES if stage in state.configs}

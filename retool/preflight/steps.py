@@ -32,7 +32,7 @@ from retool.preflight.checks import CheckResult
 from retool.preflight.data import Prompt, check_eval_data, check_rl_data, first_prompts
 from retool.preflight.plan import PPO_STAGES, Plan, PreflightOptions
 from retool.preflight.reward import AGENT_LOOP_COLUMNS, check_reward, forget_loaded_reward
-from retool.preflight.rollout import rollout_problems, shape_of
+from retool.preflight.rollout import Limits, rollout_problems, shape_of
 from retool.preflight.sft import check_sft, plain
 from retool.preflight.tokenizer_files import tokenizer_source_problem
 from retool.preflight.tools import check_sandbox, check_tools, tool_schemas
@@ -177,7 +177,7 @@ def ppo_config_problem(config: DictConfig) -> str | None:
         return f"verl's validate_config refuses the config: {error_text(exc)}"
     samples, workers = int(config.data.train_batch_size) * int(arr.rollout.n), int(arr.rollout.agent.num_workers)
     if samples % workers:
-        return f"a step's {samples} rollouts (data.train_batch_size x rollout.n) do not split evenly between rollout.agent.num_workers={workers}"
+        return f"a step's {samples} rollouts (spec.rl.batchSize x spec.rl.rolloutN) do not split evenly between the {workers} agent-loop workers"
     return None
 
 
@@ -427,7 +427,14 @@ def rollout_checks(
                 metrics = dict(value)
     seconds = time.monotonic() - started
     shape = shape_of(target.uses_tools)
-    problems, counts = rollout_problems(recorder.outputs, list(server.transcripts.values()), tokenizer, right, shape, rollout.agents)
+    spec = target.run.spec
+    eval_turns = stage == "eval" and spec.eval.max_turns is not None
+    limits = Limits(
+        max_turns=spec.eval.max_turns if eval_turns else spec.rl.max_turns,  # type: ignore[arg-type]
+        max_turns_field="spec.eval.maxTurns" if eval_turns else "spec.rl.maxTurns",
+        max_response_length=spec.rl.max_response_length,
+    )
+    problems, counts = rollout_problems(recorder.outputs, list(server.transcripts.values()), tokenizer, right, shape, rollout.agents, limits)
     details.update(counts)
     details["seconds"] = round(seconds, 2)
     state.facts[f"{stage}_scripted_rollouts"] = counts["samples"]

@@ -21,6 +21,7 @@ logger = logging.getLogger(__name__)
 ARTIFACT_DIR = "preflight"
 TAG_VERDICT = "retool.preflight"
 TAG_FAILURE = "retool.preflight.failure"
+TAG_WARNINGS = "retool.preflight.warnings"
 MAX_TAG = 5000
 
 
@@ -45,6 +46,8 @@ def log_report(tracking_uri: str, run_id: str, report: Report, files: tuple[Path
         mlflow_client.set_tag(run_id, TAG_VERDICT, "passed" if report.passed else "failed")
         if report.failure:
             mlflow_client.set_tag(run_id, TAG_FAILURE, report.failure[:MAX_TAG])
+        elif report.warnings:
+            mlflow_client.set_tag(run_id, TAG_WARNINGS, report.warnings[:MAX_TAG])
 
 
 def open_run(tracking_uri: str, experiment: str, run_name: str) -> str:

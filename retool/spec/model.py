@@ -298,7 +298,11 @@ class RLSpec(SpecModel):
     offload: bool = Field(True, description="Offload parameters and optimizer state to CPU between phases.")
     dynamic_batch_size: bool = Field(True, description="Pack micro-batches by token count (verl use_dynamic_bsz).")
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="Fraction of device memory the rollout engine may use.")
-    rollout_engine: Literal["vllm", "sglang"] = Field("vllm", description="Rollout engine; the public recipes use vllm.")
+    rollout_engine: Literal["vllm", "sglang"] = Field(
+        "vllm",
+        description="Rollout engine; the public recipes use vllm. sglang is refused: no ReTool trainer image installs SGLang "
+        "(trainer-cuda ships vLLM, trainer-ascend vllm-ascend).",
+    )
     tool_response_max_chars: PositiveInt = Field(4096, le=1 << 20, description="Interpreter output kept in the context (head and tail around a marker).")
     save_freq: PositiveInt = Field(30, le=MAX_STEPS, description="Save a checkpoint every N steps (retries resume from the latest).")
     test_freq: PositiveInt = Field(5, le=MAX_STEPS, description="Validate on the eval sets every N steps.")

@@ -75,6 +75,17 @@ def _rl_batches(spec: RetoolRunSpec) -> list[Problem]:
         problems.append(Problem("spec.rl.miniBatchSize", f"{rl.mini_batch_size} is larger than rl.batchSize ({rl.batch_size})"))
     elif rl.batch_size % rl.mini_batch_size:
         problems.append(Problem("spec.rl.batchSize", f"{rl.batch_size} must be divisible by rl.miniBatchSize ({rl.mini_batch_size})"))
+    responses_per_step = rl.batch_size * rl.rollout_n
+    if responses_per_step % total_devices(spec):
+        # verl's validate_config (verl/utils/config.py, 0.6.1): data.train_batch_size x rollout.n
+        # must be divisible by the GPU count (FSDP's minimal batch), asserted when main_ppo starts.
+        problems.append(
+            Problem(
+                "spec.rl.batchSize",
+                f"batchSize x rolloutN = {rl.batch_size} x {rl.rollout_n} = {responses_per_step} responses per step must be a multiple of the "
+                f"{total_devices(spec)} devices (hardware.nodes x hardware.devicesPerNode): verl splits every step's responses over all of them",
+            )
+        )
     if rl.sequence_parallel <= total_devices(spec) and total_devices(spec) % rl.sequence_parallel == 0:
         data_parallel = total_devices(spec) // rl.sequence_parallel
         responses = rl.mini_batch_size * rl.rollout_n
@@ -167,6 +178,19 @@ def _scheduling(spec: RetoolRunSpec) -> list[Problem]:
     return problems
 
 
+def _rollout_engine(spec: RetoolRunSpec) -> list[Problem]:
+    """A value the schema names for verl's sake, refused until an image runs it (retool.runtime.image_contract)."""
+    if spec.rl.rollout_engine == "sglang":
+        return [
+            Problem(
+                "spec.rl.rolloutEngine",
+                "sglang is not supported: no ReTool trainer image installs SGLang (trainer-cuda ships vLLM 0.11.0, trainer-ascend vllm-ascend), "
+                "so the rollout workers would fail to import it; use vllm",
+            )
+        ]
+    return []
+
+
 def _recipe(spec: RetoolRunSpec) -> list[Problem]:
     if spec.recipe != "text-only":
         return []
@@ -248,6 +272,7 @@ SPEC_RULES: tuple[Callable[[RetoolRunSpec], list[Problem]], ...] = (
     _storage,
     _scheduling,
     _recipe,
+    _rollout_engine,
     pod_problems,
     _sandbox,
     _hardware,

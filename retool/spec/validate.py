@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -228,6 +228,32 @@ def validate_text(text: str, source: str = "<stdin>", settings: OperatorSettings
         return 0, [FileProblem(source, 0, Problem("(file)", "no YAML documents found"))]
     problems = [FileProblem(source, i, p) for i, d in enumerate(documents) for p in _document_problems(d, settings)]
     return len(documents), problems
+
+
+def model_fit_problems(text: str, source: str, config: Mapping[str, Any] | None) -> tuple[list[FileProblem], list[FileProblem]]:
+    """(errors, warnings) of every valid RetoolRun in ``text`` against a model's config.json.
+
+    ``config`` None: each run's own ``spec.model.base`` when it is a local directory holding
+    config.json (a PVC path mounted here), else the run is not checked against a model.
+    """
+    from retool.spec.model_fit import model_fit_findings, read_model_config  # model_fit imports the spec model
+
+    errors: list[FileProblem] = []
+    warnings: list[FileProblem] = []
+    try:
+        documents = load_documents(text)
+    except yaml.YAMLError:
+        return errors, warnings
+    for index, document in enumerate(documents):
+        if validate_document(document):
+            continue
+        run = RetoolRun.model_validate(document)
+        model_config = config
+        if model_config is None and run.spec.model.base.startswith("/") and (Path(run.spec.model.base) / "config.json").is_file():
+            model_config = read_model_config(run.spec.model.base)
+        for finding in model_fit_findings(run.spec, model_config) if model_config is not None else []:
+            (errors if finding.severity == "error" else warnings).append(FileProblem(source, index, Problem(finding.path, finding.message)))
+    return errors, warnings
 
 
 def validate_file(path: str | Path, settings: OperatorSettings | None = None) -> tuple[int, list[FileProblem]]:

@@ -174,7 +174,7 @@ def test_stage_job_mounts_spec_pvc_and_shm_and_reads_s3_secret() -> None:
     job = builders.build_stage_job(run, "prepare", 1, config=CONFIG, tracking=builders.Tracking())
     pod = job["spec"]["template"]["spec"]
     container = pod["containers"][0]
-    assert container["command"] == ["python3", "-m", "retool.stage", "prepare", "--spec", "/etc/retool/run.yaml"]
+    assert container["command"] == ["python3", "-m", "retool.runtime.cpu_only", "-m", "retool.stage", "prepare", "--spec", "/etc/retool/run.yaml"]
     assert container["volumeMounts"] == [
         {"name": "run-spec", "mountPath": "/etc/retool", "readOnly": True},
         {"name": "data", "mountPath": "/mnt/data"},

@@ -118,7 +118,7 @@ def test_the_preflight_job_fails_at_once_on_every_deterministic_check_and_not_on
     container = pod["containers"][0]
     assert pod["restartPolicy"] == "Never"  # podFailurePolicy requires it
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
-    assert container["command"][:4] == ["python3", "-m", "retool.stage", "preflight"]
+    assert container["command"][:6] == ["python3", "-m", "retool.runtime.cpu_only", "-m", "retool.stage", "preflight"]
     assert container["resources"] == JOB_RESOURCES["preflight"]
     assert not any(k.endswith("gpu") or "Ascend" in k for k in container["resources"]["limits"])
 
@@ -140,11 +140,18 @@ def test_termination_message(pod: dict[str, Any], expected: str) -> None:
     assert termination_message(pod, "stage") == expected
 
 
+async def sandbox_up(cluster: Cluster, run: str) -> None:
+    """What the Deployment controller reports once a sandbox replica is ready (the emulator runs none):
+    the preflight Job waits for it (``retool_operator.sandbox_gate``)."""
+    await cluster.finish(DEPLOYMENTS, sandbox_name(run), {"status": {"replicas": 1, "readyReplicas": 1}})
+
+
 @pytest.mark.slow
 async def test_a_broken_run_fails_at_preflight_and_no_rayjob_is_created(cluster: Cluster) -> None:
     async with running_operator(cluster.config):
         await cluster.api.create(spec_doc("broken", preflight=PREFLIGHT))
         await cluster.finish(JOBS, "broken-prepare-1", job_status("Complete"))
+        await sandbox_up(cluster, "broken")
         job = await cluster.child(JOBS, "broken-preflight-1")
         pod = {
             "apiVersion": "v1",
@@ -174,6 +181,7 @@ async def test_a_passed_preflight_hands_over_to_sft(cluster: Cluster) -> None:
     async with running_operator(cluster.config):
         await cluster.api.create(spec_doc("checked", preflight=PREFLIGHT))
         await cluster.finish(JOBS, "checked-prepare-1", job_status("Complete"))
+        await sandbox_up(cluster, "checked")
         await cluster.finish(JOBS, "checked-preflight-1", job_status("Complete"))
         await cluster.child(RAYJOBS, "checked-sft-1")
         status = await cluster.status("checked")
@@ -203,15 +211,14 @@ def cluster_pods() -> Any:
 @pytest.mark.slow
 async def test_sandbox_pods_refused_at_admission_show_in_sandbox_ready(cluster: Cluster) -> None:
     """The preflight wants one sandbox replica; when its ReplicaSet cannot create the pod (here Pod
-    Security refusing the user-namespace shape), the Deployment's ReplicaFailure reaches the run."""
+    Security refusing the user-namespace shape), the Deployment's ReplicaFailure reaches the run,
+    and the preflight Job waits for a ready replica instead of racing it."""
     refusal = 'pods "refused-sandbox-5c6d-x" is forbidden: violates PodSecurity "baseline:latest": non-default capabilities'
     async with running_operator(cluster.config):
         await cluster.api.create(spec_doc("refused", preflight=PREFLIGHT))
         await cluster.finish(JOBS, "refused-prepare-1", job_status("Complete"))
-        await cluster.child(JOBS, "refused-preflight-1")
         failure = {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate", "message": refusal}
-        await cluster.api.patch(DEPLOYMENTS, NS, sandbox_name("refused"), {"status": {"replicas": 0, "readyReplicas": 0, "conditions": [failure]}}, subresource="status")
-        await cluster.api.patch(JOBS, NS, "refused-preflight-1", {"status": {"active": 1}}, subresource="status")  # an event: one more pass
+        await cluster.finish(DEPLOYMENTS, sandbox_name("refused"), {"status": {"replicas": 0, "readyReplicas": 0, "conditions": [failure]}})
 
         async def sandbox_ready() -> dict[str, Any] | None:
             cond = {c["type"]: c for c in (await cluster.status("refused")).get("conditions", [])}.get("SandboxReady")
@@ -219,3 +226,38 @@ async def test_sandbox_pods_refused_at_admission_show_in_sandbox_ready(cluster: 
 
         cond = await eventually(sandbox_ready, what="SandboxReady PodsRefused")
     assert cond["status"] == "False" and cond["message"].startswith("0/1 replicas ready") and refusal in cond["message"]
+    assert await cluster.api.get(JOBS, NS, "refused-preflight-1") is None, "no preflight without a sandbox to check"
+    assert stage_of(await cluster.status("refused"), "preflight")["message"].startswith("waiting for the sandbox")
+
+
+WARNINGS = (
+    "preflight passed with warnings: eval-data[eval]: the eval would score 3 of 6 problems (aime_2024: 3): 3 are longer than "
+    "spec.rl.maxPromptLength (250 tokens) and are dropped; raise spec.rl.maxPromptLength to score them all"
+)
+
+
+def test_a_preflight_that_passed_with_warnings_says_so_in_the_stage_a_condition_and_an_event() -> None:
+    run = run_of(preflight=PREFLIGHT)
+    observed = Observed(children={"demo-preflight-1": job_status("Complete")}, stage_notes={"demo-preflight-1": WARNINGS})
+    decision = decide(run, status_after_prepare(), observed, T0)
+    assert decision.create == [CreateChild("sft", 1)], "warnings do not stop the run"
+    assert WARNINGS in (stage(decision.status, "preflight").message or "")
+    cond = next(c for c in decision.status.conditions if c.type == "PreflightFindings")
+    assert (cond.status, cond.reason, cond.message) == ("True", "PreflightWarnings", WARNINGS)
+    assert [e.message for e in decision.events if e.reason == "PreflightWarnings"] == [f"stage preflight: {WARNINGS}"]
+    later = decide(run, decision.status, Observed(children={"demo-preflight-1": job_status("Complete")}), T0)
+    assert next(c for c in later.status.conditions if c.type == "PreflightFindings").message == WARNINGS, "the condition stays"
+
+
+def test_a_failed_preflight_sets_the_findings_condition_with_its_reason() -> None:
+    run = run_of(preflight=PREFLIGHT)
+    observed = Observed(children={"demo-preflight-1": failed_by_policy()}, failure_details={"demo-preflight-1": REASON})
+    decision = decide(run, status_after_prepare(), observed, T0)
+    cond = next(c for c in decision.status.conditions if c.type == "PreflightFindings")
+    assert (cond.status, cond.reason, cond.message) == ("True", "PreflightFailed", REASON)
+
+
+def test_a_clean_preflight_sets_no_findings_condition() -> None:
+    run = run_of(preflight=PREFLIGHT)
+    decision = decide(run, status_after_prepare(), Observed(children={"demo-preflight-1": job_status("Complete")}), T0)
+    assert "PreflightFindings" not in {c.type for c in decision.status.conditions}

@@ -7,6 +7,7 @@ rollouts go through verl's ``single_turn_agent``."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from retool.recipe.render.stages import enabled_stages
 from retool.tracking.evaluation import read_sample_rows
 from tests.conftest import EXAMPLES
 from tests.preflight.conftest import PreparedRun, example_name
+from tests.spec.test_model_fit import QWEN_0_5B, QWEN_7B, QWEN_32B
 
 pytestmark = pytest.mark.slow
 
@@ -51,6 +53,16 @@ class Ran:
         return found[0]
 
 
+MODEL_CONFIGS = {"Qwen/Qwen2.5-32B-Instruct": QWEN_32B, "Qwen/Qwen2.5-7B-Instruct": QWEN_7B, "Qwen/Qwen2.5-0.5B-Instruct": QWEN_0_5B}
+
+
+def staged_model(tokenizer: str, base: str, directory: Path) -> str:
+    """What the prepare stage stages for the preflight to read: the tokenizer files and the model's config.json."""
+    shutil.copytree(tokenizer, directory, dirs_exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(MODEL_CONFIGS[base]))
+    return str(directory)
+
+
 @pytest.fixture(scope="module")
 def ran(prepare: Callable[[str], PreparedRun], qwen_tokenizer: str, sandbox: str, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Ran]:
     cache: dict[str, Ran] = {}
@@ -59,9 +71,10 @@ def ran(prepare: Callable[[str], PreparedRun], qwen_tokenizer: str, sandbox: str
         if name not in cache:
             prepared = prepare(name)
             report_dir = tmp_path_factory.mktemp(f"preflight-{name}")
+            model = staged_model(qwen_tokenizer, prepared.run.spec.model.base, tmp_path_factory.mktemp(f"model-{name}"))
             # A text-only run needs no sandbox: none is given (and retool preflight starts none).
             sandbox_args = ["--sandbox-url", sandbox] if name in TOOL_NAMES else []
-            code = main(["preflight", str(prepared.spec_file), "--tokenizer", qwen_tokenizer, *sandbox_args, "--report-dir", str(report_dir)])
+            code = main(["preflight", str(prepared.spec_file), "--tokenizer", model, *sandbox_args, "--report-dir", str(report_dir)])
             cache[name] = Ran(prepared, code, report_dir)
         return cache[name]
 
@@ -79,6 +92,7 @@ def test_every_example_passes_every_check_of_every_stage_it_runs(ran: Callable[[
     assert not [key for key, status in statuses.items() if status == "failed"]
     skipped = {c["check"]: c["summary"] for c in result.report["checks"] if c["status"] == "skipped"}
     assert skipped == ({} if name in TOOL_NAMES else {"tools": TEXT_ONLY_TOOLS, "sandbox": TEXT_ONLY_SANDBOX})
+    assert statuses[("model", "run")] == "passed", "every example fits its model (config.json staged beside the tokenizer)"
     assert {check for check, _ in statuses} == {c.name for c in CHECKS} - ({"sft-data"} if name not in SFT_NAMES else set())
     for stage in stages:
         result.check("config", stage)

@@ -169,7 +169,7 @@ def spec_with(prepared: PreparedRun, *, rl: dict[str, Any] | None = None, n: int
     ("rl", "rl_problem", "eval_problem"),
     [
         ({"maxPromptLength": 64}, "kept 0 of 600 prompts: 600 longer than max_prompt_length=64 tokens (with the tool schema)", "kept 0 of 4 prompts"),
-        ({"batchSize": 1024, "miniBatchSize": 64}, "600 prompts left after filtering, fewer than one batch (data.train_batch_size=1024)", None),
+        ({"batchSize": 1024, "miniBatchSize": 64}, "600 prompts left after filtering, fewer than one batch (spec.rl.batchSize: 1024)", None),
     ],
     ids=["every prompt longer than maxPromptLength", "fewer prompts than one batch"],
 )
@@ -259,7 +259,8 @@ def test_a_text_only_run_skips_the_tool_and_sandbox_checks_with_the_reason(prepa
     prepared = prepare(TEXT_ONLY)
     report = preflight(only(plan(spec_with(prepared), prepared.context("")), "eval"), qwen_tokenizer, tmp_path)
     skipped = {r.label: r.summary for r in report.results if r.status == "skipped"}
-    assert skipped == {"tools[eval]": TEXT_ONLY_TOOLS, "sandbox[eval]": TEXT_ONLY_SANDBOX}
+    no_config = f"no config.json at {qwen_tokenizer}: the model's context window, heads and memory were not checked"
+    assert skipped == {"tools[eval]": TEXT_ONLY_TOOLS, "sandbox[eval]": TEXT_ONLY_SANDBOX, "model": no_config}
     assert outcome(report)["rollout[eval]"] == outcome(report)["trainer-batch[eval]"] == "passed"
     assert report.exit_code == 0 and report.sandbox_url is None
 
@@ -276,3 +277,46 @@ def test_a_text_only_run_whose_prompts_offer_the_tool(prepare: Callable[[str], P
     report = preflight(only(plan(spec_with(prepared), prepared.context("")), "eval"), tokenizer, tmp_path / "work")
     assert "the prompt offers the code_interpreter tool: a text-only run's prompts carry no tool schema" in failed(report, "rollout[eval]")
     assert_exit(report, "rollout")
+
+
+QWEN_7B_CONFIG = {"hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "intermediate_size": 18944,
+                  "vocab_size": 152064, "tie_word_embeddings": False, "max_position_embeddings": 32768, "torch_dtype": "bfloat16"}  # fmt: skip
+
+
+def test_a_run_that_does_not_fit_the_model_fails_with_the_spec_fields_and_numbers(prepared: PreparedRun, qwen_tokenizer: str, sandbox: str, tmp_path: Path) -> None:
+    """The staged model directory (tokenizer + config.json) of Qwen2.5-7B against a run asking for
+    tensorParallel 8 and 1024 + 40000 tokens: vLLM would refuse both, hours later, on the devices."""
+    model = Path(shutil.copytree(qwen_tokenizer, tmp_path / "model"))
+    (model / "config.json").write_text(json.dumps(QWEN_7B_CONFIG))
+    run = spec_with(prepared, rl={"tensorParallel": 8, "sequenceParallel": 4, "maxPromptLength": 1024, "maxResponseLength": 40000})
+    report = preflight(only(plan(run, prepared.context(sandbox)), "eval"), str(model), tmp_path / "work")
+    summary = failed(report, "model")
+    assert "spec.rl.maxResponseLength: maxPromptLength + maxResponseLength = 1024 + 40000 = 41024 tokens exceeds the model's context window of 32768" in summary
+    assert "spec.rl.tensorParallel: 8 does not split the model's 28 attention heads" in summary
+    assert_exit(report, "model")
+    assert BY_NAME["model"].exit_code in PERMANENT_EXIT_CODES
+    assert outcome(report)["tokenizer"] == "passed"
+
+
+@pytest.mark.parametrize(
+    ("rl", "reason"),
+    [
+        pytest.param(
+            {"maxTurns": 1},
+            "spec.rl.maxTurns: 1 ends every episode after the model's first turn, so the tool's output never reaches the model; a tool-integrated run needs at least 2",
+            id="maxTurns 1 is named as the limit",
+        ),
+        pytest.param(
+            {"maxResponseLength": 64},
+            "spec.rl.maxResponseLength: 64 tokens leave 6 after the first turn (58 tokens of reasoning and code)",
+            id="maxResponseLength 64 is named as the limit, with the tokens the first turn used",
+        ),
+    ],
+)
+def test_a_limit_that_ends_the_episode_after_the_tool_call_is_named(
+    prepared: PreparedRun, qwen_tokenizer: str, sandbox: str, tmp_path: Path, rl: dict[str, Any], reason: str
+) -> None:
+    report = preflight(only(plan(spec_with(prepared, rl=rl), prepared.context(sandbox)), "eval"), qwen_tokenizer, tmp_path)
+    problems = " ".join(next(r for r in report.results if r.label == "rollout[eval]").details["problems"])
+    assert reason in problems, problems
+    assert "or a limit ended the episode" not in problems

@@ -195,7 +195,8 @@ def test_the_preflight_stage_command() -> None:
     command = render_stage(run, "preflight", ctx, spec_file="/etc/retool/run.yaml")
     report_dir = "/data/retool/qwen32b-h200/stages/preflight-2"
     tokenizer = "/data/retool/qwen32b-h200/models/base"  # the staged model
-    assert command.argv == ("python3", "-m", "retool.preflight", "--spec", "/etc/retool/run.yaml", "--tokenizer", tokenizer, "--report-dir", report_dir)
+    launcher = ("python3", "-m", "retool.runtime.cpu_only", "-m", "retool.preflight")
+    assert command.argv == (*launcher, "--spec", "/etc/retool/run.yaml", "--tokenizer", tokenizer, "--report-dir", report_dir)
     # A CPU pod reading the staged model: no accelerator backend, no device, no hub.
     assert command.env["TORCH_DEVICE_BACKEND_AUTOLOAD"] == "0" and command.env["CUDA_VISIBLE_DEVICES"] == "" and command.env["HF_HUB_OFFLINE"] == "1"
     assert command.env["HF_HOME"].startswith("/data/retool/qwen32b-h200/")
@@ -209,7 +210,8 @@ def test_the_stage_entry_renders_the_preflight_stage(tmp_path: Path, capsys: pyt
     env = StageContext(run_name="qwen7b-ascend", namespace="retool", sandbox_url="http://sb:8080").to_env()
     assert stage.main(["preflight", "--spec", str(spec), "--dry-run"], env) == 0
     out = capsys.readouterr().out
-    assert "python3 -m retool.preflight --spec" in out and "--tokenizer /data/retool/qwen7b-ascend/models/base" in out and "export TORCH_DEVICE_BACKEND_AUTOLOAD=0" in out
+    assert "python3 -m retool.runtime.cpu_only -m retool.preflight --spec" in out and "--tokenizer /data/retool/qwen7b-ascend/models/base" in out
+    assert "export TORCH_DEVICE_BACKEND_AUTOLOAD=0" in out
 
 
 def test_the_cli_refuses_bad_arguments_before_loading_anything(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -317,3 +319,12 @@ def test_a_file_without_agent_names_goes_to_the_tool_agent_and_an_unreadable_one
     assert agent_mismatch(path, "tool-integrated") == (None, {path: {TOOL: 2}})
     assert "its rows name the agent loop 'tool_agent' (2 of 2 rows)" in (agent_mismatch(path, "text-only")[0] or "")
     assert agent_mismatch(str(tmp_path / "missing.parquet"), "text-only") == (None, {})
+
+
+def test_a_passing_preflight_with_warnings_has_one_line_for_the_runs_status() -> None:
+    from retool.preflight.checks import WARNINGS_PREFIX, warnings_message
+
+    results = [result("tokenizer", "passed"), result("eval-data", "warning", "eval", "the eval would score 3 of 6 problems"), result("model", "warning", summary="sft long")]
+    assert warnings_message(results) == f"{WARNINGS_PREFIX}eval-data[eval]: the eval would score 3 of 6 problems | model: sft long"
+    assert warnings_message([result("tokenizer", "passed")]) is None
+    assert exit_code(results) == EXIT_OK

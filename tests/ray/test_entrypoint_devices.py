@@ -11,52 +11,17 @@ do, and reads the variable from inside each driver.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.metadata
-import os
-import shutil
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port
+from tests.ray.head import ray_head
 
 NPUS = 2
 PROBE = "import os; print('VISIBLE=' + repr(os.environ.get('ASCEND_RT_VISIBLE_DEVICES')))"
 PINNED_RAY = "2.60.0"
-
-
-@contextlib.contextmanager
-def ray_head(tmp_path: Path) -> Iterator[str]:
-    """``ray start --head --block`` on 127.0.0.1 with its own ports and temp dir; yields the job server URL."""
-    dashboard = free_port()
-    temp = Path("/tmp") / f"rt-{os.getpid()}-{dashboard}"  # short: Ray's socket paths must fit 107 bytes
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-    args = [
-        sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block",
-        "--node-ip-address=127.0.0.1", f"--port={free_port()}", "--num-cpus=2", f'--resources={{"NPU": {NPUS}}}',
-        "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
-        f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
-        f"--metrics-export-port={free_port()}", f"--ray-client-server-port={free_port()}", f"--temp-dir={temp}",
-    ]  # fmt: skip
-    with open(tmp_path / "ray.log", "wb") as log:
-        head = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    try:
-        yield f"http://127.0.0.1:{dashboard}"
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(head.pid, signal.SIGTERM)
-        try:
-            head.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(head.pid, signal.SIGKILL)
-            head.wait()
-        shutil.rmtree(temp, ignore_errors=True)
 
 
 def driver_sees(url: str, **submit: object) -> str:
@@ -88,7 +53,8 @@ def test_the_pinned_ray_is_the_one_tested() -> None:
 @pytest.mark.slow
 def test_a_driver_with_entrypoint_npus_sees_exactly_those_npus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    with ray_head(tmp_path) as url:
+    with ray_head(tmp_path, resources={"NPU": NPUS}) as head:
+        url = head.url
         # what the operator must render for sft on Ascend: entrypointResources '{"NPU": devicesPerNode}'
         assert driver_sees(url, entrypoint_resources={"NPU": NPUS}) == repr(",".join(str(i) for i in range(NPUS)))
         # without it, Ray >= 2.53 leaves the pod's variable alone (unset here: every device visible);

@@ -213,7 +213,7 @@ def test_eval_without_rl_merges_nothing() -> None:
 def test_prepare_runs_our_data_preparation_then_stages_the_model_on_the_mounted_spec() -> None:
     run = run_of("minimal")
     command = render_stage(run, "prepare", context_of(run), spec_file="/etc/retool/run.yaml")
-    assert command.pre == (("python3", "-m", "retool.cli", "data", "prepare", "all", "--spec", "/etc/retool/run.yaml"),)
+    assert command.pre == (("python3", "-m", "retool.runtime.cpu_only", "-m", "retool.cli", "data", "prepare", "all", "--spec", "/etc/retool/run.yaml"),)
     assert command.argv == ("python3", "-m", "retool.staging", "--spec", "/etc/retool/run.yaml")
 
 

@@ -78,6 +78,13 @@ INVALID = [
     ("accelerator outside the enum", with_spec(hardware__accelerator="tpu"), "spec.hardware.accelerator", "'nvidia' or 'ascend'"),
     ("algorithm outside the enum", with_spec(rl__algorithm="dpo"), "spec.rl.algorithm", "'grpo' or 'ppo'"),
     ("batch not divisible by mini-batch", with_spec(rl__batchSize=100, rl__miniBatchSize=64), "spec.rl.batchSize", "divisible by rl.miniBatchSize"),
+    (
+        "a step's responses not a multiple of the devices, though mini-batches split over the data-parallel ranks",
+        with_spec(rl__batchSize=3, rl__miniBatchSize=1, rl__rolloutN=1, rl__sequenceParallel=8),
+        "spec.rl.batchSize",
+        "batchSize x rolloutN = 3 x 1 = 3 responses per step must be a multiple of the 8 devices",
+    ),
+    ("sglang, which no trainer image installs", with_spec(rl__rolloutEngine="sglang"), "spec.rl.rolloutEngine", "no ReTool trainer image installs SGLang"),
     ("mini-batch larger than batch", with_spec(rl__batchSize=32, rl__miniBatchSize=64), "spec.rl.miniBatchSize", "larger than rl.batchSize"),
     ("tensor parallel not dividing a node", with_spec(rl__tensorParallel=3), "spec.rl.tensorParallel", "must divide the 8 devices of one node"),
     ("sequence parallel not dividing devices", with_spec(rl__sequenceParallel=16), "spec.rl.sequenceParallel", "must divide the 8 devices"),

@@ -249,8 +249,8 @@ def test_pvc_model_is_checked_in_place(tmp_path: Path, model_files: dict[str, by
 def test_prepare_stages_the_model_after_the_data_through_the_hub_endpoint(tmp_path: Path) -> None:
     run = parse_run(spec_doc(tmp_path, {"base": REPO_ID, "hubEndpoint": "https://hf-mirror.example", "tokenSecretRef": {"name": "hf"}}))
     command = render_stage(run, "prepare", context_of(run), spec_file="/etc/retool/run.yaml")
-    assert command.pre == (("python3", "-m", "retool.cli", "data", "prepare", "all", "--spec", "/etc/retool/run.yaml"),)
-    assert command.argv == ("python3", "-m", "retool.staging", "--spec", "/etc/retool/run.yaml")
+    assert command.pre == (("python3", "-m", "retool.runtime.cpu_only", "-m", "retool.cli", "data", "prepare", "all", "--spec", "/etc/retool/run.yaml"),)
+    assert command.argv == ("python3", "-m", "retool.runtime.cpu_only", "-m", "retool.staging", "--spec", "/etc/retool/run.yaml")
     assert command.env["HF_ENDPOINT"] == "https://hf-mirror.example" and "HF_HUB_OFFLINE" not in command.env
     assert any("Secret hf (key HF_TOKEN)" in note for note in command.notes)
 

@@ -20,6 +20,7 @@ import math
 from typing import Any
 
 from retool.preflight.checks import PERMANENT_EXIT_CODES
+from retool.recipe.render.common import CPU_ONLY_MODULE
 from retool.recipe.render.profiles import model_size_billions
 from retool.runtime.context import ENV_HF_TOKEN, SPEC_MOUNT_PATH, StageContext
 from retool.runtime.paths import cache_env, run_paths
@@ -79,9 +80,16 @@ def submitter_settings(run: RetoolRun) -> tuple[dict[str, Any], int | None]:
     return {"backoffLimit": 0}, (deadline + SUBMITTER_GRACE_SECONDS if deadline else None)
 
 
-def stage_command(stage: str) -> list[str]:
-    """What every stage container runs; ``retool.stage`` renders the verl command from the spec."""
-    return [PYTHON, "-m", "retool.stage", stage, "--spec", SPEC_MOUNT_PATH]
+def stage_command(stage: str, *, cpu_only: bool = False) -> list[str]:
+    """What every stage container runs; ``retool.stage`` renders the verl command from the spec.
+
+    ``cpu_only``: the batch Jobs (prepare, preflight, merge) get no accelerator, and on Ascend no
+    NPU driver: the entrypoint runs through ``retool.runtime.cpu_only`` so that nothing it imports
+    (transformers, accelerate, mlflow's integrations) loads torch_npu, which fails there without
+    ``libascend_hal.so``. The commands it renders for these stages go through the same launcher.
+    """
+    launcher = [PYTHON, "-m", CPU_ONLY_MODULE] if cpu_only else [PYTHON]
+    return [*launcher, "-m", "retool.stage", stage, "--spec", SPEC_MOUNT_PATH]
 
 
 def merge_memory_gib(size_billions: float) -> int:
@@ -179,7 +187,7 @@ def build_stage_job(run: RetoolRun, stage: str, attempt: int, *, config: Operato
     container = {
         "name": STAGE_CONTAINER,
         "image": profile.image,
-        "command": stage_command(stage),
+        "command": stage_command(stage, cpu_only=True),
         "env": _stage_env(run, stage, attempt=attempt, image=profile.image, tracking=tracking, profile_env=job_env, pods=pods),
         "resources": job_resources(run, stage),
         "volumeMounts": mounts,

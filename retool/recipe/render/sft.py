@@ -49,8 +49,10 @@ def prepare_env(run: RetoolRun) -> dict[str, str]:
 
 def render_prepare(run: RetoolRun, ctx: StageContext, spec_file: str) -> StageCommand:
     """Data first (fails fast on bad input), then the model staged once onto the PVC."""
-    data = (PYTHON, "-m", "retool.cli", "data", "prepare", "all", "--spec", spec_file)
-    staging = (PYTHON, "-m", STAGING_MODULE, "--spec", spec_file)
+    # Both through retool.runtime.cpu_only: the pod has no accelerator (on Ascend no NPU driver, so
+    # torch_npu, which datasets/transformers import when installed, cannot load).
+    data = (PYTHON, "-m", CPU_ONLY_MODULE, "-m", "retool.cli", "data", "prepare", "all", "--spec", spec_file)
+    staging = (PYTHON, "-m", CPU_ONLY_MODULE, "-m", STAGING_MODULE, "--spec", spec_file)
     notes = model_source_notes(run)
     if run.spec.model.token_secret_ref is not None:
         ref = run.spec.model.token_secret_ref

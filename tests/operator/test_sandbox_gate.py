@@ -1,0 +1,94 @@
+"""The preflight starts once the sandbox has a ready replica: the wait follows the Deployment's progress
+(Kubernetes' ProgressDeadlineExceeded ends it), and image pull failures are named as such.
+
+Waiting reasons are the kubelet's (Kubernetes v1.36 ``pkg/kubelet/images/types.go``); the progress
+condition is the Deployment controller's (``pkg/controller/deployment/util/deployment_util.go``:
+``Progressing`` False with reason ``ProgressDeadlineExceeded``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from retool_operator.reconcile import CreateChild, Observed, decide
+from retool_operator.sandbox_gate import sandbox_gate
+
+from retool.spec.status import RetoolRunStatus, StageStatus
+from tests.operator.helpers import T0, job_status, run_of
+from tests.operator.test_preflight_stage import PREFLIGHT, TEXT_ONLY, stage
+
+IMAGE = "registry.example/retool/sandbox:0.1.0"
+
+
+def deployment(ready: int = 0, replicas: int = 1, progressing: tuple[str, str] | None = None) -> dict[str, Any]:
+    status: dict[str, Any] = {"replicas": replicas, "readyReplicas": ready}
+    if progressing:
+        status["conditions"] = [{"type": "Progressing", "status": progressing[0], "reason": progressing[1], "message": 'ReplicaSet "demo-sandbox-7f" has timed out progressing.'}]
+    return {"spec": {"replicas": replicas}, "status": status}
+
+
+def pod(waiting: str | None = None, message: str = "", scheduled: bool = True) -> dict[str, Any]:
+    status: dict[str, Any] = {"conditions": [] if scheduled else [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
+    if waiting:
+        status["containerStatuses"] = [{"name": "sandbox", "image": IMAGE, "state": {"waiting": {"reason": waiting, "message": message}}}]
+    return {"metadata": {"name": "demo-sandbox-7f-abcde"}, "status": status}
+
+
+STALLED = deployment(progressing=("False", "ProgressDeadlineExceeded"))
+BACK_OFF = f'Back-off pulling image "{IMAGE}"'
+GATES = [
+    ("a ready replica lets the preflight start", deployment(ready=1), [], "ready", "", ""),
+    ("a first image pull in progress is waited for", deployment(), [pod("ContainerCreating")], "waiting", "WaitingForSandbox",
+     "no replica ready yet (demo-sandbox-7f-abcde: ContainerCreating)"),
+    ("an unschedulable pod is named while waiting", deployment(), [pod(scheduled=False)], "waiting", "WaitingForSandbox", "demo-sandbox-7f-abcde: Unschedulable"),
+    ("ImagePullBackOff is reported as such", deployment(), [pod("ImagePullBackOff", BACK_OFF)], "waiting", "SandboxImagePullFailing",
+     f"pod demo-sandbox-7f-abcde cannot pull {IMAGE}: ImagePullBackOff: {BACK_OFF}"),
+    ("ErrImagePull is reported as such", deployment(), [pod("ErrImagePull", "manifest unknown")], "waiting", "SandboxImagePullFailing",
+     "ErrImagePull: manifest unknown"),
+    ("past the progress deadline the wait ends with the pull failure", STALLED, [pod("ImagePullBackOff", "not found")], "failed", "SandboxNotProgressing",
+     f"exceeded its progress deadline): pod demo-sandbox-7f-abcde cannot pull {IMAGE}: ImagePullBackOff: not found"),
+    ("past the progress deadline without a pull failure", STALLED, [], "failed", "SandboxNotProgressing", "has timed out progressing"),
+    ("still progressing: keep waiting", deployment(progressing=("True", "ReplicaSetUpdated")), [pod("ContainerCreating")], "waiting", "WaitingForSandbox",
+     "ContainerCreating"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("dep", "pods", "state", "reason", "fragment"), [case[1:] for case in GATES], ids=[case[0] for case in GATES])
+def test_sandbox_gate(dep: dict[str, Any], pods: list[dict[str, Any]], state: str, reason: str, fragment: str) -> None:
+    gate = sandbox_gate(dep, pods)
+    assert (gate.state, gate.reason) == (state, reason)
+    assert fragment in gate.message, gate.message
+
+
+def after_prepare() -> RetoolRunStatus:
+    return RetoolRunStatus(stages=[StageStatus(name="prepare", state="Succeeded", attempt=1, job="demo-prepare-1")])
+
+
+def test_the_preflight_waits_for_the_sandbox_and_starts_when_a_replica_is_ready() -> None:
+    run = run_of(preflight=PREFLIGHT)
+    children = {"demo-prepare-1": job_status("Complete")}
+    pulling = sandbox_gate(deployment(), [pod("ImagePullBackOff", "back-off")])
+    waiting = decide(run, after_prepare(), Observed(children=children, sandbox_gate=pulling), T0)
+    assert waiting.create == [] and waiting.sandbox_replicas == 1, "the sandbox is scaled up while the preflight waits"
+    assert stage(waiting.status, "preflight").state == "Pending" and "ImagePullBackOff" in (stage(waiting.status, "preflight").message or "")
+    assert [e.reason for e in waiting.events] == ["SandboxImagePullFailing"] and waiting.requeue_after == 5.0
+    again = decide(run, waiting.status, Observed(children=children, sandbox_gate=pulling), T0)
+    assert again.events == [], "one Event per change of what the sandbox does"
+    ready = decide(run, waiting.status, Observed(children=children, sandbox_gate=sandbox_gate(deployment(ready=1), [])), T0)
+    assert ready.create == [CreateChild("preflight", 1)]
+
+
+def test_a_sandbox_past_its_progress_deadline_fails_the_preflight_before_it_starts() -> None:
+    run = run_of(preflight=PREFLIGHT)
+    gate = sandbox_gate(deployment(progressing=("False", "ProgressDeadlineExceeded")), [pod("ErrImagePull", "unauthorized")])
+    decision = decide(run, after_prepare(), Observed(children={"demo-prepare-1": job_status("Complete")}, sandbox_gate=gate), T0)
+    entry = stage(decision.status, "preflight")
+    assert (entry.state, decision.status.phase, decision.create) == ("Failed", "Failed", [])
+    assert (entry.message or "").startswith("not started: the sandbox never became ready") and "ErrImagePull: unauthorized" in (entry.message or "")
+    assert [e.reason for e in decision.events] == ["SandboxNotProgressing"]
+
+
+def test_a_text_only_run_has_no_sandbox_to_wait_for() -> None:
+    run = run_of(preflight=PREFLIGHT, **TEXT_ONLY)
+    decision = decide(run, after_prepare(), Observed(children={"demo-prepare-1": job_status("Complete")}, sandbox_gate=sandbox_gate(None, [])), T0)
+    assert decision.create == [CreateChild("preflight", 1)]

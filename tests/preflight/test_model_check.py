@@ -1,0 +1,60 @@
+"""The preflight's ``model`` check on small model directories: config.json beside the tokenizer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from retool.preflight.model import check_model
+from retool.spec.validate import parse_run
+from tests.conftest import REPO
+from tests.spec.test_model_fit import QWEN_7B
+
+
+class Tokenizer:
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def spec(**rl: object):
+    doc = yaml.safe_load((REPO / "examples" / "retoolrun-qwen7b-ascend.yaml").read_text())
+    doc["spec"]["rl"].update(rl)
+    return parse_run(doc).spec
+
+
+def model_dir(tmp_path: Path, config: dict | str | None) -> str:
+    d = tmp_path / "model"
+    d.mkdir()
+    if config is not None:
+        (d / "config.json").write_text(config if isinstance(config, str) else json.dumps(config))
+    return str(d)
+
+
+@pytest.mark.parametrize(
+    ("config", "rl", "tokens", "status", "fragment"),
+    [
+        pytest.param(QWEN_7B, {}, 151665, "passed", "22528 tokens fit the 32768-token window; 28 heads split", id="the 7B example fits its model"),
+        pytest.param(None, {}, 151665, "skipped", "no config.json at", id="tokenizer files only: skipped with the reason"),
+        pytest.param("{", {}, 151665, "failed", "is not JSON", id="a broken config.json fails"),
+        pytest.param(QWEN_7B, {"tensorParallel": 8}, 151665, "failed", "spec.rl.tensorParallel: 8 does not split the model's 28 attention heads", id="heads vs tensor parallel"),
+        pytest.param(QWEN_7B, {}, 152100, "failed", "the tokenizer has 152100 tokens but the model's embedding has 152064 rows", id="tokenizer above the embedding"),
+    ],
+)  # fmt: skip
+def test_check_model(tmp_path: Path, config: dict | str | None, rl: dict, tokens: int, status: str, fragment: str) -> None:
+    result = check_model(spec(**rl), model_dir(tmp_path, config), Tokenizer(tokens))
+    assert (result.check, result.status) == ("model", status)
+    assert fragment in result.summary, result.summary
+
+
+def test_the_passing_check_reports_the_rollout_memory_arithmetic(tmp_path: Path) -> None:
+    result = check_model(spec(), model_dir(tmp_path, QWEN_7B), Tokenizer(151665))
+    memory = result.details["rollout_memory_gib"]
+    assert memory["device_gib"] == 64.0 and memory["weights_gib"] == pytest.approx(7.1, abs=0.1)
+    assert "rollout weights 7.1 GiB of 57.6 GiB per device" in result.summary
+

@@ -1,0 +1,57 @@
+"""A local Ray head of the pinned version (``ray start --head --block``), as KubeRay starts one in the head pod."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.conftest import free_port
+
+
+@dataclass(frozen=True)
+class RayHead:
+    url: str
+    """The dashboard (job server): what KubeRay's submitter talks to."""
+    gcs: str
+    """The GCS address, for reading what the job server stored."""
+
+
+@contextlib.contextmanager
+def ray_head(tmp_path: Path, *, resources: Mapping[str, int] | None = None, num_gpus: int = 0, env: Mapping[str, str] | None = None) -> Iterator[RayHead]:
+    """A head on 127.0.0.1 with its own ports and temp dir; yields its addresses.
+
+    ``env`` is the head container's environment (the driver inherits it); default: this process's.
+    GPUs are declared, not used: Ray hands out their IDs without touching a device.
+    """
+    dashboard, gcs = free_port(), free_port()
+    temp = Path("/tmp") / f"rt-{os.getpid()}-{dashboard}"  # short: Ray's socket paths must fit 107 bytes
+    head_env = {**(os.environ if env is None else env), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    args = [
+        sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block",
+        "--node-ip-address=127.0.0.1", f"--port={gcs}", "--num-cpus=2", f"--num-gpus={num_gpus}",
+        f"--resources={json.dumps(dict(resources or {}))}",
+        "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
+        f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+        f"--metrics-export-port={free_port()}", f"--ray-client-server-port={free_port()}", f"--temp-dir={temp}",
+    ]  # fmt: skip
+    with open(tmp_path / "ray.log", "wb") as log:
+        head = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=head_env, start_new_session=True)
+    try:
+        yield RayHead(f"http://127.0.0.1:{dashboard}", f"127.0.0.1:{gcs}")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait()
+        shutil.rmtree(temp, ignore_errors=True)
