@@ -74,12 +74,19 @@ def code_lines(code: Any) -> int:
 
 
 def tool_record(
-    outcomes: Sequence[str], lines: Sequence[int], first_call_at: int | None, *, hit_max_turns: bool = False, outputs: Sequence[str] = ()
+    outcomes: Sequence[str],
+    lines: Sequence[int],
+    first_call_at: int | None,
+    *,
+    hit_max_turns: bool = False,
+    outputs: Sequence[str] = (),
+    response_tokens: int | None = None,
 ) -> dict[str, Any]:
     """One response's record as the agent loop stores it (plain types: it travels through Ray and numpy).
 
     ``first_call_at``: response tokens generated when the first call was made (None without calls);
-    ``outputs``: the last line of each call's output, for the copied-answer signal of the reward watch.
+    ``outputs``: the last line of each call's output, for the copied-answer signal of the reward watch;
+    ``response_tokens``: the response's length as verl keeps it (so the trainer need not sum a mask).
     """
     if len(outcomes) != len(lines):
         raise ValueError(f"{len(outcomes)} outcomes but {len(lines)} line counts")
@@ -89,6 +96,7 @@ def tool_record(
         "first_call_at": -1 if first_call_at is None or not outcomes else int(first_call_at),
         "hit_max_turns": bool(hit_max_turns),
         "outputs": list(outputs),
+        "response_tokens": -1 if response_tokens is None else int(response_tokens),
     }
 
 

@@ -137,7 +137,7 @@ def ppo_overrides(run: RetoolRun, ctx: StageContext, stage: str, model_path: str
     for key, value in process_env(run, ctx).items():
         o[RUNTIME_ENV_PREFIX + key] = value
     watch = rl.reward_watch
-    o.update({f"{WATCH_PREFIX}share": watch.share, f"{WATCH_PREFIX}max_per_step": watch.max_per_step, f"{WATCH_PREFIX}threshold": watch.threshold, f"{WATCH_PREFIX}window": watch.window})
+    o.update({f"{WATCH_PREFIX}{key}": value for key, value in watch.model_dump(by_alias=False).items()})
     return o
 
 

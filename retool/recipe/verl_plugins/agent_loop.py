@@ -81,5 +81,7 @@ class RetoolToolAgentLoop(ToolAgentLoop):
         hit = data is not None and (
             bool(self.max_assistant_turns and data.assistant_turns >= self.max_assistant_turns) or bool(self.max_user_turns and data.user_turns >= self.max_user_turns)
         )
-        output.extra_fields[RECORD_KEY] = tool_record(self._outcomes, self._lines, self._first_call_at, hit_max_turns=hit, outputs=self._outputs)
+        output.extra_fields[RECORD_KEY] = tool_record(
+            self._outcomes, self._lines, self._first_call_at, hit_max_turns=hit, outputs=self._outputs, response_tokens=len(output.response_ids)
+        )
         return output

@@ -60,18 +60,30 @@ class ScoredBatch:
         )
 
 
+def _column(data: Any, extra: Mapping[str, Any], key: str) -> Any:
+    value = extra.get(key) if extra else None
+    return data.non_tensor_batch.get(key) if value is None else value
+
+
 def scored_batch(data: Any, scores: Any, extra: Mapping[str, Any], response_length: int) -> ScoredBatch:
-    """The columns of a verl ``DataProto`` scored by a reward manager (``scores``: the reward tensor)."""
+    """The columns of a verl ``DataProto`` scored by a reward manager (``scores``: the reward tensor).
+
+    The batch's tensors are 8192 x 16k tokens at the recipe's size, and one pass over one of them
+    costs a few tenths of a second; so lengths come from the agent loop's records and correctness
+    from the reward's ``acc`` when they are there, and the tensors are read only when they are not.
+    """
     n = len(data)
-    batch = data.batch
-    prompt_length = batch["prompts"].shape[1]
-    lengths = batch["attention_mask"][:, prompt_length:].sum(-1).cpu().numpy()
-    correct = scores.sum(-1).cpu().numpy() > 0
     column = data.non_tensor_batch.get(RECORD_KEY)
     records = list(column) if column is not None else [None] * n
-    preds = extra.get("pred") if extra else None
-    if preds is None:
-        preds = data.non_tensor_batch.get("pred")
+    recorded = np.fromiter((r.get("response_tokens", -1) if isinstance(r, Mapping) else -1 for r in records), dtype=np.int64, count=n)
+    if (recorded >= 0).all():
+        lengths = recorded
+    else:
+        prompt_length = data.batch["prompts"].shape[1]
+        lengths = data.batch["attention_mask"][:, prompt_length:].sum(-1).cpu().numpy()
+    acc = _column(data, extra, "acc")
+    correct = np.asarray(acc, dtype=np.float64) > 0.5 if acc is not None and len(acc) == n else scores.sum(-1).cpu().numpy() > 0
+    preds = _column(data, extra, "pred")
     return ScoredBatch(records=records, correct=correct, lengths=lengths, truncated=lengths >= response_length, preds=None if preds is None else list(preds))
 
 
