@@ -17,6 +17,7 @@ COMMANDS: tuple[str, ...] = (
     "sandbox",
     "eval",
     "preflight",
+    "compare",
 )
 
 

@@ -37,7 +37,7 @@ def ensure_experiment(tracking_uri: str, name: str) -> str:
         experiment = mlflow_client.get_experiment_by_name(name)
         if experiment is None:
             try:
-                return mlflow_client.create_experiment(name, tags={"retool.managed": "true"})
+                return mlflow_client.create_experiment(name, tags={"retool.managed": "true", naming.EXPERIMENT_KIND_TAG: naming.EXPERIMENT_KIND})
             except Exception as exc:
                 if not is_resource_exists(exc):
                     raise
@@ -45,6 +45,8 @@ def ensure_experiment(tracking_uri: str, name: str) -> str:
         if experiment.lifecycle_stage == "deleted":
             log.warning("restoring deleted MLflow experiment %r", name)
             mlflow_client.restore_experiment(experiment.experiment_id)
+        if naming.EXPERIMENT_KIND_TAG not in experiment.tags:  # made by verl's logger, or before the tag existed; a user's choice stays
+            mlflow_client.set_experiment_tag(experiment.experiment_id, naming.EXPERIMENT_KIND_TAG, naming.EXPERIMENT_KIND)
         return experiment.experiment_id
 
 
@@ -69,7 +71,8 @@ def ensure_parent_run(
     with reported(tracking_uri, f"ensuring the parent run of {namespace}/{name}"):
         found = _find_one(mlflow_client, [experiment_id], naming.parent_run_filter(uid))
         if found is None:
-            run = mlflow_client.create_run(experiment_id, run_name=name, tags=naming.parent_tags(namespace=namespace, name=name, uid=uid, image=image))
+            tags = {**naming.parent_tags(namespace=namespace, name=name, uid=uid, image=image), naming.NOTE_TAG: naming.parent_description(namespace, name)}
+            run = mlflow_client.create_run(experiment_id, run_name=name, tags=tags)
             run_id, existing = run.info.run_id, {}
             log.info("created MLflow parent run %s for %s/%s in experiment %s", run_id, namespace, name, experiment_id)
         else:
