@@ -111,6 +111,20 @@ def start_stage_run(tracking_uri: str, parent_run_id: str, stage: str, attempt: 
         return run.info.run_id
 
 
+REWARD_SUSPECT_TAG = "retool.rewardSuspect"
+"""Set by the rl stage's reward watch (``retool.recipe.verl_plugins.watch``): a message while the second
+verifier keeps disagreeing with the reward, empty once it agrees again."""
+
+
+def reward_suspect(tracking_uri: str, parent_run_id: str, attempt: int) -> str | None:
+    """The rl stage attempt's ``retool.rewardSuspect`` tag: a message, "" (cleared), or None (no run or no tag yet). Only reads."""
+    mlflow_client = client(tracking_uri)
+    with reported(tracking_uri, f"reading the reward watch of run {parent_run_id}"):
+        parent = mlflow_client.get_run(parent_run_id)
+        found = _find_one(mlflow_client, [parent.info.experiment_id], naming.stage_run_filter(parent_run_id, "rl", attempt))
+    return None if found is None else found.data.tags.get(REWARD_SUSPECT_TAG)
+
+
 def end_run(tracking_uri: str, run_id: str, status: str = "FINISHED") -> None:
     """Mark a stage (or the parent) run finished, failed or killed; repeating it is harmless."""
     if status not in RUN_STATUSES:

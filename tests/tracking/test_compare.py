@@ -101,3 +101,17 @@ def test_without_a_text_only_run_the_first_run_is_the_baseline_and_a_run_that_ne
     rows = score_table([a, b], score_keys([a, b]))
     assert [(r["run"], r["baseline"], r["step_reaching_baseline_best"]) for r in rows] == [("a", "a", 10), ("b", "a", None)]
     assert "never" in format_table(rows)
+
+
+def test_the_reward_watch_tag_of_the_running_rl_attempt_is_what_the_operator_reads(mlflow_server: MLflowServer) -> None:
+    from retool.recipe.verl_plugins.watch import MlflowTarget
+    from retool.tracking import reward_suspect
+
+    parent = ensure_parent_run(mlflow_server.uri, experiment="retool/watch", namespace="team", name="watched", uid=str(uuid.uuid4()), spec_params={})
+    assert reward_suspect(mlflow_server.uri, parent.run_id, 1) is None, "no rl run yet"
+    rl = start_stage_run(mlflow_server.uri, parent.run_id, "rl", 1)
+    assert reward_suspect(mlflow_server.uri, parent.run_id, 1) is None, "no verdict yet"
+    MlflowTarget(mlflow_server.uri, rl).set_tag("retool.rewardSuspect", "disagreed for 3 steps")
+    assert reward_suspect(mlflow_server.uri, parent.run_id, 1) == "disagreed for 3 steps"
+    MlflowTarget(mlflow_server.uri, rl).set_tag("retool.rewardSuspect", "")
+    assert reward_suspect(mlflow_server.uri, parent.run_id, 1) == ""

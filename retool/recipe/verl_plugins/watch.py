@@ -33,6 +33,7 @@ logger = logging.getLogger(__name__)
 CONFIG_KEY = "retool"
 """Our own keys in verl's Hydra config (rendered as ``+retool.reward_watch.share=...``)."""
 SUSPECT_TAG = "retool.rewardSuspect"
+"""Read by the operator (``retool.tracking.reward_suspect``) into the RewardSuspect condition."""
 TABLE_DIR = "reward-watch"
 TAIL_CHARS = 600
 VERIFY_TIMEOUT_S = 120.0
