@@ -157,7 +157,7 @@ def plot_report(runs: Sequence[RunSeries], keys: Sequence[str]) -> bytes:
         ax.set_title(key.replace("_at_", "@"), fontsize=10)
         ax.set_xlabel("step")
         if steps:
-            ax.set_xlim(min(steps), max(steps) + 1)
+            ax.set_xlim(min(steps), max(steps) + max(1, (max(steps) - min(steps)) * 0.03))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     for index in range(len(panels), rows * columns):

@@ -109,6 +109,12 @@ def stage_run_filter(parent_run_id: str, stage: str, attempt: int) -> str:
     return f"tags.`{PARENT_RUN_ID_TAG}` = {quote(parent_run_id)} and tags.`{TAG_STAGE}` = {quote(stage)} and tags.`{TAG_ATTEMPT}` = {quote(str(attempt))}"
 
 
+UI_WORKFLOW = "?workflowType=machine_learning"
+"""MLflow 3.17's UI chooses between its GenAI and "Model training" views with a global switch (kept in the
+browser, GenAI by default) that overrides the experiment's kind tag; this query parameter selects the
+model-training view for the page it opens."""
+
+
 def run_url(tracking_uri: str, experiment_id: str, run_id: str) -> str:
-    """Where a user opens the run in the MLflow UI."""
-    return f"{tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+    """Where a user opens the run in the MLflow UI (its model-training view)."""
+    return f"{tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}{UI_WORKFLOW}"
