@@ -5,7 +5,9 @@ it (our agent loop registered as ``tool_agent``, our trainer), and run on CPU: t
 (a stand-in vLLM server) answers 8 problems with rollouts whose figures are known by construction,
 the code runs in our real sandbox, and verl's agent loop, reward loop and ``RayPPOTrainer`` code do
 the rest. Of the 8 responses 3 run code (4 calls: 2 succeed, 1 raises, 1 times out), one reaches
-``maxTurns`` and 4 are correct.
+``maxTurns`` and 4 are correct. The reward watch re-grades all 8 with math-verify, which rejects the
+one answer written in a ``\\framebox``: a disagreement rate of 1/8, above the threshold for one step,
+so the disagreement table is logged and the rl run is tagged RewardSuspect.
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ SCRIPTS: dict[str, tuple[str, list[str]]] = {
     "Problem one: what is 6 times 7?": ("42", [call("print(6 * 7)"), "The interpreter says 42, so \\boxed{42}."]),
     "Problem two: what is 2 to the 10th?": ("1024", [call("x = 1 / 0"), call("x = 2 ** 10\nprint(x)"), "So \\boxed{1024}."]),
     "Problem three: how many primes below 10?": ("4", [call("while True:\n    pass"), "It ran too long; I guess \\boxed{3}."]),
-    "Problem four: what is 1 plus 1?": ("2", ["Clearly \\boxed{2}."]),
+    # Our reward reads a framebox as the answer; math-verify does not: the one disagreement of the step.
+    "Problem four: what is 1 plus 1?": ("2", ["Clearly \\framebox{2}."]),
     "Problem five: what is 3 squared?": ("9", ["It is \\boxed{9}."]),
     "Problem six: what is 10 minus 4?": ("6", ["It is \\boxed{5}."]),
     "Problem seven: what is 8 divided by 2?": ("4", ["It is \\boxed{3}."]),
@@ -108,7 +111,7 @@ def write_problems(path: Path) -> str:
 def stage(tmp_path: Path, qwen_tokenizer: str, sandbox: str) -> Any:  # noqa: F811
     example = next(p for p in EXAMPLES if p.stem == "retoolrun-minimal")
     raw = yaml.safe_load(example.read_text())
-    raw["spec"].setdefault("rl", {}).update(maxTurns=MAX_TURNS, rewardWatch={"share": 1.0, "maxPerStep": 8})
+    raw["spec"].setdefault("rl", {}).update(maxTurns=MAX_TURNS, rewardWatch={"share": 1.0, "maxPerStep": 8, "threshold": 0.1, "window": 1})
     run = parse_run(raw)
     command = render_stage(run, "rl", StageContext(run_name=run.metadata.name, namespace="default", sandbox_url=sandbox))
     copies = stage_files(command, tmp_path)
@@ -127,7 +130,7 @@ def stage(tmp_path: Path, qwen_tokenizer: str, sandbox: str) -> Any:  # noqa: F8
             "actor_rollout_ref.rollout.n": 1,
             "actor_rollout_ref.rollout.val_kwargs.n": 1,
             "actor_rollout_ref.rollout.agent.num_workers": 2,
-            "+retool.reward_watch.share": 1.0,
+            "+retool.reward_watch.share": 1.0,  # the preflight's overrides turn the watch off
         }
     )
     return compose_stage(command, overrides)
@@ -176,7 +179,13 @@ def test_dynamics_of_scripted_rollouts_reach_mlflow_at_the_trainers_step(stage: 
         history = client.get_metric_history(run_id, f"tool/{name}")
         assert [(m.step, pytest.approx(m.value)) for m in history] == [(7, value)], name
         assert val_metrics[f"val-tool/{name}"] == pytest.approx(value), name
-    watched = {name: client.get_metric_history(run_id, name)[0].value for name in ("reward-watch/verified", "reward-watch/disagreement_rate")}
-    assert watched == {"reward-watch/verified": 8.0, "reward-watch/disagreement_rate": 0.0}, "math-verify agrees with the reward on plain boxed integers"
+    names = ("reward-watch/verified", "reward-watch/disagreement_rate", "reward-watch/reward_right_verifier_wrong", "reward-watch/reward_wrong_verifier_right")
+    watched = {name: [(m.step, m.value) for m in client.get_metric_history(run_id, name)] for name in names}
+    assert watched == dict(zip(names, ([(7, 8.0)], [(7, 1 / 8)], [(7, 1 / 8)], [(7, 0.0)]), strict=True))
+    table = json.loads(Path(client.download_artifacts(run_id, "reward-watch/step_000007.json")).read_text())
+    rows = [dict(zip(table["columns"], row, strict=True)) for row in table["data"]]
+    assert [(r["problem"], r["answer"], r["reward_correct"], r["verifier_correct"]) for r in rows] == [("Problem four: what is 1 plus 1?", "2", True, False)]
+    assert rows[0]["response_tail"].endswith("Clearly \\framebox{2}.")
+    assert "for 1 steps in a row (step 7: 12%)" in client.get_run(run_id).data.tags["retool.rewardSuspect"]
     correct_without_success = client.get_metric_history(run_id, "reward-watch/correct_without_success")[0].value
     assert correct_without_success == pytest.approx(2 / 4), "problems four and five are correct without running code"
