@@ -149,6 +149,8 @@ class Observed:
     """Events of the run's claim while it is Pending (why it is not provisioned)."""
     sandbox_isolation: IsolationObservation | None = None
     """What the sandbox pods' /readyz said this pass; None when there were no pods to ask."""
+    reward_suspect: str | None = None
+    """The rl stage's reward watch: a message while suspect, "" once cleared; None when not read this pass."""
 
 
 @dataclass
@@ -305,6 +307,22 @@ def _with_isolation(
     if cond.status is False and (before is None or before.status != "False" or before.reason != cond.reason):
         events.append(Event("Warning", cond.reason, f"sandbox: {cond.message}"))
     return conditions, summary or previous
+
+
+def with_reward_suspect(conditions: list[Condition], message: str, events: list[Event], *, now: dt.datetime, generation: int | None) -> list[Condition]:
+    """RewardSuspect from the reward watch's state (a message, or "" once cleared), and a Warning Event when it is raised.
+
+    A run whose watch never raised it has no such condition; once raised it stays, False after clearing.
+    """
+    before = next((cond for cond in conditions if cond.type == c.COND_REWARD_SUSPECT), None)
+    suspect = bool(message)
+    if not suspect and before is None:
+        return conditions
+    if suspect and (before is None or before.status != "True"):
+        events.append(Event("Warning", c.REASON_REWARD_DISAGREES, f"reward suspect: {message}"))
+    reason = c.REASON_REWARD_DISAGREES if suspect else c.REASON_REWARD_AGREES
+    text = message if suspect else "the second verifier agrees with the reward again"
+    return set_condition(conditions, type_=c.COND_REWARD_SUSPECT, status=suspect, reason=reason, message=text, now=now, generation=generation)
 
 
 @dataclass
@@ -506,6 +524,8 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
         conditions = set_condition(
             conditions, type_=c.COND_STORAGE_READY, status=ready, reason=claim_check.reason, message=claim_check.message, now=now, generation=generation
         )
+    if observed.reward_suspect is not None:
+        conditions = with_reward_suspect(conditions, observed.reward_suspect, events, now=now, generation=generation)
     next_status = RetoolRunStatus(
         phase=phase,
         stage=(current.name if current else next((s.name for s in reversed(stages) if s.state == "Succeeded"), None)),

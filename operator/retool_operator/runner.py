@@ -46,7 +46,7 @@ from retool_operator.readyz import IsolationReader
 from retool_operator.reconcile import Decision, Event, Observed, child_outcome, decide
 from retool_operator.sandbox_gate import SandboxGate, sandbox_gate
 from retool_operator.status import dump, invalid_spec_status, load, phase_of, replica_failure, set_condition, with_refusals, with_spec_warnings
-from retool_operator.tracking import ensure_parent_run, eval_results, same_tracker, tracking_target
+from retool_operator.tracking import ensure_parent_run, eval_results, reward_suspect, same_tracker, tracking_target
 from retool_operator.webhook import cluster_problems, spec_problems
 
 log = logging.getLogger(__name__)
@@ -266,6 +266,9 @@ class Reconciler:
         results = await self._results(current, tracking)
         if results:
             observed = replace(observed, results=results)
+        suspect = await self._reward_suspect(current, tracking)
+        if suspect is not None:
+            observed = replace(observed, reward_suspect=suspect)
         now = self.now()
         decision = decide(run, current, observed, now, sandbox_autoscaled=autoscaled)
         warnings = [str(w) for w in document_warnings(document)]
@@ -421,6 +424,13 @@ class Reconciler:
         if status.results or entry is None or entry.state != "Succeeded" or not (tracking.uri and tracking.parent_run_id):
             return {}
         return await eval_results(tracking.uri, tracking.parent_run_id, entry.attempt)
+
+    async def _reward_suspect(self, status: RetoolRunStatus, tracking: Tracking) -> str | None:
+        """The rl stage's reward-watch tag while it runs (None when it is not running or MLflow does not say)."""
+        entry = next((s for s in status.stages if s.name == "rl"), None)
+        if entry is None or entry.state != "Running" or not (tracking.uri and tracking.parent_run_id):
+            return None
+        return await reward_suspect(tracking.uri, tracking.parent_run_id, entry.attempt)
 
     def _owned(self, obj: dict[str, Any], run: RetoolRun) -> dict[str, Any]:
         uid = (run.metadata.model_extra or {}).get("uid")

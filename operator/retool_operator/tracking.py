@@ -115,3 +115,16 @@ async def eval_results(uri: str, parent_run_id: str, attempt: int, *, timeout: f
         log.warning("eval results of parent run %s not readable yet: %s", parent_run_id, err)
         return {}
     return {str(source): {str(m): float(x) for m, x in (metrics or {}).items() if isinstance(x, int | float)} for source, metrics in (results or {}).items()}
+
+
+async def reward_suspect(uri: str, parent_run_id: str, attempt: int, *, timeout: float = PARENT_RUN_TIMEOUT) -> str | None:
+    """The rl attempt's reward-watch state (``retool.tracking.reward_suspect``); None when unknown or unreadable."""
+    module = _tracking_module()
+    if module is None or not hasattr(module, "reward_suspect"):
+        return None
+    try:
+        value = await asyncio.wait_for(asyncio.to_thread(module.reward_suspect, uri, parent_run_id, attempt), timeout=timeout)
+    except Exception as err:  # a view on training: never fail a pass over it
+        log.warning("reward watch of parent run %s not readable: %s", parent_run_id, err)
+        return None
+    return None if value is None else str(value)

@@ -20,6 +20,7 @@ COMMANDS: tuple[str, ...] = (
     "sandbox",
     "eval",
     "preflight",
+    "compare",
 )
 
 

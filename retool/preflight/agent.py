@@ -170,6 +170,16 @@ class InProcessAgentLoopWorker(AgentLoopWorkerBase):
         self.reward_manager_worker = reward
 
 
+def tool_loop_classes() -> list[type]:
+    """verl's ``ToolAgentLoop`` and its subclasses (ours records tool calls): each keeps its own class state."""
+    found, todo = [], [ToolAgentLoop]
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo.extend(cls.__subclasses__())
+    return found
+
+
 class InProcessRollout:
     """What ``RayPPOTrainer`` calls as ``async_rollout_manager``, backed by one in-process worker.
 
@@ -188,7 +198,8 @@ class InProcessRollout:
         self.loop = asyncio.new_event_loop()
         # verl initialises the tool agent loop's class state (tools, parser, limits) once per worker
         # process; every InProcessRollout stands for a fresh worker, so it starts uninitialised.
-        ToolAgentLoop._class_initialized = False
+        for loop_class in tool_loop_classes():
+            loop_class._class_initialized = False
         server_manager = AsyncLLMServerManager(config, [LocalActor(server)])
 
         async def build() -> InProcessAgentLoopWorker:
@@ -212,12 +223,13 @@ class InProcessRollout:
         return output
 
     def close(self) -> None:
-        tools = getattr(ToolAgentLoop, "tools", {}) if ToolAgentLoop._class_initialized else {}
-        for tool in tools.values():
-            closer = getattr(tool, "aclose", None)
-            if closer is not None:
-                self.loop.run_until_complete(closer())
-        ToolAgentLoop._class_initialized = False
+        for loop_class in tool_loop_classes():
+            tools = loop_class.__dict__.get("tools", {}) if loop_class.__dict__.get("_class_initialized") else {}
+            for tool in tools.values():
+                closer = getattr(tool, "aclose", None)
+                if closer is not None:
+                    self.loop.run_until_complete(closer())
+            loop_class._class_initialized = False
         self.loop.run_until_complete(self.loop.shutdown_default_executor())
         self.loop.close()
 

@@ -48,13 +48,22 @@ class RecordingRollout:
         return output
 
 
-def build_trainer(config: DictConfig, tokenizer: Any, train_dataset: Any, val_dataset: Any, rollout: RecordingRollout) -> RayPPOTrainer:
-    """``RayPPOTrainer`` as ``TaskRunner.run`` builds it, with the in-process rollout as its async rollout manager."""
+def build_trainer(
+    config: DictConfig, tokenizer: Any, train_dataset: Any, val_dataset: Any, rollout: RecordingRollout, trainer_class: type[RayPPOTrainer] | None = None
+) -> RayPPOTrainer:
+    """The stage's trainer as ``TaskRunner.run`` builds it, with the in-process rollout as its async rollout manager.
+
+    ``trainer_class``: the stages run :class:`retool.recipe.verl_plugins.trainer.RetoolPPOTrainer` (the default);
+    verl's ``RayPPOTrainer`` is what it extends."""
+    if trainer_class is None:
+        from retool.recipe.verl_plugins.trainer import RetoolPPOTrainer
+
+        trainer_class = RetoolPPOTrainer
     reward_kwargs = config.reward_model.get("reward_kwargs", {})
     reward_fn = load_reward_manager(config, tokenizer, num_examine=0, **reward_kwargs)
     val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1, **reward_kwargs)
     pool = ResourcePoolManager(resource_pool_spec={"global_pool": [config.trainer.n_gpus_per_node] * config.trainer.nnodes}, mapping={Role.ActorRollout: "global_pool"})
-    trainer = RayPPOTrainer(
+    trainer = trainer_class(
         config=config,
         tokenizer=tokenizer,
         processor=None,

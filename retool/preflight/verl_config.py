@@ -27,6 +27,7 @@ from retool.recipe.render.command import StageCommand, hydra_overrides
 
 TOOL_CONFIG_KEY = "actor_rollout_ref.rollout.multi_turn.tool_config_path"
 VALIDATION_DIR_KEY = "trainer.validation_data_dir"
+WATCH_SHARE_KEY = "+retool.reward_watch.share"
 
 
 def config_dir() -> str:
@@ -60,6 +61,8 @@ def preflight_overrides(command: StageCommand, *, tokenizer: str, file_copies: M
         "trainer.logger": ["console"],
         "actor_rollout_ref.rollout.trace.backend": None,
     }
+    if WATCH_SHARE_KEY in command.overrides:
+        overrides[WATCH_SHARE_KEY] = 0.0  # no math-verify process for a preflight's handful of scripted rollouts
     if command.overrides.get(VALIDATION_DIR_KEY):
         overrides[VALIDATION_DIR_KEY] = str(work_dir / command.stage / "validation")
     tool_config = command.overrides.get(TOOL_CONFIG_KEY)

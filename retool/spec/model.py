@@ -271,6 +271,17 @@ class SFTSpec(SpecModel):
         return value
 
 
+class RewardWatchSpec(SpecModel):
+    """A second verifier re-grading a sample of each training step's responses (see docs/recipe.md, "Training dynamics")."""
+
+    share: float = Field(0.02, ge=0, le=1, description="Share of each step's responses re-graded by the second verifier (math-verify); 0 turns the watch off.")
+    max_per_step: int = Field(64, ge=0, le=4096, description="At most this many responses re-graded per step, whatever the share.")
+    threshold: float = Field(
+        0.1, ge=0, le=1, description="Disagreement rate (second verifier vs reward) above which a step counts toward the RewardSuspect condition."
+    )
+    window: PositiveInt = Field(3, le=1000, description="Steps in a row above the threshold that raise RewardSuspect; one step below clears it.")
+
+
 class RLSpec(SpecModel):
     enabled: bool = Field(True, description="Run the multi-turn RL stage.")
     algorithm: Literal["grpo", "ppo"] = Field("grpo", description="Advantage estimator: grpo (no critic) or ppo (GAE with a critic).")
@@ -312,6 +323,7 @@ class RLSpec(SpecModel):
         False, description="Shape wrong answers by the number of tool turns (verl recipe option); off keeps the paper's +1/-1 reward."
     )
     rollout_traces: bool = Field(False, description="Record multi-turn rollout traces to MLflow (verl rollout tracing).")
+    reward_watch: RewardWatchSpec = Field(default_factory=RewardWatchSpec, description="A second verifier watching the reward during training.")
 
 
 class PreflightSpec(SpecModel):

@@ -19,6 +19,7 @@ from retool.tracking.runs import (
     log_stage_commands,
     prepare_stage_run,
     ray_env_overrides,
+    reward_suspect,
     stage_env,
     start_stage_run,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "read_sample_rows",
     "register_final_model",
     "registered_model_name",
+    "reward_suspect",
     "rollout_trace_overrides",
     "spec_params",
     "stage_env",

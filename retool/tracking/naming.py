@@ -24,6 +24,31 @@ ROLE_PARENT = "pipeline"
 ROLE_STAGE = "stage"
 PARENT_RUN_ID_TAG = "mlflow.parentRunId"
 """MLflow's own tag that nests a run under another in the UI."""
+NOTE_TAG = "mlflow.note.content"
+"""MLflow's own tag holding a run's (or an experiment's) description, shown and edited in the UI."""
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "finetuning"
+"""What our experiments are: MLflow 3.17's UI opens an experiment without this tag in its GenAI view
+(traces, evaluation runs); ``finetuning`` (one of the kinds its UI knows, with ``genai_development`` and
+``custom_model_development``) opens the runs table and the metric charts."""
+
+METRIC_GROUPS = (
+    ("val-core/", "AIME mean@k / maj@k / best@k / pass@k of each validation round and of the eval stage (verl's names)"),
+    ("tool/", "tool-use dynamics of each training step: code ratio, calls, outcomes, code pass rate, first-call position, lengths"),
+    ("val-tool/", "the same dynamics on the validation rounds and the eval stage"),
+    ("reward-watch/", "the second verifier's disagreement with the reward, and reward-hacking signals"),
+    ("actor/, critic/, response_length/, timing_s/", "verl's own training metrics"),
+)
+
+
+def parent_description(namespace: str | None, name: str) -> str:
+    """The parent run's description (Markdown): what the run is and where each plot lives."""
+    groups = "\n".join(f"- `{prefix}` {meaning}" for prefix, meaning in METRIC_GROUPS)
+    return (
+        f"ReTool pipeline `{namespace or 'default'}/{name}`: one nested run per stage attempt (prepare, preflight, sft, rl, eval).\n\n"
+        f"Metric groups (open the rl and eval runs, Model metrics):\n{groups}\n\n"
+        "Compare runs (e.g. tool vs text-only): `retool compare RUN [RUN ...]` logs a report under `compare/` of each parent run."
+    )
 
 MAX_TAG_VALUE = 8000
 """MLflow's run tag value limit (MAX_TAG_VAL_LENGTH in mlflow.utils.validation)."""
@@ -84,6 +109,12 @@ def stage_run_filter(parent_run_id: str, stage: str, attempt: int) -> str:
     return f"tags.`{PARENT_RUN_ID_TAG}` = {quote(parent_run_id)} and tags.`{TAG_STAGE}` = {quote(stage)} and tags.`{TAG_ATTEMPT}` = {quote(str(attempt))}"
 
 
+UI_WORKFLOW = "?workflowType=machine_learning"
+"""MLflow 3.17's UI chooses between its GenAI and "Model training" views with a global switch (kept in the
+browser, GenAI by default) that overrides the experiment's kind tag; this query parameter selects the
+model-training view for the page it opens."""
+
+
 def run_url(tracking_uri: str, experiment_id: str, run_id: str) -> str:
-    """Where a user opens the run in the MLflow UI."""
-    return f"{tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+    """Where a user opens the run in the MLflow UI (its model-training view)."""
+    return f"{tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}{UI_WORKFLOW}"

@@ -37,7 +37,7 @@ def ensure_experiment(tracking_uri: str, name: str) -> str:
         experiment = mlflow_client.get_experiment_by_name(name)
         if experiment is None:
             try:
-                return mlflow_client.create_experiment(name, tags={"retool.managed": "true"})
+                return mlflow_client.create_experiment(name, tags={"retool.managed": "true", naming.EXPERIMENT_KIND_TAG: naming.EXPERIMENT_KIND})
             except Exception as exc:
                 if not is_resource_exists(exc):
                     raise
@@ -45,6 +45,8 @@ def ensure_experiment(tracking_uri: str, name: str) -> str:
         if experiment.lifecycle_stage == "deleted":
             log.warning("restoring deleted MLflow experiment %r", name)
             mlflow_client.restore_experiment(experiment.experiment_id)
+        if naming.EXPERIMENT_KIND_TAG not in experiment.tags:  # made by verl's logger, or before the tag existed; a user's choice stays
+            mlflow_client.set_experiment_tag(experiment.experiment_id, naming.EXPERIMENT_KIND_TAG, naming.EXPERIMENT_KIND)
         return experiment.experiment_id
 
 
@@ -69,7 +71,8 @@ def ensure_parent_run(
     with reported(tracking_uri, f"ensuring the parent run of {namespace}/{name}"):
         found = _find_one(mlflow_client, [experiment_id], naming.parent_run_filter(uid))
         if found is None:
-            run = mlflow_client.create_run(experiment_id, run_name=name, tags=naming.parent_tags(namespace=namespace, name=name, uid=uid, image=image))
+            tags = {**naming.parent_tags(namespace=namespace, name=name, uid=uid, image=image), naming.NOTE_TAG: naming.parent_description(namespace, name)}
+            run = mlflow_client.create_run(experiment_id, run_name=name, tags=tags)
             run_id, existing = run.info.run_id, {}
             log.info("created MLflow parent run %s for %s/%s in experiment %s", run_id, namespace, name, experiment_id)
         else:
@@ -106,6 +109,20 @@ def start_stage_run(tracking_uri: str, parent_run_id: str, stage: str, attempt: 
         run = mlflow_client.create_run(experiment_id, run_name=run_name, tags=run_tags)
         log.info("created MLflow run %s (%s) under parent %s", run.info.run_id, run_name, parent_run_id)
         return run.info.run_id
+
+
+REWARD_SUSPECT_TAG = "retool.rewardSuspect"
+"""Set by the rl stage's reward watch (``retool.recipe.verl_plugins.watch``): a message while the second
+verifier keeps disagreeing with the reward, empty once it agrees again."""
+
+
+def reward_suspect(tracking_uri: str, parent_run_id: str, attempt: int) -> str | None:
+    """The rl stage attempt's ``retool.rewardSuspect`` tag: a message, "" (cleared), or None (no run or no tag yet). Only reads."""
+    mlflow_client = client(tracking_uri)
+    with reported(tracking_uri, f"reading the reward watch of run {parent_run_id}"):
+        parent = mlflow_client.get_run(parent_run_id)
+        found = _find_one(mlflow_client, [parent.info.experiment_id], naming.stage_run_filter(parent_run_id, "rl", attempt))
+    return None if found is None else found.data.tags.get(REWARD_SUSPECT_TAG)
 
 
 def end_run(tracking_uri: str, run_id: str, status: str = "FINISHED") -> None:

@@ -35,8 +35,8 @@ def test_rl_command_shows_sandbox_mlflow_and_runtime_values(capsys: pytest.Captu
     assert "trainer.project_name=retool/qwen32b-h200" in out
     assert "set at run time: MLflow tracking URI: <operator default>" in out
     assert "# ===== sft" not in out
-    program = next(line for line in out.splitlines() if line.startswith("python3 -m verl.trainer.main_ppo"))
-    assert shlex.split(program.rstrip("\\")) == ["python3", "-m", "verl.trainer.main_ppo"]
+    program = next(line for line in out.splitlines() if line.startswith("python3 -m retool.recipe.verl_plugins.main_ppo"))
+    assert shlex.split(program.rstrip("\\")) == ["python3", "-m", "retool.recipe.verl_plugins.main_ppo"]
 
 
 def test_ascend_example_shows_the_ascend_environment(capsys: pytest.CaptureFixture[str]) -> None:

@@ -36,7 +36,7 @@ def test_validate_and_render_need_only_the_base_package(tmp_path: Path) -> None:
         assert validated.returncode == 0, validated.stdout
     rendered = run_without_extras(tmp_path, "render", "--stage", "rl", str(EXAMPLES[0]))
     assert rendered.returncode == 0, rendered.stderr
-    assert "verl.trainer.main_ppo" in rendered.stdout
+    assert "retool.recipe.verl_plugins.main_ppo" in rendered.stdout
 
 
 @pytest.mark.parametrize(

@@ -73,7 +73,7 @@ def test_parent_run_is_created_once_with_params_and_tags(mlflow_server: MLflowSe
         "retool.image": "retool/trainer:0.1",
         "retool.role": "pipeline",
     }
-    assert parent.url == f"{mlflow_server.uri}/#/experiments/{parent.experiment_id}/runs/{parent.run_id}"
+    assert parent.url == f"{mlflow_server.uri}/#/experiments/{parent.experiment_id}/runs/{parent.run_id}?workflowType=machine_learning"
 
 
 def test_an_edited_spec_keeps_the_logged_params_and_says_what_changed(mlflow_server: MLflowServer) -> None:

@@ -15,7 +15,7 @@ from retool.spec.model import RetoolRun
 
 PYTHON = "python3"
 SFT_MODULE = "verl.trainer.fsdp_sft_trainer"
-PPO_MODULE = "verl.trainer.main_ppo"
+PPO_MODULE = verl_plugins.PPO_MAIN_MODULE
 MERGER_MODULE = "verl.model_merger"
 RAY_TORCHRUN_MODULE = "retool.runtime.ray_torchrun"
 STAGING_MODULE = "retool.staging"

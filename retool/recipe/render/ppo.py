@@ -28,7 +28,7 @@ from retool.recipe.render.common import (
 )
 from retool.recipe.render.profiles import engine_profile
 from retool.recipe.render.sft import merge_argv
-from retool.recipe.verl_plugins import SINGLE_TURN_AGENT, TOOL_AGENT
+from retool.recipe.verl_plugins import AGENT_LOOP_CONFIG, SINGLE_TURN_AGENT, TOOL_AGENT
 from retool.runtime.context import StageContext
 from retool.runtime.paths import run_paths
 from retool.spec.model import RetoolRun
@@ -40,6 +40,9 @@ worker of the job, which on other nodes does not inherit the driver's environmen
 REWARD_KWARGS_PREFIX = "+custom_reward_function.reward_kwargs."
 """The other ``+`` keys: keyword arguments verl's ``get_custom_reward_fn`` passes to ``compute_score``
 (verl's schema has no ``reward_kwargs`` entry; it reads the key when present)."""
+
+WATCH_PREFIX = "+retool.reward_watch."
+"""Our own keys in verl's config, read by the trainer's reward watch (``retool.recipe.verl_plugins.watch``)."""
 
 GAE = "gae"
 
@@ -133,6 +136,8 @@ def ppo_overrides(run: RetoolRun, ctx: StageContext, stage: str, model_path: str
         o.update(ascend.ppo_overrides())
     for key, value in process_env(run, ctx).items():
         o[RUNTIME_ENV_PREFIX + key] = value
+    watch = rl.reward_watch
+    o.update({f"{WATCH_PREFIX}{key}": value for key, value in watch.model_dump(by_alias=False).items()})
     return o
 
 
@@ -162,6 +167,7 @@ def _rollout_loop(run: RetoolRun, ctx: StageContext, stage: str, max_turns: int)
         # Keep the head and the tail of long interpreter output (tracebacks end at the bottom).
         f"{arr}.rollout.multi_turn.tool_response_truncate_side": "middle",
         f"{arr}.rollout.agent.default_agent_loop": TOOL_AGENT,
+        f"{arr}.rollout.agent.agent_loop_config_path": AGENT_LOOP_CONFIG,
     }
 
 

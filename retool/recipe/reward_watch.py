@@ -1,0 +1,158 @@
+"""A second verifier watching the reward, and reward-hacking signals that need none (pure decisions).
+
+Rule-based math verifiers are precise but miss correct answers, and a policy can drift toward answer
+formats its reward mis-scores; the first sign is otherwise a flat AIME curve days later. So every
+training step a small sample of responses (``share``, at most ``max_per_step``) is graded again by
+an independent verifier - Hugging Face's math-verify, which extracts and compares answers with its
+own parser and sympy, unlike the reward's (:mod:`retool.recipe.reward`) - off the training path. The
+disagreement rate and its direction are logged per step; the disagreeing samples are kept as a table.
+
+Signals that need no second verifier (rates among the responses the reward scored correct):
+
+- ``correct_without_success``: a tool run's correct answer with no successful interpreter call.
+- ``answer_from_tool_output``: the graded answer is, verbatim, the last line a call printed. ReTool
+  teaches exactly this (compute, then report), so read it as a trend against the run's own start.
+- ``truncated_correct``: responses cut at ``maxResponseLength`` yet scored correct.
+- ``several_boxed`` (on the verified sample): responses with more than one ``\\boxed`` answer.
+
+:class:`SuspectTracker` turns the per-step disagreement rate into the ``RewardSuspect`` signal: raised
+when the rate stays above ``threshold`` for ``window`` steps in a row, cleared by a step below it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+WATCH_PREFIX = "reward-watch"
+_BOXED = re.compile(r"\\(?:boxed|fbox|framebox)\b")
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    """``spec.rl.rewardWatch``: how much to re-grade and when to raise ``RewardSuspect``."""
+
+    share: float = 0.02
+    max_per_step: int = 64
+    threshold: float = 0.1
+    window: int = 3
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.share <= 1.0:
+            raise ValueError(f"share must be within [0, 1], got {self.share}")
+        if self.max_per_step < 0:
+            raise ValueError(f"max_per_step must be >= 0, got {self.max_per_step}")
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ValueError(f"threshold must be within [0, 1], got {self.threshold}")
+        if self.window < 1:
+            raise ValueError(f"window must be >= 1, got {self.window}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.share > 0 and self.max_per_step > 0
+
+
+def sample_size(n: int, share: float, max_per_step: int) -> int:
+    """Responses re-graded in a batch of ``n``: ``ceil(n * share)``, at most ``max_per_step``."""
+    if n <= 0 or share <= 0 or max_per_step <= 0:
+        return 0
+    return min(n, max_per_step, math.ceil(n * share))
+
+
+def sample_rows(n: int, settings: WatchSettings, step: int) -> np.ndarray:
+    """Which rows to re-grade at ``step`` (sorted; reproducible for a seed and step)."""
+    k = sample_size(n, settings.share, settings.max_per_step)
+    rng = np.random.default_rng([settings.seed, max(step, 0)])
+    return np.sort(rng.choice(n, size=k, replace=False)) if k else np.zeros(0, dtype=np.int64)
+
+
+def second_verdict(response: str, ground_truth: str) -> bool:
+    """math-verify's verdict on a response against the ground truth (its own extraction and equivalence).
+
+    Run it in a process's main thread: math-verify bounds parsing and comparison with ``SIGALRM``.
+    """
+    from math_verify import parse, verify
+
+    gold = parse(f"${ground_truth}$")
+    if not gold:
+        gold = parse(ground_truth)
+    answer = parse(response)
+    return bool(gold and answer and verify(gold, answer))
+
+
+def count_boxed(text: str) -> int:
+    return len(_BOXED.findall(text or ""))
+
+
+def disagreement_metrics(reward_correct: Sequence[bool], verifier_correct: Sequence[bool], prefix: str = WATCH_PREFIX) -> dict[str, float]:
+    """Rates over the verified sample: disagreement, and each direction of it."""
+    reward = np.asarray(reward_correct, dtype=bool)
+    verifier = np.asarray(verifier_correct, dtype=bool)
+    if reward.shape != verifier.shape:
+        raise ValueError(f"{reward.size} reward verdicts but {verifier.size} verifier verdicts")
+    metrics = {f"{prefix}/verified": float(reward.size)}
+    if reward.size:
+        metrics[f"{prefix}/disagreement_rate"] = float((reward != verifier).mean())
+        metrics[f"{prefix}/reward_wrong_verifier_right"] = float((~reward & verifier).mean())
+        metrics[f"{prefix}/reward_right_verifier_wrong"] = float((reward & ~verifier).mean())
+    return metrics
+
+
+def hacking_signals(
+    records: Sequence[Any], correct: Sequence[bool], preds: Sequence[Any] | None, truncated: Sequence[bool], prefix: str = WATCH_PREFIX
+) -> dict[str, float]:
+    """Rates among correct responses of the signals listed in the module docstring (all but ``several_boxed``)."""
+    correct = np.asarray(correct, dtype=bool)
+    truncated = np.asarray(truncated, dtype=bool)
+    metrics: dict[str, float] = {}
+    n_correct = int(correct.sum())
+    if not n_correct:
+        return metrics
+    recs = [r if isinstance(r, Mapping) else None for r in records]
+    metrics[f"{prefix}/truncated_correct"] = float((truncated & correct).sum() / n_correct)
+    tool_run = [r for r in recs if r is not None]
+    if tool_run:
+        no_success = np.fromiter((r is not None and "ok" not in r.get("outcomes", ()) for r in recs), dtype=bool, count=len(recs))
+        metrics[f"{prefix}/correct_without_success"] = float((no_success & correct).sum() / n_correct)
+        if preds is not None:
+            copied = np.fromiter(
+                (bool(c) and r is not None and _copied(p, r.get("outputs", ())) for r, p, c in zip(recs, preds, correct, strict=True)), dtype=bool, count=len(recs)
+            )
+            metrics[f"{prefix}/answer_from_tool_output"] = float(copied.sum() / n_correct)
+    return metrics
+
+
+def _copied(pred: Any, outputs: Sequence[str]) -> bool:
+    answer = str(pred).strip() if pred is not None else ""
+    return bool(answer) and any(answer == str(line).strip() for line in outputs)
+
+
+class SuspectTracker:
+    """Consecutive steps with a disagreement rate above the threshold; ``update`` says when the state flips."""
+
+    def __init__(self, settings: WatchSettings) -> None:
+        self.settings = settings
+        self.above = 0
+        self.suspect = False
+
+    def update(self, step: int, rate: float | None) -> str | None:
+        """A message when the state changes at ``step`` ("" when cleared), else None. A step without verified samples changes nothing."""
+        if rate is None:
+            return None
+        self.above = self.above + 1 if rate > self.settings.threshold else 0
+        suspect = self.above >= self.settings.window
+        if suspect == self.suspect:
+            return None
+        self.suspect = suspect
+        if not suspect:
+            return ""
+        return (
+            f"the second verifier disagreed with the reward on more than {self.settings.threshold:.0%} of the re-graded responses "
+            f"for {self.above} steps in a row (step {step}: {rate:.0%})"
+        )
