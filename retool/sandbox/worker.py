@@ -33,9 +33,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from retool.sandbox import accounting, child, isolation, landlock, protocol
+from retool.sandbox import accounting, isolation, landlock, protocol
 from retool.sandbox.layers import Plan
 from retool.sandbox.outcome import Limits, checked_relative_path, limit_note, render_output, signal_note
+from retool.sandbox.zygote import Zygote, ZygoteLostError
 
 logger = logging.getLogger(__name__)
 
@@ -126,9 +127,18 @@ class Worker:
         candidates = [*SYSTEM_READ_PATHS, sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path]
         self.read_paths = landlock.read_paths(candidates, keep_out) if self.plan.landlock_abi else ()
         self.broken = False
+        self.zygote: Zygote | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------
     def serve(self) -> None:
+        # Before the first request is read: the zygote's memory never holds one (see ``zygote``).
+        self.zygote = Zygote(self.pid_namespace)
+        try:
+            self._serve()
+        finally:
+            self.zygote.close()
+
+    def _serve(self) -> None:
         protocol.send(self.sock, {"type": "hello", "slot": self.config.slot})
         prepared = self._prefork()
         while not self.broken:
@@ -139,7 +149,7 @@ class Worker:
                 return
             try:
                 result = self._execute(prepared, job)
-            except HarnessError as exc:
+            except (HarnessError, ZygoteLostError) as exc:
                 logger.error("worker %d cannot run executions: %s", self.config.slot, exc)
                 result = {"type": "result", "sandbox_error": str(exc)}
                 self.broken = True
@@ -170,7 +180,6 @@ class Worker:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         ack_r, ack_w = os.pipe()
-        baseline = accounting.resident_kib("self")
         plan = self.plan
         setup = {
             "cwd": workdir,
@@ -185,12 +194,15 @@ class Worker:
             # Dumpable lets the worker read its smaps (the memory watch); siblings cannot use it
             # where Landlock, namespaces or distinct uids keep them apart.
             "dumpable": plan.landlock_abi >= 1 or plan.namespaces is not None or plan.uid_per_execution,
+            # Same-uid executions in a pid namespace could otherwise signal the zygote (their parent).
+            "protect_parent": self.pid_namespace,
         }
-        pid = os.fork()
-        if pid == 0:
-            child.main(go_r, out_w, err_w, ack_w, setup)
-        for fd in (go_r, out_w, err_w, ack_w):
-            os.close(fd)
+        assert self.zygote is not None
+        try:
+            pid, baseline = self.zygote.fork(setup, go_r, out_w, err_w, ack_w)
+        finally:
+            for fd in (go_r, out_w, err_w, ack_w):
+                os.close(fd)
         for fd in (out_r, err_r, ack_r):
             os.set_blocking(fd, False)
         quiet = _enlarge_pipe(out_r) and _enlarge_pipe(err_r)
@@ -243,7 +255,7 @@ class Worker:
                 timed_out = True
                 break
             if now >= next_watch:
-                pids = accounting.descendants("self")
+                pids = self._execution_pids()
                 over = memory.over(pids, now)
                 if over is not None:
                     killed_for = ("memory", over * 1024)
@@ -271,11 +283,13 @@ class Worker:
         phases = {"ended": elapsed}
         if not exited:
             self._kill_leftovers(prepared.pid)
-        # The status comes from the kernel alone: nothing the code wrote anywhere can change it.
-        _, wait_status, usage = os.wait4(prepared.pid, 0)
+        # The status comes from the kernel alone (wait4, in the zygote): nothing the code wrote
+        # anywhere can change it.
+        assert self.zygote is not None
+        ended = self.zygote.wait(prepared.pid)
+        wait_status, cpu = ended.status, ended.cpu_seconds
         phases["reaped"] = time.monotonic() - start
         prepared.pid = 0
-        cpu = usage.ru_utime + usage.ru_stime
         self._kill_leftovers(0)  # the execution is over: whatever it left running goes now
         phases["leftovers_killed"] = time.monotonic() - start
         self._drain(open_fds)
@@ -321,7 +335,7 @@ class Worker:
         if self.drop == "uid":
             return 0
         if self.pid_namespace and self.plan.namespaces == "user-namespaces":
-            return len(accounting.descendants("self")) + 1  # the uid's count is global: best effort
+            return len(accounting.descendants("self")) + 1  # the uid's count is global: best effort (zygote included)
         return _processes_of_uid(os.getuid())
 
     def _drain(self, open_fds: dict[int, Capture]) -> None:
@@ -369,45 +383,27 @@ class Worker:
         return fetched
 
     # ---- cleanup ---------------------------------------------------------------------------
+    def _execution_pids(self) -> list[int]:
+        """Every process of the running execution (all are the zygote's descendants), /proc numbering."""
+        assert self.zygote is not None
+        return self.zygote.processes()
+
     def _kill_leftovers(self, pid: int) -> None:
         """Kill the execution and everything it started, including detached processes."""
-        if self.pid_namespace:
-            with contextlib.suppress(ProcessLookupError):  # as pid 1 of the namespace: every other process in it
-                os.kill(-1, signal.SIGKILL)
-            return
-        # A child subreaper: whatever the execution started and left is still our descendant.
-        for target in accounting.descendants("self"):
-            _signal(target, signal.SIGKILL)
-        if pid:
-            with contextlib.suppress(OSError):
-                os.killpg(pid, signal.SIGKILL)
+        if self.zygote is not None:
+            self.zygote.kill()
 
     def _reap(self, prepared: Prepared) -> None:
+        """Wait until every process of the execution is gone, zombies included (they count against
+        RLIMIT_NPROC of the next one)."""
         os.close(prepared.pidfd)
+        assert self.zygote is not None
         if prepared.pid:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(prepared.pid, 0)
-        if self.pid_namespace:  # every other process of the namespace got SIGKILL: wait for all
-            while True:
-                try:
-                    os.waitpid(-1, 0)
-                except ChildProcessError:
-                    return
-        # Orphans come back to us (subreaper). Wait until every process of the execution is gone,
-        # zombies included (they count against RLIMIT_NPROC of the next one).
-        deadline = time.monotonic() + 5.0
-        next_kill = time.monotonic() + 0.2
-        while time.monotonic() < deadline:
-            with contextlib.suppress(ChildProcessError):
-                while os.waitpid(-1, os.WNOHANG)[0] > 0:
-                    pass
-            if not accounting.descendants("self"):
-                return
-            if time.monotonic() > next_kill:
-                self._kill_leftovers(0)
-                next_kill = time.monotonic() + 0.2
-            time.sleep(0.002)
-        logger.warning("processes of the last execution still alive after 5 s")
+            self.zygote.kill()
+            self.zygote.wait(prepared.pid)
+            prepared.pid = 0
+        if self.zygote.reap():
+            logger.warning("processes of the last execution still alive after 5 s")
 
     def _clean(self, workdir: str) -> None:
         if self.pid_namespace:
