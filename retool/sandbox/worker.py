@@ -19,12 +19,12 @@ from __future__ import annotations
 import base64
 import contextlib
 import fcntl
+import functools
 import json
 import logging
 import os
 import secrets
 import select
-import shutil
 import signal
 import socket
 import sys
@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from retool.sandbox import accounting, isolation, landlock, protocol
+from retool.sandbox import accounting, isolation, landlock, protocol, scratch
 from retool.sandbox.layers import Plan
 from retool.sandbox.outcome import Limits, checked_relative_path, limit_note, render_output, signal_note
 from retool.sandbox.zygote import Zygote, ZygoteLostError
@@ -128,6 +128,7 @@ class Worker:
         self.read_paths = landlock.read_paths(candidates, keep_out) if self.plan.landlock_abi else ()
         self.broken = False
         self.zygote: Zygote | None = None
+        self.warm_stack = accounting.start_stack("self")  # the zygote's and its executions' too (forks)
 
     # ---- lifecycle -------------------------------------------------------------------------
     def serve(self) -> None:
@@ -160,10 +161,19 @@ class Worker:
             if job.get("fetch_files") and "sandbox_error" not in result:
                 result["files"] = self._fetch(prepared.workdir, job["fetch_files"])
             protocol.send(self.sock, result)
-            self._reap(prepared)
-            self._clean(prepared.workdir)
+            self._after(prepared)
             if not self.broken:
                 prepared = self._prefork()
+
+    def _after(self, prepared: Prepared) -> None:
+        """Reap and clean after an execution; whatever goes wrong here breaks this worker (the pool
+        replaces it and sweeps its directory), never the next execution."""
+        try:
+            self._reap(prepared)
+            self._clean(prepared.workdir)
+        except Exception:
+            logger.exception("worker %d could not clean up after an execution: retiring", self.config.slot)
+            self.broken = True
 
     def _new_workdir(self) -> str:
         if self.pid_namespace:
@@ -240,7 +250,9 @@ class Worker:
         deadline = start + limits.run_timeout_s
         out, err = Capture(self.config.output_limit_bytes), Capture(self.config.output_limit_bytes)
         open_fds = {prepared.out_r: out, prepared.err_r: err}
-        memory = accounting.MemoryWatch(limit_kib=limits.memory_limit_mb * 1024, baseline_kib=prepared.baseline_kib, inspect=self._inspect)
+        memory = accounting.MemoryWatch(
+            limit_kib=limits.memory_limit_mb * 1024, baseline_kib=prepared.baseline_kib, inspect=self._inspect, warm_stack=self.warm_stack
+        )
         watch_disk = not self.pid_namespace
         next_watch = start + WATCH_INTERVAL_S
         disk_every = WATCH_INTERVAL_S
@@ -263,6 +275,7 @@ class Worker:
                 if watch_disk:
                     measured = time.monotonic()
                     used, entries = accounting.directory_usage(prepared.workdir, self.config.max_scratch_files)
+                    used += self._inspect(functools.partial(accounting.unlinked_open_bytes, pids))
                     if used > self.config.tmp_size_mb << 20 or entries > self.config.max_scratch_files:
                         killed_for = ("disk", used)
                         break
@@ -406,21 +419,17 @@ class Worker:
             logger.warning("processes of the last execution still alive after 5 s")
 
     def _clean(self, workdir: str) -> None:
+        """Remove what the execution left; a private /tmp that cannot be emptied breaks the worker
+        (the next execution would see it), a directory of the shared root is left to the pool."""
         if self.pid_namespace:
-            for name in os.listdir(workdir):
-                path = os.path.join(workdir, name)
-                if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path, onerror=accounting.force_remove)
-                else:
-                    with contextlib.suppress(OSError):
-                        os.unlink(path)
+            left = scratch.empty_directory(os.open("/", os.O_PATH | os.O_DIRECTORY), "tmp", remove_self=False, close_parent=True)
+            if left:
+                logger.error("worker %d could not empty its /tmp (%d entries left): retiring", self.config.slot, left)
+                self.broken = True
             return
-        name = os.path.basename(workdir)
-        try:
-            shutil.rmtree(name, dir_fd=self.root_fd)
-        except OSError:
-            _force_chmod_tree(workdir)
-            shutil.rmtree(name, ignore_errors=True, dir_fd=self.root_fd)
+        left = scratch.empty_directory(self.root_fd, os.path.basename(workdir))
+        if left:
+            logger.warning("worker %d left %d entries of an execution's directory for the pool to sweep", self.config.slot, left)
 
 
 def _enlarge_pipe(fd: int) -> bool:
@@ -478,13 +487,3 @@ def _chown_up_to(path: str, root: str, uid: int, gid: int) -> None:
     while path.startswith(root) and path != root:
         os.chown(path, uid, gid)
         path = os.path.dirname(path)
-
-
-def _force_chmod_tree(path: str) -> None:
-    """Code may leave directories without write or search permission: give them back before removal."""
-    for current, dirs, _files in os.walk(path):
-        for name in dirs:
-            with contextlib.suppress(OSError):
-                os.chmod(os.path.join(current, name), 0o700)
-    with contextlib.suppress(OSError):
-        os.chmod(path, 0o700)
