@@ -205,7 +205,7 @@ class Worker:
             # where Landlock, namespaces or distinct uids keep them apart.
             "dumpable": plan.landlock_abi >= 1 or plan.namespaces is not None or plan.uid_per_execution,
             # Same-uid executions in a pid namespace could otherwise signal the zygote (their parent).
-            "protect_parent": self.pid_namespace,
+            "protect_parent": self.pid_namespace and self.drop != "uid",
         }
         assert self.zygote is not None
         try:
@@ -292,6 +292,12 @@ class Worker:
                         if not prepared.quiet:
                             poller.unregister(fd)
                         del open_fds[fd]
+        if watch_disk and killed_for is None and not timed_out:
+            # The last state counts too: files made faster than one measurement takes (thousands in a
+            # fraction of a second) must not pass the limit because the execution ended in between.
+            used, entries = accounting.directory_usage(prepared.workdir, self.config.max_scratch_files)
+            if used > self.config.tmp_size_mb << 20 or entries > self.config.max_scratch_files:
+                killed_for = ("disk", used)
         elapsed = time.monotonic() - start
         phases = {"ended": elapsed}
         if not exited:
