@@ -150,8 +150,10 @@ def _yield_to_the_server() -> None:
     Raising either needs no privilege; lowering the OOM score back needs write access to /proc,
     which Landlock takes away, and a lower nice value needs CAP_SYS_NICE.
     """
+    isolation.set_dumpable(True)  # a non-dumpable process's /proc files are root's: not writable as a plain uid
     with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as handle:
         handle.write(str(OOM_SCORE_ADJ))
+    isolation.set_dumpable(False)
     with contextlib.suppress(OSError):
         os.setpriority(os.PRIO_PROCESS, 0, NICE)
 

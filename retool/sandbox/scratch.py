@@ -111,8 +111,8 @@ def _empty(parent_fd: int, name: str, remove_self: bool) -> int:
 def remove_path(path: str) -> int:
     """Remove ``path`` (a directory tree, a file or a symlink); returns the entries left behind."""
     parent, name = os.path.split(os.path.abspath(path))
-    try:
-        parent_fd = os.open(parent, _DIR_FLAGS)
+    try:  # O_PATH: the parent may be search-only (the replica's scratch root is not listable)
+        parent_fd = os.open(parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return 1
     try:
