@@ -123,16 +123,18 @@ def guarded_protocol(
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
-            before = self._phase
+            if self._phase in ("idle", "header"):
+                # Counted before the parser sees them: a whole request in one read would otherwise be
+                # parsed and dispatched before its size could be checked.
+                end = data.find(b"\r\n\r\n")
+                self._header_bytes += len(data) if end < 0 else end + 4
+                if self._header_bytes > MAX_HEADER_BYTES:
+                    reject("header_too_large")
+                    self._disarm()
+                    self.transport.write(_raw_response("431 Request Header Fields Too Large", "request headers too large"))
+                    self.transport.close()
+                    return
             super().data_received(data)
-            if before not in ("idle", "header") or self._phase not in ("idle", "header") or self.transport.is_closing():
-                return  # headers complete (what followed them in ``data`` is body)
-            self._header_bytes += len(data)
-            if self._header_bytes > MAX_HEADER_BYTES:
-                reject("header_too_large")
-                self._disarm()
-                self.transport.write(_raw_response("431 Request Header Fields Too Large", "request headers too large"))
-                self.transport.close()
 
         def on_message_begin(self) -> None:
             super().on_message_begin()

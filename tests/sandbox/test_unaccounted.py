@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -99,9 +100,13 @@ def sysv_objects(key: int) -> list[str]:
 
 async def test_system_v_ipc_is_refused_and_leaves_nothing(pod: RunningServer) -> None:
     key = random.randrange(1 << 20, 1 << 30)
-    attacker, _, _ = await attack_with_victim(pod, SYSV.format(key=key))
-    assert out(attacker).strip() == str([("shmget", -1, 1), ("msgget", -1, 1), ("semget", -1, 1)]), attacker
-    assert sysv_objects(key) == []
+    try:
+        attacker, _, _ = await attack_with_victim(pod, SYSV.format(key=key))
+        assert out(attacker).strip() == str([("shmget", -1, 1), ("msgget", -1, 1), ("semget", -1, 1)]), attacker
+        assert sysv_objects(key) == []
+    finally:  # on a failure, nothing left on this machine
+        for flag in ("-M", "-Q", "-S"):
+            subprocess.run(["ipcrm", flag, str(key)], capture_output=True, check=False)
 
 
 MEMFD = """
