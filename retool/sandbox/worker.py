@@ -157,7 +157,8 @@ class Worker:
             except Exception as exc:  # a harness failure is the sandbox's, not the code's
                 logger.exception("execution failed inside the worker")
                 result = {"type": "result", "sandbox_error": f"{type(exc).__name__}: {exc}"}
-            self._kill_leftovers(prepared.pid)
+            if prepared.pid:  # not waited for (a harness failure): end it now
+                self._kill_leftovers(prepared.pid)
             if job.get("fetch_files") and "sandbox_error" not in result:
                 result["files"] = self._fetch(prepared.workdir, job["fetch_files"])
             protocol.send(self.sock, result)
@@ -305,11 +306,10 @@ class Worker:
         # The status comes from the kernel alone (wait4, in the zygote): nothing the code wrote
         # anywhere can change it.
         assert self.zygote is not None
-        ended = self.zygote.wait(prepared.pid)
+        ended = self.zygote.wait(prepared.pid)  # and whatever it left running is killed with it
         wait_status, cpu = ended.status, ended.cpu_seconds
         phases["reaped"] = time.monotonic() - start
         prepared.pid = 0
-        self._kill_leftovers(0)  # the execution is over: whatever it left running goes now
         phases["leftovers_killed"] = time.monotonic() - start
         self._drain(open_fds)
         phases["drained"] = time.monotonic() - start
@@ -410,7 +410,8 @@ class Worker:
     def _kill_leftovers(self, pid: int) -> None:
         """Kill the execution and everything it started, including detached processes."""
         if self.zygote is not None:
-            self.zygote.kill()
+            with contextlib.suppress(ZygoteLostError):  # gone: its executions died with it (parent-death signal)
+                self.zygote.kill()
 
     def _reap(self, prepared: Prepared) -> None:
         """Wait until every process of the execution is gone, zombies included (they count against

@@ -75,7 +75,8 @@ class Zygote:
         self._call({"op": "kill"})
 
     def wait(self, pid: int) -> Exit:
-        """Wait for the execution's main process (after it exited or was killed)."""
+        """Wait for the execution's main process (after it exited or was killed), then SIGKILL
+        whatever it left running (one round trip on the request's path, not two)."""
         reply = self._call({"op": "wait", "pid": pid})
         return Exit(reply["status"], reply["cpu"])
 
@@ -140,6 +141,7 @@ def _handle(message: dict[str, Any], fds: list[int], pid_namespace: bool) -> dic
         return {"ok": True}
     if op == "wait":
         _, status, usage = os.wait4(int(message["pid"]), 0)
+        _kill_all(pid_namespace)
         return {"status": status, "cpu": usage.ru_utime + usage.ru_stime}
     if op == "reap":
         return {"left": _reap_all(pid_namespace)}
