@@ -13,6 +13,7 @@ import stat
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from retool.sandbox import scratch
 
@@ -204,6 +205,16 @@ class MemoryWatch:
         return exact if exact > self.limit_kib + self.slack_kib else None
 
 
+def _scandir(path: str) -> Any:
+    """A directory the code took read or search permission from is given it back (the worker owns
+    it, or may override): a directory the watch cannot list would hide what it holds."""
+    try:
+        return os.scandir(path)
+    except PermissionError:
+        os.chmod(path, 0o700)
+        return os.scandir(path)
+
+
 def directory_usage(path: str, max_entries: int) -> tuple[int, int]:
     """(bytes allocated, entries) beneath ``path``; stops counting past ``max_entries``."""
     total, entries = 0, 0
@@ -211,7 +222,7 @@ def directory_usage(path: str, max_entries: int) -> tuple[int, int]:
     while stack and entries <= max_entries:
         current = stack.pop()
         try:
-            with os.scandir(current) as it:
+            with _scandir(current) as it:
                 for entry in it:
                     entries += 1
                     try:

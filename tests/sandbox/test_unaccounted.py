@@ -162,6 +162,25 @@ async def test_a_file_removed_while_open_counts_against_the_scratch_quota(pod: R
     assert "scratch quota" in err(attacker) or "No space left" in err(attacker), attacker
 
 
+HIDDEN_DIRECTORY = """
+import os, time
+os.mkdir("hidden", 0o300)  # writable and searchable, not listable: a watch running as this uid cannot list it
+chunk = b"x" * (1 << 20)
+for n in range(4):  # each file under RLIMIT_FSIZE, together twice the quota
+    with open(f"hidden/f{{n}}", "wb") as f:
+        for _ in range({tmp_mb} // 2):
+            f.write(chunk)
+time.sleep(1)
+print("wrote", 2 * {tmp_mb}, "MB")
+"""
+
+
+async def test_a_directory_made_unreadable_still_counts_against_the_scratch_quota(pod: RunningServer) -> None:
+    attacker, _, _ = await attack_with_victim(pod, HIDDEN_DIRECTORY.format(tmp_mb=TMP_MB))
+    assert attacker["status"] == "Failed" and "wrote" not in out(attacker), attacker
+    assert "scratch quota" in err(attacker) or "No space left" in err(attacker), attacker
+
+
 EXEC_CHILDREN = """
 import subprocess, sys
 hold = "b = bytearray(40 << 20)\\nfor i in range(0, len(b), 4096):\\n    b[i] = 1\\nimport time\\ntime.sleep(4)\\n"
