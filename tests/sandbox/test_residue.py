@@ -24,10 +24,19 @@ from tests.sandbox.conftest import RunningServer, start_server, stop_server
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module", params=["pod", "k8s-userns", "root"])
+MODES = {
+    "pod": ("pod", {}),
+    "pod-userns on Linux 6.11 (Landlock ABI 5: signals not scoped)": ("pod-userns", {"RETOOL_SANDBOX_LANDLOCK_MAX_ABI": "5"}),
+    "k8s-userns": ("k8s-userns", {}),
+    "root": (None, {}),
+}
+
+
+@pytest.fixture(scope="module", params=MODES.values(), ids=MODES.keys())
 def one_worker(request: pytest.FixtureRequest) -> Iterator[RunningServer]:
     """One worker, so the reader runs on the worker (and zygote) the writer ran on."""
-    running = start_server(1, kind=None if request.param == "root" else request.param)
+    kind, env = request.param
+    running = start_server(1, kind=kind, **env)
     yield running
     stop_server(running)
 
@@ -76,3 +85,24 @@ def test_an_execution_finds_nothing_of_the_previous_one_in_its_memory(one_worker
     second = httpx.post(f"{one_worker.url}/run_code", json={"code": READER.format(WANTED=wanted), "run_timeout": 30}, timeout=90).json()
     assert second["status"] == "Success", second
     assert second["run_result"]["stdout"].strip() == "[]"
+
+
+KILL_THE_ZYGOTE = """
+import os, signal
+for target in (os.getppid(), -os.getppid(), -1):
+    try:
+        os.kill(target, signal.SIGKILL)
+    except OSError as exc:
+        print(type(exc).__name__)
+print("alive")
+"""
+
+
+def test_an_execution_cannot_kill_the_zygote_it_was_forked_from(one_worker: RunningServer) -> None:
+    """Its parent, its parent's group, everything (-1): the execution survives, the worker too."""
+    restarts = one_worker.readyz()["worker_restarts"]
+    answer = httpx.post(f"{one_worker.url}/run_code", json={"code": KILL_THE_ZYGOTE, "run_timeout": 10}, timeout=60).json()
+    assert answer["run_result"]["stdout"].splitlines()[-1] == "alive", answer
+    after = httpx.post(f"{one_worker.url}/run_code", json={"code": "print('next')", "run_timeout": 10}, timeout=60).json()
+    assert after["run_result"]["stdout"] == "next\n", after
+    assert one_worker.readyz()["worker_restarts"] == restarts
