@@ -133,7 +133,7 @@ class Worker:
     # ---- lifecycle -------------------------------------------------------------------------
     def serve(self) -> None:
         # Before the first request is read: the zygote's memory never holds one (see ``zygote``).
-        self.zygote = Zygote(self.pid_namespace)
+        self.zygote = Zygote(self.pid_namespace, close_in_zygote=(self.sock.fileno(),))
         try:
             self._serve()
         finally:

@@ -40,12 +40,17 @@ class Exit:
 class Zygote:
     """The worker's handle on its zygote (blocking calls over a Unix socket pair)."""
 
-    def __init__(self, pid_namespace: bool) -> None:
+    def __init__(self, pid_namespace: bool, close_in_zygote: tuple[int, ...] = ()) -> None:
+        """``close_in_zygote``: the worker's descriptors the zygote has no business holding (its
+        channel to the server: the server must see EOF the moment the worker dies)."""
         ours, theirs = socket.socketpair()
         worker = os.getpid()
         pid = os.fork()
         if pid == 0:
             ours.close()
+            for fd in close_in_zygote:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
             _serve(theirs, worker, pid_namespace)
         theirs.close()
         self.sock = ours
