@@ -197,7 +197,10 @@ def test_zz_sigterm_drains_running_requests_within_the_bound(limited: RunningSer
     long = threading.Thread(target=call, args=("long", "import time\ntime.sleep(30)"))
     short.start()
     long.start()
-    time.sleep(0.3)
+    deadline = time.monotonic() + 10  # both running (not merely sent) before the signal
+    while limited.readyz()["busy_workers"] < 2:
+        assert time.monotonic() < deadline, "the two requests never ran"
+        time.sleep(0.01)
     os.kill(limited.pid, signal.SIGTERM)
     signalled = time.monotonic()
     limited.process.wait(timeout=20)
