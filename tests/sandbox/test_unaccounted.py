@@ -13,7 +13,7 @@ import os
 import random
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -21,6 +21,7 @@ import pytest
 
 from tests.sandbox import memcg
 from tests.sandbox.conftest import RunningServer, descendants, start_server, stop_server
+from tests.sandbox.waiting import until
 
 pytestmark = pytest.mark.slow
 
@@ -267,7 +268,7 @@ async def test_a_dead_workers_directory_is_swept_when_it_is_replaced(pod: Runnin
         os.kill(worker, 9)
         answer = await running
         assert answer["status"] == "Failed" and answer["run_result"]["status"] == "Error", answer
-        await asyncio.to_thread(wait_until, lambda: pod.readyz()["worker_restarts"] > restarts and pod.readyz()["live_workers"] == pod.workers)
+        await until(lambda: pod.readyz()["worker_restarts"] > restarts and pod.readyz()["live_workers"] == pod.workers, what="the worker replaced")
     assert not seen.parent.exists()
     pod.baseline = pod.readyz()  # type: ignore[attr-defined]
 
@@ -285,9 +286,3 @@ def wait_for_holder(pod: RunningServer, name: str) -> int:
 def parent_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
-
-def wait_until(condition: Callable[[], bool], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
