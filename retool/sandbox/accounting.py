@@ -8,13 +8,14 @@ scratch directory is watched the same way when it is not a size-limited tmpfs of
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
 import stat
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
+
+from retool.sandbox import scratch
 
 KIB = 1024
 
@@ -101,10 +102,49 @@ def proportional_kib(pid: int) -> int | None:
     return parse_rollup_memory(text) if text else None
 
 
-def estimate(resident: Iterable[int], baseline_kib: int) -> int:
+def estimate(resident: Iterable[int], baseline_kib: int, forked: Iterable[bool] | None = None) -> int:
     """Cheap upper-ish bound of what the processes allocated: each one's resident memory beyond
-    what every fork of the warm interpreter starts with (itself shared, so not the execution's)."""
-    return sum(max(0, r - baseline_kib) for r in resident)
+    what every fork of the warm interpreter starts with (itself shared, so not the execution's).
+
+    A process that replaced its image (``exec``: ``forked`` False) shares nothing with the warm
+    interpreter, so all of its resident memory counts.
+    """
+    amounts = list(resident)
+    flags = list(forked) if forked is not None else [True] * len(amounts)
+    return sum(max(0, r - baseline_kib) if fork else r for r, fork in zip(amounts, flags, strict=True))
+
+
+def start_stack(pid: int | str) -> int:
+    """Where the process's stack began (``/proc/<pid>/stat`` field 28): the same in every process
+    forked from the warm interpreter, new (address space layout randomisation) after an ``exec``.
+    0 when it cannot be read (the kernel shows it only to who may ptrace-read the process)."""
+    text = _read(f"/proc/{pid}/stat")
+    if not text:
+        return 0
+    fields = text.rsplit(")", 1)[-1].split()
+    return int(fields[25]) if len(fields) > 25 else 0
+
+
+def unlinked_open_bytes(pids: Iterable[int]) -> int:
+    """Bytes held by files the processes keep open after removing them (or opened unnamed): a
+    directory walk cannot see them, yet they fill the scratch volume. Each file counts once."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                info = os.stat(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            key = (info.st_dev, info.st_ino)
+            if info.st_nlink == 0 and stat.S_ISREG(info.st_mode) and key not in seen:
+                seen.add(key)
+                total += info.st_blocks * 512
+    return total
 
 
 @dataclass
@@ -123,6 +163,9 @@ class MemoryWatch:
     limit_kib: int
     baseline_kib: int
     inspect: Callable[[Callable[[], int]], int] = field(default=lambda read: read())
+    warm_stack: int = 0
+    """``start_stack`` of the warm interpreter: a process with another one has exec'd (0: unknown,
+    every process then counts whole in the cheap estimate)."""
     slack_kib: int = 16 * 1024
     exact_every_s: float = 0.1
     _next_exact: float = 0.0
@@ -131,8 +174,16 @@ class MemoryWatch:
     def over(self, pids: list[int], now: float | None = None) -> int | None:
         """The execution's memory in KiB when it is over the limit, else None."""
         now = time.monotonic() if now is None else now
-        resident = {pid: resident_kib(pid) for pid in pids}
-        cheap = estimate(resident.values(), self.baseline_kib)
+        resident: dict[int, int] = {}
+        forked: dict[int, bool] = {}
+
+        def cheap_pass() -> int:
+            for pid in pids:
+                resident[pid] = resident_kib(pid)
+                forked[pid] = self.warm_stack != 0 and start_stack(pid) == self.warm_stack
+            return estimate(resident.values(), self.baseline_kib, forked.values())
+
+        cheap = self.inspect(cheap_pass)
         if cheap <= self.limit_kib + self.slack_kib or now < self._next_exact:
             return None
 
@@ -143,13 +194,25 @@ class MemoryWatch:
             total = 0
             for pid in resident:
                 exact = proportional_kib(pid)
-                total += exact if exact is not None else max(0, resident_kib(pid) - self.baseline_kib)
+                if exact is None:
+                    exact = max(0, resident_kib(pid) - self.baseline_kib) if forked[pid] else resident_kib(pid)
+                total += exact
             return total
 
         exact = self.inspect(read)
         self.peak_kib = max(self.peak_kib, exact)
         self._next_exact = now + self.exact_every_s
         return exact if exact > self.limit_kib + self.slack_kib else None
+
+
+def _scandir(path: str) -> Any:
+    """A directory the code took read or search permission from is given it back (the worker owns
+    it, or may override): a directory the watch cannot list would hide what it holds."""
+    try:
+        return os.scandir(path)
+    except PermissionError:
+        os.chmod(path, 0o700)
+        return os.scandir(path)
 
 
 def directory_usage(path: str, max_entries: int) -> tuple[int, int]:
@@ -159,7 +222,7 @@ def directory_usage(path: str, max_entries: int) -> tuple[int, int]:
     while stack and entries <= max_entries:
         current = stack.pop()
         try:
-            with os.scandir(current) as it:
+            with _scandir(current) as it:
                 for entry in it:
                     entries += 1
                     try:
@@ -199,20 +262,6 @@ def sweep(directories: Iterable[str], uids: set[int], created_before: float, kee
                 continue
             if info.st_uid not in uids or not created_after <= info.st_ctime < created_before or os.path.realpath(entry.path) in kept:
                 continue
-            with contextlib.suppress(OSError):
-                if stat.S_ISDIR(info.st_mode):
-                    shutil.rmtree(entry.path, onerror=force_remove)
-                else:
-                    os.unlink(entry.path)
+            if not scratch.remove_path(entry.path):
                 removed.append(entry.path)
     return removed
-
-
-def force_remove(func: Callable[[str], object], path: str, _exc_info: object) -> None:
-    """``shutil.rmtree``'s ``onerror``: code may take write or search permission off what it made; give it back and retry once."""
-    try:
-        os.chmod(os.path.dirname(path), 0o700)
-        os.chmod(path, 0o700)
-        func(path)
-    except OSError:
-        pass

@@ -25,8 +25,8 @@ class RunCodeRequest(BaseModel):
 
     code: str = Field(..., description="Source code to run.")
     language: str = Field("python", description="Only 'python' is served.")
-    compile_timeout: float = Field(10.0, ge=0, description="Accepted for compatibility; python has no compile step.")
-    run_timeout: float = Field(10.0, gt=0, description="Wall-clock limit of the run, seconds.")
+    compile_timeout: float = Field(10.0, ge=0, allow_inf_nan=False, description="Accepted for compatibility; python has no compile step.")
+    run_timeout: float = Field(10.0, gt=0, allow_inf_nan=False, description="Wall-clock limit of the run, seconds.")
     memory_limit_MB: int | None = Field(None, description="Memory the code may allocate, MiB; -1 or absent means the server default.")
     stdin: str | None = Field(None, description="Standard input of the program.")
     files: dict[str, str | None] = Field(default_factory=dict, description="Files to create before the run: relative path -> base64 content.")

@@ -83,12 +83,13 @@ def main(go_fd: int, stdout_fd: int, stderr_fd: int, ack_fd: int, setup: dict[st
         signal.signal(signal.SIGINT, signal.default_int_handler)
         _close_other_fds({go_fd, stdout_fd, stderr_fd, ack_fd})
         baseline_vm = _baseline_vm_bytes()
+        stdin_fd = os.memfd_create("stdin")  # before seccomp, which refuses memfds to the code
         _settle(setup, stdout_fd, stderr_fd, worker)
         os.write(ack_fd, b"k")
         os.close(ack_fd)
         job = json.loads(_read_all(go_fd))
         os.close(go_fd)
-        exit_code = _run(job, baseline_vm)
+        exit_code = _run(job, baseline_vm, stdin_fd)
     except BaseException:  # the harness itself failed: say so on stderr (fd 2 once settled), the worker reports it
         with contextlib.suppress(OSError):
             os.write(2, traceback.format_exc().encode(errors="replace"))
@@ -98,6 +99,7 @@ def main(go_fd: int, stdout_fd: int, stderr_fd: int, ack_fd: int, setup: dict[st
 def _settle(setup: dict[str, Any], stdout_fd: int, stderr_fd: int, worker: int) -> None:
     cwd = setup["cwd"]
     os.chdir(cwd)
+    _yield_to_the_server()
     os.dup2(stdout_fd, 1)
     os.dup2(stderr_fd, 2)
     os.close(stdout_fd)
@@ -114,7 +116,12 @@ def _settle(setup: dict[str, Any], stdout_fd: int, stderr_fd: int, worker: int) 
         policy = landlock.Policy(read=tuple(setup["read_paths"]), write=(cwd,))
         landlock.restrict_self(policy, setup["landlock_abi"])
     if setup["seccomp"]:
-        policy = seccomp.ExecutionPolicy(pid=os.getpid(), signals_scoped=setup["signals_scoped"], deny_chmod=setup["deny_chmod"])
+        policy = seccomp.ExecutionPolicy(
+            pid=os.getpid(),
+            signals_scoped=setup["signals_scoped"],
+            deny_chmod=setup["deny_chmod"],
+            protected=(worker,) if setup.get("protect_parent") else (),
+        )
         seccomp.confine(policy)
     if setup["dumpable"]:
         isolation.set_dumpable(True)
@@ -130,8 +137,28 @@ def _settle(setup: dict[str, Any], stdout_fd: int, stderr_fd: int, worker: int) 
         sys.modules["numpy"].random.seed(int.from_bytes(os.urandom(4), "little"))
 
 
-def _apply(job: dict[str, Any], baseline_vm: int) -> None:
-    stdin_fd = os.memfd_create("stdin")
+OOM_SCORE_ADJ = 1000
+"""The kernel's OOM killer takes an execution first, never the template, a worker or the server."""
+NICE = 10
+"""Where the kernel schedules by autogroup (one per session: the execution gets one and may not start
+another), this orders its processes within it; without autogroups it yields the CPU to the server."""
+
+
+def _yield_to_the_server() -> None:
+    """Before any privilege is dropped: the OOM killer's first choice, and a lower CPU priority.
+
+    Raising either needs no privilege; lowering the OOM score back needs write access to /proc,
+    which Landlock takes away, and a lower nice value needs CAP_SYS_NICE.
+    """
+    isolation.set_dumpable(True)  # a non-dumpable process's /proc files are root's: not writable as a plain uid
+    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as handle:
+        handle.write(str(OOM_SCORE_ADJ))
+    isolation.set_dumpable(False)
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, 0, NICE)
+
+
+def _apply(job: dict[str, Any], baseline_vm: int, stdin_fd: int) -> None:
     os.write(stdin_fd, (job.get("stdin") or "").encode())
     os.lseek(stdin_fd, 0, os.SEEK_SET)
     os.dup2(stdin_fd, 0)
@@ -142,8 +169,8 @@ def _apply(job: dict[str, Any], baseline_vm: int) -> None:
         resource.setrlimit(res, (soft, hard))
 
 
-def _run(job: dict[str, Any], baseline_vm: int) -> int:
-    _apply(job, baseline_vm)
+def _run(job: dict[str, Any], baseline_vm: int, stdin_fd: int) -> int:
+    _apply(job, baseline_vm, stdin_fd)
     code = job["code"]
     module = types.ModuleType("__main__")
     module.__dict__.update(__builtins__=builtins, __file__=CODE_FILENAME)

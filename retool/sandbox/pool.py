@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import os
-import shutil
+import secrets
 import signal
 import socket
 import subprocess
@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from retool.sandbox import accounting, layers, protocol
+from retool.sandbox import accounting, layers, protocol, scratch
 from retool.sandbox.metrics import SandboxMetrics
 from retool.sandbox.settings import SandboxSettings
 
@@ -149,6 +149,7 @@ class ExecutionPool:
         self._sweep_pending = False
         self._sweeping = False
         self._tmp_root: str | None = None  # this replica's directory for per-execution dirs (no mount namespace)
+        self._slot_dirs: dict[int, str] = {}  # each worker's own directory in it, swept when the worker goes
 
     # ---- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -198,7 +199,7 @@ class ExecutionPool:
         if self._tmp_root is not None:
             with contextlib.suppress(OSError):
                 os.chmod(self._tmp_root, 0o700)
-            await asyncio.to_thread(shutil.rmtree, self._tmp_root, True)
+            await asyncio.to_thread(scratch.remove_path, self._tmp_root)
 
     async def _start_template(self) -> None:
         if self._template is not None and self._template.poll() is None:
@@ -232,16 +233,31 @@ class ExecutionPool:
             logger.warning("template: %s", problem)
         logger.info("template ready in %.2fs (pid %d)", ready["load_seconds"], self._template.pid)
 
+    def _fresh_slot_dir(self, slot: int) -> str | None:
+        """The directory a new worker of ``slot`` makes its executions' directories in. What the
+        slot's previous worker left there (it died mid-execution, or could not clean) goes first."""
+        old = self._slot_dirs.pop(slot, None)
+        if old is not None and scratch.remove_path(old):
+            logger.warning("could not remove everything the previous worker %d left in %s", slot, old)
+        if self._tmp_root is None or self.plan is None or self.plan.private_tmp:
+            return None
+        path = os.path.join(self._tmp_root, f"w{slot}-{secrets.token_hex(16)}")
+        os.mkdir(path)
+        os.chmod(path, 0o711 if self.plan.uid_per_execution else 0o311)
+        self._slot_dirs[slot] = path
+        return path
+
     async def _spawn(self, slot: int) -> WorkerHandle:
         async with self._control_lock:
+            tmp_root = await asyncio.to_thread(self._fresh_slot_dir, slot)
             try:
-                reply, fds = await asyncio.to_thread(self._request_spawn, slot)
+                reply, fds = await asyncio.to_thread(self._request_spawn, slot, tmp_root)
             except (OSError, protocol.ChannelClosedError):
                 if self._closed:
                     raise
                 logger.warning("template gone; restarting it")
                 await self._start_template()
-                reply, fds = await asyncio.to_thread(self._request_spawn, slot)
+                reply, fds = await asyncio.to_thread(self._request_spawn, slot, tmp_root)
         sock = socket.socket(fileno=fds[0])
         reader, writer = await asyncio.open_unix_connection(sock=sock)
         try:
@@ -270,11 +286,11 @@ class ExecutionPool:
         self._idle.put_nowait(worker)
         return worker
 
-    def _request_spawn(self, slot: int) -> tuple[dict[str, Any], list[int]]:
+    def _request_spawn(self, slot: int, tmp_root: str | None) -> tuple[dict[str, Any], list[int]]:
         if self._control is None:
             raise protocol.ChannelClosedError("no template")
         assert self.plan is not None
-        protocol.send(self._control, {"op": "spawn", "config": worker_config(self.settings, slot, self.plan, self._tmp_root)})
+        protocol.send(self._control, {"op": "spawn", "config": worker_config(self.settings, slot, self.plan, tmp_root or self._tmp_root)})
         reply, fds = protocol.recv(self._control, with_fds=1)
         if not fds:
             raise protocol.ChannelClosedError("template sent no worker socket")

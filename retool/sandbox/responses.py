@@ -30,4 +30,6 @@ def build_response(result: dict[str, Any], pod_name: str | None) -> RunCodeRespo
         stdout=result.get("stdout", ""),
         stderr=result.get("stderr", ""),
     )
-    return RunCodeResponse(status=decided.status, message="", run_result=run, files=result.get("files") or {}, executor_pod_name=pod_name)
+    # A limit found exceeded only at the end (the scratch quota) fails the run even with exit code 0.
+    status = "Failed" if result.get("limit_exceeded") and decided.status == "Success" else decided.status
+    return RunCodeResponse(status=status, message="", run_result=run, files=result.get("files") or {}, executor_pod_name=pod_name)

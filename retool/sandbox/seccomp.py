@@ -84,6 +84,10 @@ _SYSCALLS: dict[str, tuple[int | None, int | None]] = {
     "prlimit64": (302, 261), "sched_setaffinity": (203, 122), "sched_setscheduler": (144, 119), "sched_setparam": (142, 118), "sched_setattr": (314, 274),
     "migrate_pages": (256, 238), "move_pages": (279, 239), "setpriority": (141, 140), "ioprio_set": (251, 30),
     "fcntl": (72, 25), "ioctl": (16, 29), "socket": (41, 198), "chmod": (90, None), "fchmodat": (268, 53), "fchmodat2": (452, 452),
+    "shmget": (29, 194), "shmat": (30, 196), "shmctl": (31, 195), "msgget": (68, 186), "msgsnd": (69, 189), "msgrcv": (70, 188),
+    "msgctl": (71, 187), "semget": (64, 190), "semop": (65, 193), "semctl": (66, 191), "semtimedop": (220, 192),
+    "memfd_create": (319, 279), "memfd_secret": (447, 447), "open": (2, None), "openat": (257, 56), "openat2": (437, 437),
+    "setsid": (112, 157),
 }  # fmt: skip
 
 
@@ -103,6 +107,17 @@ ALWAYS_DENIED = (
 )  # fmt: skip
 SIGNAL_TO_PROCESS = ("kill", "rt_sigqueueinfo")  # arg0: pid, 0 (own group), -pgid
 SIGNAL_TO_THREAD = ("tgkill", "rt_tgsigqueueinfo", "tkill")  # arg0: the thread group (tkill: the thread)
+SYSV_IPC = ("shmget", "shmat", "shmctl", "msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop", "semctl", "semtimedop")
+"""System V IPC objects are not tied to any process: they outlive the execution, hold memory no
+process's accounting shows, and a later execution could attach them. (x86_64 and aarch64 have no
+``ipc`` multiplexer; the i386 ABI that has one is refused whole.)"""
+MEMFD = ("memfd_create", "memfd_secret")
+"""Anonymous files whose pages no process's resident memory shows until mapped: refused where no
+memory cgroup of the execution counts them."""
+O_TMPFILE_BIT = 0o20000000
+"""``__O_TMPFILE``: an unnamed file in the scratch directory, invisible to the disk watch."""
+OPEN_FLAGS = {"open": 1, "openat": 2}
+"""Where the flags are, by call (openat2 keeps them in a struct seccomp cannot read: ENOSYS, so libc falls back)."""
 PID_TARGETED = ("prlimit64", "sched_setaffinity", "sched_setscheduler", "sched_setparam", "sched_setattr", "migrate_pages", "move_pages")
 CHMOD_BY_PATH = ("chmod", "fchmodat", "fchmodat2")
 
@@ -119,6 +134,10 @@ class ExecutionPolicy:
     pid: int
     signals_scoped: bool = False
     deny_chmod: bool = False
+    protected: tuple[int, ...] = ()
+    """Pids no signal may reach even where signals are otherwise scoped (the zygote, in a pid
+    namespace where executions share its uid); ``kill(-1)`` is then refused too."""
+    allow_memfd: bool = False
 
 
 class _Program:
@@ -193,9 +212,18 @@ def build_filter(arch: str, policy: ExecutionPolicy) -> list[tuple[int, int, int
     rules: dict[str, str] = {name: "deny" for name in ALWAYS_DENIED}
     rules["clone3"] = "enosys"
     rules["clone"] = "clone"
+    rules.update({name: "deny" for name in SYSV_IPC})
+    rules["setsid"] = "deny"  # a session of its own is a scheduler autogroup of its own: CPU taken from the server
+    if not policy.allow_memfd:
+        rules.update({name: "deny" for name in MEMFD})
+    rules.update({name: f"tmpfile_{name}" for name in OPEN_FLAGS})
+    rules["openat2"] = "enosys"
     if not policy.signals_scoped:
         rules.update({name: "signal_process" for name in SIGNAL_TO_PROCESS})
         rules.update({name: "signal_thread" for name in SIGNAL_TO_THREAD})
+    elif policy.protected:
+        rules.update({name: "guard_process" for name in SIGNAL_TO_PROCESS})
+        rules.update({name: "guard_thread" for name in SIGNAL_TO_THREAD})
     rules.update({name: "self_only" for name in PID_TARGETED})
     rules.update(setpriority="setpriority", ioprio_set="ioprio_set", fcntl="fcntl", ioctl="ioctl", socket="socket")
     if policy.deny_chmod:
@@ -221,6 +249,14 @@ def build_filter(arch: str, policy: ExecutionPolicy) -> list[tuple[int, int, int
     p.ret(SECCOMP_RET_ERRNO | errno.EPERM)
 
     p.allow_only("signal_thread", 0, (own,))
+    protected = tuple(pid & 0xFFFFFFFF for pid in policy.protected)
+    if protected:
+        p.deny_any("guard_process", 0, (0xFFFFFFFF, *protected, *(-pid & 0xFFFFFFFF for pid in policy.protected)))
+        p.deny_any("guard_thread", 0, protected)
+    for name, index in OPEN_FLAGS.items():
+        p.label(f"tmpfile_{name}")
+        p.load(arg(index))
+        p.jump(JSET_K, O_TMPFILE_BIT, "deny", "allow")
     p.allow_only("self_only", 0, (0, own))
 
     p.label("setpriority")

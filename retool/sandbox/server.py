@@ -18,11 +18,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from retool.sandbox.api import RunCodeRequest, RunCodeResponse
-from retool.sandbox.http_limits import BodyLimit
+from retool.sandbox.http_limits import BodyLimit, InflightBudget
 from retool.sandbox.metrics import SandboxMetrics
 from retool.sandbox.outcome import MIB, checked_relative_path
 from retool.sandbox.pool import ExecutionPool, Job, JobTooLarge, PoolOverloaded, PoolUnavailable
@@ -74,6 +75,8 @@ def job_from_request(request: RunCodeRequest, settings: SandboxSettings) -> Job:
         memory = settings.default_memory_limit_mb
     if memory > settings.max_memory_limit_mb:
         raise InvalidRequestError(f"memory_limit_MB {memory} is over this sandbox's maximum of {settings.max_memory_limit_mb}")
+    if len(request.files) > settings.max_request_files:
+        raise RequestTooLargeError(f"files has {len(request.files)} entries, over this sandbox's limit of {settings.max_request_files}")
     files_bytes = 0
     for path, content in request.files.items():
         try:
@@ -99,6 +102,21 @@ def job_from_request(request: RunCodeRequest, settings: SandboxSettings) -> Job:
     )
 
 
+NON_FINITE = frozenset({"finite_number"})
+
+
+def validation_answer(errors: list[dict]) -> tuple[int, str]:
+    """Status and message for a body the model refuses: 400 for a non-finite number (NaN, Infinity:
+    no limit can be computed from one), 422 otherwise as FastAPI does; the inputs are never echoed
+    (a NaN cannot even be written back as JSON)."""
+    parts = []
+    for error in errors:
+        where = ".".join(str(part) for part in error.get("loc", ()) if part != "body") or "body"
+        parts.append(f"{where}: {error.get('msg', 'invalid')}")
+    status = 400 if any(error.get("type") in NON_FINITE for error in errors) else 422
+    return status, "invalid request: " + "; ".join(parts)
+
+
 def create_app(settings: SandboxSettings | None = None) -> FastAPI:
     settings = settings or SandboxSettings()
     metrics = SandboxMetrics()
@@ -121,12 +139,25 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
     def error_body(message: str) -> bytes:
         return RunCodeResponse(status="SandboxError", message=message, executor_pod_name=settings.pod_name).model_dump_json().encode()
 
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, error_body=error_body, on_reject=lambda reason: metrics.http_rejected.labels(reason).inc())
+    app.add_middleware(
+        BodyLimit,
+        max_bytes=settings.max_body_bytes,
+        error_body=error_body,
+        on_reject=lambda reason: metrics.http_rejected.labels(reason).inc(),
+        budget=InflightBudget(settings.max_inflight_body_bytes),
+        retry_after_s=settings.retry_after_s,
+    )
 
     def refuse(status_code: int, message: str, retry_after: int | None = None) -> JSONResponse:
         body = RunCodeResponse(status="SandboxError", message=message, executor_pod_name=settings.pod_name).model_dump()
         headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
         return JSONResponse(body, status_code=status_code, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_body(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        status, message = validation_answer(list(exc.errors()))
+        metrics.requests.labels("Rejected").inc()
+        return refuse(status, message)
 
     @app.get("/healthz")
     async def healthz() -> dict:

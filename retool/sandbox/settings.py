@@ -62,7 +62,9 @@ class SandboxSettings(BaseSettings):
     header_timeout_s: float = Field(10.0, gt=0, description="Time a client has to send a request's headers.")
     body_timeout_s: float = Field(30.0, gt=0, description="Time a client has to send a request's body once its headers are in.")
     idle_timeout_s: float = Field(15.0, gt=0, description="An open connection with no request in progress is closed after this long.")
-    max_connections: int = Field(512, ge=1, description="Open HTTP connections; beyond that a new one is answered 503 and closed.")
+    max_connections: int = Field(512, ge=1, description="Open HTTP connections; beyond that the oldest with no request being handled is closed (refused only when none is).")
+    max_inflight_body_bytes: int = Field(64 << 20, ge=1024, description="Request body bytes held across all connections at once; a body that does not fit is a 503.")
+    max_request_files: int = Field(1000, ge=0, description="Entries of a request's files; more is answered 413.")
     drain_timeout_s: float = Field(20.0, ge=0, description="On SIGTERM: stop accepting, let running requests finish this long, then stop.")
     pod_name: str = Field(default_factory=lambda: os.environ.get("POD_NAME") or os.environ.get("HOSTNAME") or "local")
 

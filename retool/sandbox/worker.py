@@ -19,12 +19,12 @@ from __future__ import annotations
 import base64
 import contextlib
 import fcntl
+import functools
 import json
 import logging
 import os
 import secrets
 import select
-import shutil
 import signal
 import socket
 import sys
@@ -33,9 +33,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from retool.sandbox import accounting, child, isolation, landlock, protocol
+from retool.sandbox import accounting, isolation, landlock, protocol, scratch
 from retool.sandbox.layers import Plan
 from retool.sandbox.outcome import Limits, checked_relative_path, limit_note, render_output, signal_note
+from retool.sandbox.zygote import Zygote, ZygoteLostError
 
 logger = logging.getLogger(__name__)
 
@@ -126,9 +127,19 @@ class Worker:
         candidates = [*SYSTEM_READ_PATHS, sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path]
         self.read_paths = landlock.read_paths(candidates, keep_out) if self.plan.landlock_abi else ()
         self.broken = False
+        self.zygote: Zygote | None = None
+        self.warm_stack = accounting.start_stack("self")  # the zygote's and its executions' too (forks)
 
     # ---- lifecycle -------------------------------------------------------------------------
     def serve(self) -> None:
+        # Before the first request is read: the zygote's memory never holds one (see ``zygote``).
+        self.zygote = Zygote(self.pid_namespace, close_in_zygote=(self.sock.fileno(),))
+        try:
+            self._serve()
+        finally:
+            self.zygote.close()
+
+    def _serve(self) -> None:
         protocol.send(self.sock, {"type": "hello", "slot": self.config.slot})
         prepared = self._prefork()
         while not self.broken:
@@ -139,21 +150,31 @@ class Worker:
                 return
             try:
                 result = self._execute(prepared, job)
-            except HarnessError as exc:
+            except (HarnessError, ZygoteLostError) as exc:
                 logger.error("worker %d cannot run executions: %s", self.config.slot, exc)
                 result = {"type": "result", "sandbox_error": str(exc)}
                 self.broken = True
             except Exception as exc:  # a harness failure is the sandbox's, not the code's
                 logger.exception("execution failed inside the worker")
                 result = {"type": "result", "sandbox_error": f"{type(exc).__name__}: {exc}"}
-            self._kill_leftovers(prepared.pid)
+            if prepared.pid:  # not waited for (a harness failure): end it now
+                self._kill_leftovers(prepared.pid)
             if job.get("fetch_files") and "sandbox_error" not in result:
                 result["files"] = self._fetch(prepared.workdir, job["fetch_files"])
             protocol.send(self.sock, result)
-            self._reap(prepared)
-            self._clean(prepared.workdir)
+            self._after(prepared)
             if not self.broken:
                 prepared = self._prefork()
+
+    def _after(self, prepared: Prepared) -> None:
+        """Reap and clean after an execution; whatever goes wrong here breaks this worker (the pool
+        replaces it and sweeps its directory), never the next execution."""
+        try:
+            self._reap(prepared)
+            self._clean(prepared.workdir)
+        except Exception:
+            logger.exception("worker %d could not clean up after an execution: retiring", self.config.slot)
+            self.broken = True
 
     def _new_workdir(self) -> str:
         if self.pid_namespace:
@@ -170,7 +191,6 @@ class Worker:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         ack_r, ack_w = os.pipe()
-        baseline = accounting.resident_kib("self")
         plan = self.plan
         setup = {
             "cwd": workdir,
@@ -185,12 +205,15 @@ class Worker:
             # Dumpable lets the worker read its smaps (the memory watch); siblings cannot use it
             # where Landlock, namespaces or distinct uids keep them apart.
             "dumpable": plan.landlock_abi >= 1 or plan.namespaces is not None or plan.uid_per_execution,
+            # Same-uid executions in a pid namespace could otherwise signal the zygote (their parent).
+            "protect_parent": self.pid_namespace and self.drop != "uid",
         }
-        pid = os.fork()
-        if pid == 0:
-            child.main(go_r, out_w, err_w, ack_w, setup)
-        for fd in (go_r, out_w, err_w, ack_w):
-            os.close(fd)
+        assert self.zygote is not None
+        try:
+            pid, baseline = self.zygote.fork(setup, go_r, out_w, err_w, ack_w)
+        finally:
+            for fd in (go_r, out_w, err_w, ack_w):
+                os.close(fd)
         for fd in (out_r, err_r, ack_r):
             os.set_blocking(fd, False)
         quiet = _enlarge_pipe(out_r) and _enlarge_pipe(err_r)
@@ -228,7 +251,9 @@ class Worker:
         deadline = start + limits.run_timeout_s
         out, err = Capture(self.config.output_limit_bytes), Capture(self.config.output_limit_bytes)
         open_fds = {prepared.out_r: out, prepared.err_r: err}
-        memory = accounting.MemoryWatch(limit_kib=limits.memory_limit_mb * 1024, baseline_kib=prepared.baseline_kib, inspect=self._inspect)
+        memory = accounting.MemoryWatch(
+            limit_kib=limits.memory_limit_mb * 1024, baseline_kib=prepared.baseline_kib, inspect=self._inspect, warm_stack=self.warm_stack
+        )
         watch_disk = not self.pid_namespace
         next_watch = start + WATCH_INTERVAL_S
         disk_every = WATCH_INTERVAL_S
@@ -243,7 +268,7 @@ class Worker:
                 timed_out = True
                 break
             if now >= next_watch:
-                pids = accounting.descendants("self")
+                pids = self._execution_pids()
                 over = memory.over(pids, now)
                 if over is not None:
                     killed_for = ("memory", over * 1024)
@@ -251,6 +276,7 @@ class Worker:
                 if watch_disk:
                     measured = time.monotonic()
                     used, entries = accounting.directory_usage(prepared.workdir, self.config.max_scratch_files)
+                    used += self._inspect(functools.partial(accounting.unlinked_open_bytes, pids))
                     if used > self.config.tmp_size_mb << 20 or entries > self.config.max_scratch_files:
                         killed_for = ("disk", used)
                         break
@@ -267,16 +293,23 @@ class Worker:
                         if not prepared.quiet:
                             poller.unregister(fd)
                         del open_fds[fd]
+        if watch_disk and killed_for is None and not timed_out:
+            # The last state counts too: files made faster than one measurement takes (thousands in a
+            # fraction of a second) must not pass the limit because the execution ended in between.
+            used, entries = accounting.directory_usage(prepared.workdir, self.config.max_scratch_files)
+            if used > self.config.tmp_size_mb << 20 or entries > self.config.max_scratch_files:
+                killed_for = ("disk", used)
         elapsed = time.monotonic() - start
         phases = {"ended": elapsed}
         if not exited:
             self._kill_leftovers(prepared.pid)
-        # The status comes from the kernel alone: nothing the code wrote anywhere can change it.
-        _, wait_status, usage = os.wait4(prepared.pid, 0)
+        # The status comes from the kernel alone (wait4, in the zygote): nothing the code wrote
+        # anywhere can change it.
+        assert self.zygote is not None
+        ended = self.zygote.wait(prepared.pid)  # and whatever it left running is killed with it
+        wait_status, cpu = ended.status, ended.cpu_seconds
         phases["reaped"] = time.monotonic() - start
         prepared.pid = 0
-        cpu = usage.ru_utime + usage.ru_stime
-        self._kill_leftovers(0)  # the execution is over: whatever it left running goes now
         phases["leftovers_killed"] = time.monotonic() - start
         self._drain(open_fds)
         phases["drained"] = time.monotonic() - start
@@ -321,7 +354,7 @@ class Worker:
         if self.drop == "uid":
             return 0
         if self.pid_namespace and self.plan.namespaces == "user-namespaces":
-            return len(accounting.descendants("self")) + 1  # the uid's count is global: best effort
+            return len(accounting.descendants("self")) + 1  # the uid's count is global: best effort (zygote included)
         return _processes_of_uid(os.getuid())
 
     def _drain(self, open_fds: dict[int, Capture]) -> None:
@@ -369,62 +402,41 @@ class Worker:
         return fetched
 
     # ---- cleanup ---------------------------------------------------------------------------
+    def _execution_pids(self) -> list[int]:
+        """Every process of the running execution (all are the zygote's descendants), /proc numbering."""
+        assert self.zygote is not None
+        return self.zygote.processes()
+
     def _kill_leftovers(self, pid: int) -> None:
         """Kill the execution and everything it started, including detached processes."""
-        if self.pid_namespace:
-            with contextlib.suppress(ProcessLookupError):  # as pid 1 of the namespace: every other process in it
-                os.kill(-1, signal.SIGKILL)
-            return
-        # A child subreaper: whatever the execution started and left is still our descendant.
-        for target in accounting.descendants("self"):
-            _signal(target, signal.SIGKILL)
-        if pid:
-            with contextlib.suppress(OSError):
-                os.killpg(pid, signal.SIGKILL)
+        if self.zygote is not None:
+            with contextlib.suppress(ZygoteLostError):  # gone: its executions died with it (parent-death signal)
+                self.zygote.kill()
 
     def _reap(self, prepared: Prepared) -> None:
+        """Wait until every process of the execution is gone, zombies included (they count against
+        RLIMIT_NPROC of the next one)."""
         os.close(prepared.pidfd)
+        assert self.zygote is not None
         if prepared.pid:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(prepared.pid, 0)
-        if self.pid_namespace:  # every other process of the namespace got SIGKILL: wait for all
-            while True:
-                try:
-                    os.waitpid(-1, 0)
-                except ChildProcessError:
-                    return
-        # Orphans come back to us (subreaper). Wait until every process of the execution is gone,
-        # zombies included (they count against RLIMIT_NPROC of the next one).
-        deadline = time.monotonic() + 5.0
-        next_kill = time.monotonic() + 0.2
-        while time.monotonic() < deadline:
-            with contextlib.suppress(ChildProcessError):
-                while os.waitpid(-1, os.WNOHANG)[0] > 0:
-                    pass
-            if not accounting.descendants("self"):
-                return
-            if time.monotonic() > next_kill:
-                self._kill_leftovers(0)
-                next_kill = time.monotonic() + 0.2
-            time.sleep(0.002)
-        logger.warning("processes of the last execution still alive after 5 s")
+            self.zygote.kill()
+            self.zygote.wait(prepared.pid)
+            prepared.pid = 0
+        if self.zygote.reap():
+            logger.warning("processes of the last execution still alive after 5 s")
 
     def _clean(self, workdir: str) -> None:
+        """Remove what the execution left; a private /tmp that cannot be emptied breaks the worker
+        (the next execution would see it), a directory of the shared root is left to the pool."""
         if self.pid_namespace:
-            for name in os.listdir(workdir):
-                path = os.path.join(workdir, name)
-                if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path, onerror=accounting.force_remove)
-                else:
-                    with contextlib.suppress(OSError):
-                        os.unlink(path)
+            left = scratch.empty_directory(os.open("/", os.O_PATH | os.O_DIRECTORY), "tmp", remove_self=False, close_parent=True)
+            if left:
+                logger.error("worker %d could not empty its /tmp (%d entries left): retiring", self.config.slot, left)
+                self.broken = True
             return
-        name = os.path.basename(workdir)
-        try:
-            shutil.rmtree(name, dir_fd=self.root_fd)
-        except OSError:
-            _force_chmod_tree(workdir)
-            shutil.rmtree(name, ignore_errors=True, dir_fd=self.root_fd)
+        left = scratch.empty_directory(self.root_fd, os.path.basename(workdir))
+        if left:
+            logger.warning("worker %d left %d entries of an execution's directory for the pool to sweep", self.config.slot, left)
 
 
 def _enlarge_pipe(fd: int) -> bool:
@@ -482,13 +494,3 @@ def _chown_up_to(path: str, root: str, uid: int, gid: int) -> None:
     while path.startswith(root) and path != root:
         os.chown(path, uid, gid)
         path = os.path.dirname(path)
-
-
-def _force_chmod_tree(path: str) -> None:
-    """Code may leave directories without write or search permission: give them back before removal."""
-    for current, dirs, _files in os.walk(path):
-        for name in dirs:
-            with contextlib.suppress(OSError):
-                os.chmod(os.path.join(current, name), 0o700)
-    with contextlib.suppress(OSError):
-        os.chmod(path, 0o700)

@@ -110,7 +110,7 @@ async def test_executions_end_completely(fallback: RunningServer, code: str) -> 
     async with httpx.AsyncClient(base_url=fallback.url) as client:
         await post(client, code, timeout=1.0)
     template = fallback.readyz()["template"]["pid"]
-    expected = 2 * fallback.workers  # each worker and its one pre-forked process
+    expected = 3 * fallback.workers  # each worker, its zygote and its one pre-forked process
     # Exactly that many: nothing the execution started is left, and its worker has pre-forked the
     # next process again (which a loaded machine may take a moment to do).
     deadline = time.monotonic() + 10

@@ -111,8 +111,9 @@ def test_a_chunked_body_is_cut_off_at_the_limit(limited: RunningServer) -> None:
 
 
 def test_idle_slow_and_surplus_connections_are_closed(limited: RunningServer) -> None:
-    """500 connections against a cap of 100: the surplus is refused at once, idle ones closed after
-    the idle timeout, slowloris ones (headers one line at a time) after the header timeout."""
+    """500 connections against a cap of 100: the oldest make room for the newest at once, idle ones
+    are closed after the idle timeout, slowloris ones (headers one line at a time) after the header
+    timeout."""
     fds_before = len(os.listdir(f"/proc/{limited.pid}/fd"))
     open_socks: dict[socket.socket, str] = {}
     for i in range(500):  # interleaved, so both kinds are among the first 100 accepted
@@ -145,7 +146,8 @@ def test_idle_slow_and_surplus_connections_are_closed(limited: RunningServer) ->
     for sock in open_socks:
         sock.close()
     assert not open_socks, f"{len(open_socks)} connections still open after 6 s"
-    assert answers.count(b"HTTP/1.1 503 Service Unavailable") >= 390, "the surplus over the cap was not refused"
+    made_room = sum(at < 0.9 for times in closed_at.values() for at in times)  # before any timeout
+    assert made_room >= 390, "the oldest connections were not closed to make room for new ones"
     assert b"HTTP/1.1 408 Request Timeout" in answers, "slow headers were not timed out"
     assert max(closed_at["idle"]) < 3.0 and max(closed_at["slow"]) < 3.5
     response = httpx.post(f"{limited.url}/run_code", json={"code": "print('still serving')"}, timeout=10)

@@ -1,0 +1,91 @@
+"""Cleanup that code cannot defeat: any shape of directory tree goes, nothing is followed out of it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from retool.sandbox import accounting, scratch
+
+
+def deep_chain(root: Path, depth: int, mode: int = 0o700) -> None:
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(depth):
+        os.mkdir("d", dir_fd=fd)
+        child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = child
+    os.close(fd)
+    if mode != 0o700:  # taken away from the bottom up, as code would leave it
+        path = root
+        levels = [path := path / "d" for _ in range(min(depth, 50))]
+        for level in reversed(levels):
+            os.chmod(level, mode)
+
+
+@pytest.mark.parametrize(
+    ("depth", "mode"),
+    [(1500, 0o700), (1500, 0o000), (3, 0o100)],
+    ids=["a chain 1500 deep (past the recursion limit and PATH_MAX)", "the same without any permission", "search-only directories"],
+)
+def test_any_directory_tree_is_removed(tmp_path: Path, depth: int, mode: int) -> None:
+    root = tmp_path / "execution"
+    root.mkdir()
+    (root / "file").write_text("x")
+    deep_chain(root, depth, mode)
+    assert scratch.remove_path(str(root)) == 0
+    assert not root.exists()
+
+
+def test_symlinks_are_removed_never_followed(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("x")
+    root = tmp_path / "execution"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "link").symlink_to(outside)
+    (root / "link").symlink_to(outside / "keep")
+    assert scratch.remove_path(str(root)) == 0
+    assert (outside / "keep").read_text() == "x" and not root.exists()
+
+
+def test_a_private_tmp_is_emptied_but_kept(tmp_path: Path) -> None:
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "f").write_text("x")
+    parent = os.open(tmp_path.parent, os.O_PATH | os.O_DIRECTORY)
+    assert scratch.empty_directory(parent, tmp_path.name, remove_self=False, close_parent=True) == 0
+    assert tmp_path.is_dir() and list(tmp_path.iterdir()) == []
+
+
+def test_a_file_removed_while_open_still_counts(tmp_path: Path) -> None:
+    path = tmp_path / "hidden"
+    with open(path, "wb") as handle:
+        handle.write(b"x" * (1 << 20))
+        handle.flush()
+        os.fsync(handle.fileno())
+        path.unlink()
+        assert accounting.unlinked_open_bytes([os.getpid()]) >= 1 << 20
+    assert accounting.unlinked_open_bytes([os.getpid()]) == 0
+
+
+@pytest.mark.parametrize(
+    ("resident", "forked", "expected"),
+    [([100_000, 100_000], None, 20_000), ([100_000, 60_000], [True, False], 70_000), ([50_000], [True], 0)],
+    ids=["forks count beyond the warm baseline", "a process that exec'd counts whole", "a fork under the baseline counts nothing"],
+)
+def test_the_cheap_memory_estimate(resident: list[int], forked: list[bool] | None, expected: int) -> None:
+    assert accounting.estimate(resident, 90_000, forked) == expected
+
+
+def test_a_fork_keeps_the_warm_stack_and_an_exec_gets_a_new_one() -> None:
+    mine = accounting.start_stack("self")
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if accounting.start_stack("self") == mine else 1)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    other = subprocess.run([sys.executable, "-c", "from retool.sandbox import accounting; print(accounting.start_stack('self'))"], capture_output=True, text=True, check=True)
+    assert mine and int(other.stdout) not in (0, mine)

@@ -1,0 +1,95 @@
+"""The execution filter's denials added by issue 23, each tried in a child process that installed it.
+
+Run directly against the kernel (no server): the child installs the filter exactly as an execution
+does, makes one call, and reports its errno; the parent compares.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+from collections.abc import Callable
+
+import pytest
+
+from retool.sandbox import seccomp
+
+pytestmark = pytest.mark.skipif(not seccomp.supported(), reason="no seccomp filter for this architecture")
+
+libc = ctypes.CDLL(None, use_errno=True)
+IPC_PRIVATE, IPC_CREAT = 0, 0o1000
+SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437}[os.uname().machine]
+
+
+def _errno_of(call: Callable[[], int]) -> int:
+    """0 when ``call`` succeeded, else its errno (OSError or a C call returning -1)."""
+    try:
+        result = call()
+    except OSError as exc:
+        return exc.errno or -1
+    return ctypes.get_errno() if isinstance(result, int) and result == -1 else 0
+
+
+def under_filter(call: Callable[[int], int], *, protected: bool = False, signals_scoped: bool = True) -> int:
+    """The errno ``call(parent)`` gets in a child confined like an execution (0: allowed)."""
+    parent = os.getpid()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 255
+        try:
+            os.close(read_end)
+            policy = seccomp.ExecutionPolicy(pid=os.getpid(), signals_scoped=signals_scoped, protected=(parent,) if protected else ())
+            seccomp.confine(policy)
+            os.write(write_end, str(_errno_of(lambda: call(parent))).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end) as reader:
+        answer = reader.read()
+    os.waitpid(pid, 0)
+    return int(answer)
+
+
+def _tmpfile(_parent: int) -> int:
+    fd = os.open("/tmp", os.O_TMPFILE | os.O_RDWR, 0o600)
+    os.close(fd)
+    return 0
+
+
+def _named_file(_parent: int) -> int:
+    fd = os.open("/proc/self/status", os.O_RDONLY)
+    os.close(fd)
+    return 0
+
+
+CASES: dict[str, tuple[Callable[[int], int], int, bool]] = {
+    "shmget is refused": (lambda _p: libc.shmget(IPC_PRIVATE, 1 << 20, IPC_CREAT | 0o600), errno.EPERM, False),
+    "shmat is refused": (lambda _p: libc.shmat(0, None, 0), errno.EPERM, False),
+    "msgget is refused": (lambda _p: libc.msgget(IPC_PRIVATE, IPC_CREAT | 0o600), errno.EPERM, False),
+    "semget is refused": (lambda _p: libc.semget(IPC_PRIVATE, 1, IPC_CREAT | 0o600), errno.EPERM, False),
+    "memfd_create is refused": (lambda _p: os.close(os.memfd_create("x")) or 0, errno.EPERM, False),
+    "an O_TMPFILE open is refused": (_tmpfile, errno.EPERM, False),
+    "a plain open is allowed": (_named_file, 0, False),
+    "openat2 answers ENOSYS so libc falls back": (lambda _p: libc.syscall(SYS_OPENAT2, -100, b"/", None, 0), errno.ENOSYS, False),
+    "setsid is refused": (lambda _p: os.setsid() or 0, errno.EPERM, False),
+    "signalling the protected zygote is refused": (lambda p: os.kill(p, 0) or 0, errno.EPERM, True),
+    "its process group too": (lambda p: os.killpg(p, 0) or 0, errno.EPERM, True),
+    "and kill(-1)": (lambda _p: os.kill(-1, 0) or 0, errno.EPERM, True),
+    "without protection the parent can be signalled": (lambda p: os.kill(p, 0) or 0, 0, False),
+    "a protected child still signals itself": (lambda _p: os.kill(os.getpid(), 0) or 0, 0, True),
+}
+
+
+@pytest.mark.parametrize(("call", "expected", "protected"), CASES.values(), ids=CASES.keys())
+def test_the_execution_filter(call: Callable[[int], int], expected: int, protected: bool) -> None:
+    assert under_filter(call, protected=protected) == expected
+
+
+def test_the_filter_still_fits_classic_bpf_jumps_on_every_architecture() -> None:
+    for arch in seccomp.ARCHES:
+        for policy in (seccomp.ExecutionPolicy(pid=7), seccomp.ExecutionPolicy(pid=7, signals_scoped=True, protected=(2,), deny_chmod=True)):
+            assert len(seccomp.build_filter(arch, policy)) < 4096
+
