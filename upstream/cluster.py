@@ -161,6 +161,47 @@ startTime: {{ $now | Quote }}
 """
 
 
+_NODE_STATUS = """\
+{{ $now := Now }}
+{{ $since := or .metadata.creationTimestamp $now }}
+conditions:
+{{ range NodeConditions }}
+- {lastHeartbeatTime: {{ $now | Quote }}, lastTransitionTime: {{ $since | Quote }}, message: {{ .message | Quote }},
+   reason: {{ .reason | Quote }}, status: {{ .status | Quote }}, type: {{ .type | Quote }}}
+{{ end }}
+addresses:
+- {address: {{ NodeIP | Quote }}, type: InternalIP}
+- {address: {{ NodeName | Quote }}, type: Hostname}
+allocatable:
+{{ YAML .status.allocatable 1 }}
+capacity:
+{{ YAML .status.capacity 1 }}
+nodeInfo: {architecture: amd64, operatingSystem: linux, kubeletVersion: {{ printf "kwok-%s" Version | Quote }},
+           containerRuntimeVersion: {{ printf "kwok-%s" Version | Quote }}, kernelVersion: "", osImage: "", machineID: "",
+           bootID: "", systemUUID: "", kubeProxyVersion: ""}
+phase: Running
+"""
+
+
+def node_stages() -> list[dict[str, Any]]:
+    """kwok Stages for nodes: Ready (with kwok's NodeConditions) once created, the status refreshed every
+    minute; kwok renews each node's Lease itself, which is what the node lifecycle controller watches."""
+    ready = '.status.conditions.[] | select( .type == "Ready" ) | .status'
+
+    def stage(name: str, expressions: list[dict[str, Any]], delay_ms: int | None) -> dict[str, Any]:
+        spec: dict[str, Any] = {"resourceRef": {"apiGroup": "v1", "kind": "Node"}, "selector": {"matchExpressions": expressions},
+                                "next": {"statusTemplate": _NODE_STATUS}}
+        if delay_ms:
+            spec["delay"] = {"durationMilliseconds": delay_ms, "jitterDurationMilliseconds": delay_ms + 5000}
+        return {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage", "metadata": {"name": name}, "spec": spec}
+
+    return [
+        stage("retool-e2e-node-ready", [{"key": ready, "operator": "NotIn", "values": ["True"]}], None),
+        stage("retool-e2e-node-heartbeat", [{"key": ".status.phase", "operator": "In", "values": ["Running"]},
+                                            {"key": ready, "operator": "In", "values": ["True"]}], 60000),
+    ]
+
+
 def _terminated_status(phase: str, reason: str) -> str:
     return (
         "{{ $now := Now }}\n"
@@ -450,8 +491,6 @@ class ControlPlane:
             "Priority,DefaultTolerationSeconds,DefaultStorageClass,StorageObjectInUseProtection,RuntimeClass,"
             "MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ResourceQuota",
             "--allow-privileged=true", "--profiling=false", "--v=1",
-            # the local control plane serves one test session: no need for request throttling
-            "--max-requests-inflight=0", "--max-mutating-requests-inflight=0",
         ])
         self.wait("kube-apiserver /readyz", "kube-apiserver", lambda: self.https_get("/readyz")[0] == 200, timeout=180)
 
@@ -479,11 +518,12 @@ class ControlPlane:
 
     def _start_nodes(self) -> None:
         stages = self.workdir / "kwok-stages.yaml"
-        stages.write_text(yaml.safe_dump_all(pod_stages(), sort_keys=False))
+        stages.write_text(yaml.safe_dump_all([*node_stages(), *pod_stages()], sort_keys=False))
         self.log("kwok and its nodes")
+        kwok_verbosity = [f"-v={os.environ['RETOOL_E2E_KWOK_LOG']}"] if os.environ.get("RETOOL_E2E_KWOK_LOG") else []
         self.run("kwok", [str(self.programs["kwok"]), f"--kubeconfig={self.kubeconfig}", f"--config={stages}",
                           "--manage-all-nodes=true", f"--cidr={POD_CIDR}", f"--node-ip={NODE_IP}",
-                          f"--server-address=127.0.0.1:{self.ports['kwok']}"])
+                          f"--server-address=127.0.0.1:{self.ports['kwok']}", *kwok_verbosity])
         self.apply([node_manifest(n) for n in NODES], server_side=False)
 
         def nodes_ready() -> bool:
