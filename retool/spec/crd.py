@@ -78,6 +78,14 @@ def _structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
             out["items"] = _structural(value, defs)
         elif key == "additionalProperties":
             out["additionalProperties"] = _structural(value, defs) if isinstance(value, dict) else value
+        elif key == "patternProperties":
+            # pydantic writes a dict with constrained keys (label keys) this way; the API server refuses
+            # patternProperties in a CRD ("Forbidden: patternProperties is not supported"), so the values'
+            # schema becomes additionalProperties and the keys are checked like propertyNames above.
+            values = list(value.values())
+            if len(values) != 1:
+                raise ValueError(f"cannot express several key patterns in a structural schema: {schema}")
+            out["additionalProperties"] = _structural(values[0], defs)
         elif key == "const":
             out["enum"] = [value]
         elif key in ("exclusiveMinimum", "exclusiveMaximum") and not isinstance(value, bool):

@@ -58,6 +58,10 @@ def test_schema_is_structural(root_schema):
         assert "$ref" not in node and "anyOf" not in node and "title" not in node, path
         assert not ("properties" in node and "additionalProperties" in node), path
         assert "x-kubernetes-preserve-unknown-fields" not in node, f"{path}: every object is typed"
+        # the API server refuses these in a CRD (apiextensions validation: "is not supported"); the
+        # end-to-end tests install the CRD into a real kube-apiserver (tests/e2e)
+        for refused in ("patternProperties", "propertyNames", "dependencies", "$schema", "definitions", "id"):
+            assert refused not in node, f"{path}: {refused} is not supported in a CRD schema"
 
 
 def test_every_spec_field_has_a_description(root_schema):
