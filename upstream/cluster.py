@@ -59,6 +59,9 @@ from upstream import build
 from upstream import pins as pins_module
 from upstream.pki import CertificateAuthority, Pair, service_account_keys
 
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's loader where PyYAML has it: the upstream CRDs are megabytes."""
+
 EXIT_CODE_ANNOTATION = "e2e.retool.dev/exit-code"
 """Set on a Running pod to end it: ``"0"`` -> Succeeded, anything else -> Failed with that exit code."""
 
@@ -389,9 +392,15 @@ class ControlPlane:
         return proc
 
     def apply(self, docs: list[dict[str, Any]], *, server_side: bool = True) -> None:
-        text = yaml.safe_dump_all(docs, sort_keys=False)
+        # JSON, not YAML: the CRDs are megabytes and PyYAML's emitter takes minutes on a loaded machine
+        text = json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
         flags = ["--server-side", "--force-conflicts", "--field-manager=retool-e2e"] if server_side else []
-        self.kubectl("apply", *flags, "-f", "-", input=text)
+        self.kubectl("apply", *flags, "-f", "-", input=text, timeout=180)
+
+    def apply_files(self, files: list[Path]) -> None:
+        """Upstream manifests as they are (server-side: the CRDs are too big for the last-applied annotation)."""
+        args = [a for f in files for a in ("-f", str(f))]
+        self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=retool-e2e", *args, timeout=180)
 
     def get_json(self, *args: str) -> dict[str, Any]:
         return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
@@ -440,11 +449,12 @@ class ControlPlane:
         self.programs = programs
         started = time.monotonic()
         try:
-            self._start_core()
-            self.timings["core"] = time.monotonic() - started
-            self._start_nodes()
-            self._start_kuberay()
-            self._start_kueue()
+            for name, step in (("core", self._start_core), ("nodes", self._start_nodes), ("kuberay", self._start_kuberay),
+                               ("kueue", self._start_kueue)):
+                t0 = time.monotonic()
+                step()
+                self.timings[name] = time.monotonic() - t0
+                self.log(f"  {name} up in {self.timings[name]:.1f} s")
         except BaseException:
             self.stop()
             raise
@@ -544,10 +554,10 @@ class ControlPlane:
     def _start_kuberay(self) -> None:
         pins = pins_module.load()
         module = self.module_dir(build.PROGRAMS["kuberay-operator"].module, pins["KUBERAY_VERSION"])
-        crds = [yaml.safe_load(p.read_text()) for p in sorted((module / "config" / "crd" / "bases").glob("*.yaml"))]
+        crds = sorted((module / "config" / "crd" / "bases").glob("*.yaml"))
         self.log(f"KubeRay {pins['KUBERAY_VERSION']}: {len(crds)} CRDs and the operator")
-        self.apply(crds)
-        self._wait_crds([c["metadata"]["name"] for c in crds])
+        self.apply_files(crds)
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *[a for f in crds for a in ("-f", str(f))], timeout=90)
         health = self.ports["kuberay-health"] = free_port()
         self.run("kuberay-operator", [
             str(self.programs["kuberay-operator"]), f"--health-probe-bind-address=127.0.0.1:{health}",
@@ -576,12 +586,12 @@ class ControlPlane:
         converted = conversion_webhook_crds((crd_dir / "kustomization.yaml").read_text())
         crds = []
         for path in sorted((crd_dir / "bases").glob("*.yaml")):
-            crd = yaml.safe_load(path.read_text())
+            crd = yaml.load(path.read_text(), Loader=_LOADER)
             if crd["spec"]["names"]["plural"] in converted:
                 crd = with_conversion_webhook(crd, base + "/convert", self.ca.pem)
             crds.append(crd)
         hooks = [webhook_to_url(d, base, self.ca.pem, "kueue-")
-                 for d in yaml.safe_load_all((module / "config" / "components" / "webhook" / "manifests.yaml").read_text()) if d]
+                 for d in yaml.load_all((module / "config" / "components" / "webhook" / "manifests.yaml").read_text(), Loader=_LOADER) if d]
         self.log(f"Kueue {pins['KUEUE_VERSION']}: {len(crds)} CRDs, {len(hooks)} webhook configurations and the manager")
         self.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}}, *crds])
         self._wait_crds([c["metadata"]["name"] for c in crds])

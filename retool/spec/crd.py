@@ -45,9 +45,25 @@ class _WithFactoryDefaults(GenerateJsonSchema):
         return super().default_schema(schema)
 
 
+YAML11_BOOLEANS = frozenset({"y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO", "true", "True", "TRUE", "false", "False",
+                             "FALSE", "on", "On", "ON", "off", "Off", "OFF"})
+"""Strings that YAML 1.1 reads as booleans. Kubernetes (sigs.k8s.io/yaml over go-yaml v2) reads ``n:`` as the
+key ``false``: the API server then serves ``spec.eval.false`` instead of ``spec.eval.n``. PyYAML quotes most
+of these itself but not ``y``/``n``, so the dumper quotes them all."""
+
+
 class _NoAliasDumper(yaml.SafeDumper):
     def ignore_aliases(self, data: Any) -> bool:
         return True
+
+
+def _represent_str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    if data in YAML11_BOOLEANS:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="'")
+    return dumper.represent_str(data)
+
+
+_NoAliasDumper.add_representer(str, _represent_str)
 
 
 def _resolve(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
