@@ -193,8 +193,7 @@ def run_manifest(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
         "hardware": {"accelerator": "nvidia", "product": "NVIDIA-H200", "nodes": 1, "devicesPerNode": 8,
                      "resources": {"requests": {"cpu": "8", "memory": "48Gi"}, "limits": {"memory": "64Gi"}}},
         "storage": {"pvc": {"claimName": "retool-data"}},
-        "sandbox": {"maxConcurrent": 16, "perReplicaConcurrency": 16,
-                    "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "2", "memory": "2Gi"}}},
+        "sandbox": {"maxConcurrent": 16, "perReplicaConcurrency": 16},
         "failurePolicy": {"maxRetries": 1},
     }
     for key, value in spec.items():
