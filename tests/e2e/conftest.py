@@ -173,6 +173,13 @@ def namespace(control_plane: ControlPlane, release: dict[str, Any]) -> Iterator[
     control_plane.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
+@pytest.fixture(scope="session")
+def shared_namespace(control_plane: ControlPlane, release: dict[str, Any]) -> str:
+    """One namespace for the checks that create nothing in it (RBAC questions)."""
+    control_plane.kubectl("create", "namespace", "e2e-shared")
+    return "e2e-shared"
+
+
 def apply_claim(plane: ControlPlane, namespace: str, claim: str = "retool-data") -> None:
     pv = f"{namespace}-{claim}"
     plane.apply([

@@ -106,14 +106,14 @@ def test_a_resource_quota_refusal_happens_in_the_job_controller_below_the_operat
 def test_a_resource_quota_refusal_is_visible_in_the_runs_status(kube: Cluster, namespace: str) -> None:
     assert kube.apply({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-pods", "namespace": namespace},
                        "spec": {"hard": {"pods": "0"}}}).returncode == 0
-    assert kube.apply(run_manifest("quota", namespace)).returncode == 0
-    eventually("the Job controller's FailedCreate Event", lambda: _failed_create(kube, namespace, "quota-prepare-1"))
+    assert kube.apply(run_manifest("capped", namespace)).returncode == 0
+    eventually("the Job controller's FailedCreate Event", lambda: _failed_create(kube, namespace, "capped-prepare-1"))
 
     def says_quota() -> bool:
-        status = kube.run_status("quota", namespace)
-        texts = [status.get("message") or "", kube.stage("quota", namespace, "prepare").get("message") or ""]
+        status = kube.run_status("capped", namespace)
+        texts = [status.get("message") or "", kube.stage("capped", namespace, "prepare").get("message") or ""]
         texts += [c.get("message") or "" for c in status.get("conditions", [])]
-        return any("quota" in t for t in texts)
+        return any("exceeded quota" in t and "no-pods" in t for t in texts)
 
     eventually("the quota refusal in the run's status", says_quota, timeout=20)
 

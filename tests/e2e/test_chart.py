@@ -38,11 +38,11 @@ def test_the_crd_is_served_and_kubectl_prints_its_columns(kube: Cluster, namespa
     ids=lambda v: str(v),
 )
 def test_the_api_server_authorizes_the_operator_by_the_charts_rbac(
-    kube: Cluster, namespace: str, verb: str, resource: str, where: str, allowed: bool
+    kube: Cluster, shared_namespace: str, verb: str, resource: str, where: str, allowed: bool
 ) -> None:
     """`kubectl auth can-i` as the chart's ServiceAccount (its token from the TokenRequest API): the
     answer is the real RBAC authorizer's over the chart's (Cluster)Roles."""
-    scope = {"run": ["-n", namespace], "cluster": [], "kube-system": ["-n", "kube-system"]}[where]
+    scope = {"run": ["-n", shared_namespace], "cluster": [], "kube-system": ["-n", "kube-system"]}[where]
     proc = kube.kubectl("auth", "can-i", verb, *resource.split(), *scope, kubeconfig=kube.release["token_kubeconfig"], check=False)
     assert proc.stdout.strip() == ("yes" if allowed else "no"), proc.stderr
 
