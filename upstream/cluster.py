@@ -19,10 +19,11 @@ What stays emulated, and why:
 - Containers never run: kwok writes pod status, so a stage "runs" until a test sets its exit code.
 - Nothing reaches a pod's IP. kwok gives pods addresses that nothing routes to, and Kubernetes refuses
   loopback addresses in EndpointSlices (``ValidateEndpointIP`` in pkg/apis/core/validation, v1.36), so a
-  Service cannot lead the API server (webhooks) or KubeRay (the Ray dashboard) to a process on this
-  machine. Webhook servers that run here are therefore registered with ``clientConfig.url`` on
-  127.0.0.1 (Kueue's, rewritten from its manifests; ours through the chart's ``webhook.url``), with
-  certificates of our CA. KubeRay's calls to the Ray dashboard (job submission in HTTPMode, job status)
+  Service with a selector cannot lead the API server (webhooks) or KubeRay (the Ray dashboard) to a
+  process on this machine. Kueue's webhook Service is therefore of type ExternalName ``localhost`` (the
+  API server resolves those to the name and still checks the certificate against the Service's DNS
+  name, so Kueue's own certificate management works unchanged); the chart's webhook, whose Service the
+  chart owns, is registered by URL (its ``webhook.url``) with a certificate of our CA. KubeRay's calls to the Ray dashboard (job submission in HTTPMode, job status)
   cannot reach a head: a RayJob gets its RayCluster and, once the head pod is Ready, its submitter Job,
   and stays Running from then on; its end comes from the submitter Job's failure (KubeRay's
   ``SubmissionFailed``) or a test.
@@ -46,6 +47,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -71,6 +73,8 @@ NODE_IP = "10.255.0.1"
 """Addresses kwok writes into node and pod status; nothing listens on them (see the module docstring)."""
 
 KUEUE_NAMESPACE = "kueue-system"
+KUEUE_WEBHOOK_SERVICE = "kueue-webhook-service"
+KUEUE_WEBHOOK_SECRET = "kueue-webhook-server-cert"
 KUEUE_FRAMEWORKS = ("batch/job", "ray.io/rayjob", "ray.io/raycluster", "pod", "deployment", "statefulset")
 
 
@@ -274,7 +278,7 @@ def kubeconfig(server: str, ca_pem: bytes, *, user: str, cert: Pair | None = Non
 def kueue_configuration(*, webhook_port: int, health_port: int, cert_dir: Path) -> dict[str, Any]:
     """Kueue's manager Configuration (config.kueue.x-k8s.io/v1beta2, apis/config/v1beta2 at the pin): its
     shipped defaults (config/components/manager/controller_manager_config.yaml) with the listeners on
-    127.0.0.1, no leader election, our certificates instead of its internal certificate management, and the
+    127.0.0.1, no leader election, its internal certificate management for its webhook Service, and the
     integrations this platform's children use (Jobs, RayJobs, RayClusters) plus the workload kinds whose
     webhooks the shipped manifests register (pod, deployment, statefulset: Kueue leaves unqueued ones alone)."""
     return {
@@ -284,7 +288,8 @@ def kueue_configuration(*, webhook_port: int, health_port: int, cert_dir: Path) 
         "metrics": {"bindAddress": "0"},
         "webhook": {"port": webhook_port, "host": "127.0.0.1", "certDir": str(cert_dir)},
         "leaderElection": {"leaderElect": False},
-        "internalCertManagement": {"enable": False},
+        "internalCertManagement": {"enable": True, "webhookServiceName": KUEUE_WEBHOOK_SERVICE,
+                                   "webhookSecretName": KUEUE_WEBHOOK_SECRET},
         "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
         # The visibility API server reads its certificate from a fixed /visibility directory
         # (pkg/visibility/server.go) and is an aggregated API we do not test.
@@ -292,14 +297,14 @@ def kueue_configuration(*, webhook_port: int, health_port: int, cert_dir: Path) 
     }
 
 
-def webhook_to_url(doc: dict[str, Any], base_url: str, ca_pem: bytes, name_prefix: str) -> dict[str, Any]:
-    """A webhook configuration from upstream manifests, each ``clientConfig.service`` replaced by
-    ``base_url`` + its path (see the module docstring for why), with our CA."""
+def webhook_to_service(doc: dict[str, Any], service: dict[str, Any], name_prefix: str) -> dict[str, Any]:
+    """A webhook configuration from upstream manifests pointed at ``service`` (name, namespace, port), each
+    webhook keeping its path; named as Kueue's kustomization names it (``name_prefix`` + name)."""
     out = json.loads(json.dumps(doc))
     out["metadata"]["name"] = name_prefix + out["metadata"]["name"]
     for hook in out.get("webhooks") or []:
-        service = hook["clientConfig"].pop("service")
-        hook["clientConfig"] = {"url": base_url + service.get("path", "/"), "caBundle": base64.b64encode(ca_pem).decode()}
+        path = hook["clientConfig"]["service"].get("path", "/")
+        hook["clientConfig"] = {"service": {**service, "path": path}}
     return out
 
 
@@ -312,12 +317,12 @@ def conversion_webhook_crds(kustomization: str) -> set[str]:
     return set(_CONVERSION_PATCH.findall(kustomization))
 
 
-def with_conversion_webhook(crd: dict[str, Any], url: str, ca_pem: bytes) -> dict[str, Any]:
+def with_conversion_webhook(crd: dict[str, Any], service: dict[str, Any]) -> dict[str, Any]:
+    """The CRD with Kueue's conversion webhook (its patches/webhook_in_*.yaml), served by ``service``."""
     out = json.loads(json.dumps(crd))
     out["spec"]["conversion"] = {
         "strategy": "Webhook",
-        "webhook": {"conversionReviewVersions": ["v1"],
-                    "clientConfig": {"url": url, "caBundle": base64.b64encode(ca_pem).decode()}},
+        "webhook": {"conversionReviewVersions": ["v1"], "clientConfig": {"service": {**service, "path": "/convert"}}},
     }
     return out
 
@@ -370,6 +375,7 @@ class ControlPlane:
     ports: dict[str, int] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     log: Callable[[str], None] = lambda _line: None
+    _stopping: threading.Event = field(default_factory=threading.Event)
 
     # ------------------------------------------------------------ helpers
 
@@ -440,6 +446,7 @@ class ControlPlane:
         return comp
 
     def stop(self) -> None:
+        self._stopping.set()
         for comp in reversed(list(self.components.values())):
             comp.stop()
 
@@ -566,21 +573,39 @@ class ControlPlane:
         self.wait("the KubeRay operator's /readyz", "kuberay-operator",
                   lambda: urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=2).status == 200)
 
+    def _mount_secret(self, namespace: str, name: str, directory: Path, period: float = 1.0) -> None:
+        """Keep ``directory`` holding the Secret's keys (the kubelet's secret volume), until stop()."""
+
+        def sync() -> None:
+            while not self._stopping.is_set():
+                proc = self.kubectl("get", "secret", name, "-n", namespace, "-o", "json", check=False)
+                if proc.returncode == 0:
+                    for key, value in (json.loads(proc.stdout).get("data") or {}).items():
+                        data = base64.b64decode(value)
+                        target = directory / key
+                        if not target.exists() or target.read_bytes() != data:
+                            partial = directory / f".{key}.partial"
+                            partial.write_bytes(data)
+                            partial.replace(target)
+                self._stopping.wait(period)
+
+        threading.Thread(target=sync, name=f"secret-volume-{name}", daemon=True).start()
+
     def _wait_crds(self, names: list[str]) -> None:
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{n}" for n in names], timeout=90)
 
     def _start_kueue(self) -> None:
+        """Kueue as its manifests install it, with its own certificate management (it signs its webhook
+        certificate for kueue-webhook-service.kueue-system.svc and injects the CA into its webhook
+        configurations and CRD conversion webhooks). Only the Service differs: type ExternalName
+        ``localhost``, and the webhook port on every clientConfig. The API server's service resolver sends
+        an ExternalName Service's calls to that host (k8s.io/apiserver pkg/util/proxy ResolveCluster) and
+        still checks the certificate against the Service's DNS name."""
         pins = pins_module.load()
         module = self.module_dir(build.PROGRAMS["kueue"].module, pins["KUEUE_VERSION"])
-        webhook_port = self.ports["kueue-webhook"] = free_port()
+        port = self.ports["kueue-webhook"] = free_port()
         health = self.ports["kueue-health"] = free_port()
-        base = f"https://127.0.0.1:{webhook_port}"
-        certs = self.workdir / "kueue-certs"
-        certs.mkdir(parents=True, exist_ok=True)
-        pair = self.ca.issue("kueue-webhook", common_name="kueue-webhook", server=True, ips=("127.0.0.1",),
-                             dns=("kueue-webhook-service.kueue-system.svc",))
-        (certs / "tls.crt").write_bytes(pair.cert.read_bytes())
-        (certs / "tls.key").write_bytes(pair.key.read_bytes())
+        service = {"name": KUEUE_WEBHOOK_SERVICE, "namespace": KUEUE_NAMESPACE, "port": port}
 
         crd_dir = module / "config" / "components" / "crd"
         converted = conversion_webhook_crds((crd_dir / "kustomization.yaml").read_text())
@@ -588,20 +613,36 @@ class ControlPlane:
         for path in sorted((crd_dir / "bases").glob("*.yaml")):
             crd = yaml.load(path.read_text(), Loader=_LOADER)
             if crd["spec"]["names"]["plural"] in converted:
-                crd = with_conversion_webhook(crd, base + "/convert", self.ca.pem)
+                crd = with_conversion_webhook(crd, service)
             crds.append(crd)
-        hooks = [webhook_to_url(d, base, self.ca.pem, "kueue-")
+        hooks = [webhook_to_service(d, service, "kueue-")
                  for d in yaml.load_all((module / "config" / "components" / "webhook" / "manifests.yaml").read_text(), Loader=_LOADER) if d]
         self.log(f"Kueue {pins['KUEUE_VERSION']}: {len(crds)} CRDs, {len(hooks)} webhook configurations and the manager")
-        self.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}}, *crds])
+        self.apply([
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}},
+            {"apiVersion": "v1", "kind": "Service", "metadata": {"name": KUEUE_WEBHOOK_SERVICE, "namespace": KUEUE_NAMESPACE},
+             "spec": {"type": "ExternalName", "externalName": "localhost", "ports": [{"name": "https", "port": port}]}},
+            # the empty Secret its certificate management fills (config/components/internalcert/secret.yaml)
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": KUEUE_WEBHOOK_SECRET, "namespace": KUEUE_NAMESPACE}},
+            *crds, *hooks,
+        ])
         self._wait_crds([c["metadata"]["name"] for c in crds])
+        certs = self.workdir / "kueue-certs"
+        certs.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "kueue-config.yaml"
-        config.write_text(yaml.safe_dump(kueue_configuration(webhook_port=webhook_port, health_port=health, cert_dir=certs)))
+        config.write_text(yaml.safe_dump(kueue_configuration(webhook_port=port, health_port=health, cert_dir=certs)))
         self.run("kueue", [str(self.programs["kueue"]), f"--config={config}", f"--kubeconfig={self.kubeconfig}",
                            "--zap-log-level=info"], NAMESPACE=KUEUE_NAMESPACE)
+        # Kueue writes its certificate into the Secret and waits for it to appear in certDir, where the
+        # kubelet projects the Secret volume in its pod; no kubelet here, so this process does that part.
+        self._mount_secret(KUEUE_NAMESPACE, KUEUE_WEBHOOK_SECRET, certs)
         self.wait("Kueue's /readyz", "kueue",
                   lambda: urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=2).status == 200, timeout=120)
-        self.apply(hooks)
+        # its webhooks answer through the API server: a dry-run create of a LocalQueue passes them
+        probe = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "retool-e2e-probe"}}
+        self.wait("Kueue's webhooks called by the API server", "kueue",
+                  lambda: self.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(probe), check=False).returncode == 0,
+                  timeout=60)
 
 
 def kubectl_binary() -> Path:

@@ -4,8 +4,6 @@ run in tests/e2e."""
 
 from __future__ import annotations
 
-import base64
-
 import pytest
 
 from upstream import build, cluster, pins
@@ -112,15 +110,17 @@ def test_kueues_conversion_webhook_crds_are_its_uncommented_patches() -> None:
     assert cluster.conversion_webhook_crds(kustomization) == {"localqueues", "workloads"}
 
 
-def test_a_webhook_service_reference_becomes_a_loopback_url_with_our_ca() -> None:
+def test_kueues_webhooks_point_at_its_service_on_the_webhook_port_keeping_their_paths() -> None:
     doc = {"kind": "ValidatingWebhookConfiguration", "metadata": {"name": "validating-webhook-configuration"},
            "webhooks": [{"name": "vjob.kb.io", "clientConfig": {"service": {"name": "webhook-service", "namespace": "system",
                                                                             "path": "/validate-batch-v1-job"}}}]}
-    out = cluster.webhook_to_url(doc, "https://127.0.0.1:9443", b"PEM", "kueue-")
+    service = {"name": "kueue-webhook-service", "namespace": "kueue-system", "port": 9443}
+    out = cluster.webhook_to_service(doc, service, "kueue-")
     assert out["metadata"]["name"] == "kueue-validating-webhook-configuration"
-    assert out["webhooks"][0]["clientConfig"] == {"url": "https://127.0.0.1:9443/validate-batch-v1-job",
-                                                  "caBundle": base64.b64encode(b"PEM").decode()}
-    assert doc["webhooks"][0]["clientConfig"]["service"], "the input is left alone"
+    assert out["webhooks"][0]["clientConfig"] == {"service": {**service, "path": "/validate-batch-v1-job"}}
+    assert doc["webhooks"][0]["clientConfig"]["service"]["name"] == "webhook-service", "the input is left alone"
+    crd = cluster.with_conversion_webhook({"spec": {"names": {"plural": "workloads"}}}, service)
+    assert crd["spec"]["conversion"]["webhook"]["clientConfig"] == {"service": {**service, "path": "/convert"}}
 
 
 def test_kwoks_pod_stages_end_a_pod_only_when_a_test_sets_its_exit_code() -> None:
