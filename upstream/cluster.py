@@ -41,6 +41,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import ssl
@@ -470,6 +471,8 @@ class ControlPlane:
 
     def _start_core(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        # every start is a fresh cluster: new certificates cannot read an old etcd's tokens and secrets
+        shutil.rmtree(self.workdir / "etcd", ignore_errors=True)
         self.ca = CertificateAuthority(self.pki)
         p = self.ports
         for name in ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler", "kwok"):
@@ -681,13 +684,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\ncontrol plane up in {plane.timings['total']:.1f} s (build/cache check {plane.timings['build']:.1f} s)")
             print(f"logs:       {workdir / 'logs'}")
             print(f"kubeconfig: {plane.kubeconfig}\n  export KUBECONFIG={plane.kubeconfig}\nCtrl-C stops it.", flush=True)
-            with contextlib.suppress(KeyboardInterrupt):
+            try:
                 while all(c.alive() for c in plane.components.values()):
                     time.sleep(1)
-                dead = [c for c in plane.components.values() if not c.alive()]
-                for c in dead:
+            except KeyboardInterrupt:
+                print("stopping", flush=True)
+                return 0
+            for c in plane.components.values():
+                if not c.alive():
                     print(f"error: {c.name} exited ({c.process.returncode}); last lines of {c.log}:\n{c.tail()}", file=sys.stderr)
-                return 1
+            return 1
     except (build.BuildError, StartError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
