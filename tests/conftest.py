@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 
+from upstream.pins import kuberay_crd_dir
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((REPO / "examples").glob("retoolrun-*.yaml"))
-SHARED = REPO.parent / "shared"
-KUBERAY_SCHEMAS = SHARED / "schemas" / "kuberay-v1.7.0"
+KUBERAY_SCHEMAS = kuberay_crd_dir(REPO)
+"""KubeRay's CRDs at the pinned version, fetched from its Go module by `make kuberay-crds`."""
 
 
 def repo_env(**extra: str) -> dict[str, str]:

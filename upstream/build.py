@@ -178,7 +178,7 @@ def build(program: Program, pins: dict[str, str], *, root: Path | None = None) -
 def build_all(names: list[str] | None = None, *, pins: dict[str, str] | None = None,
               log=None) -> dict[str, Path]:
     """Build (or find cached) every named program; the first failure stops with a BuildError."""
-    pins = pins if pins is not None else pins_module.load()
+    pins = pins if pins is not None else pins_module.pins()
     unknown = sorted(set(names or []) - set(PROGRAMS))
     if unknown:
         raise BuildError(f"unknown program(s) {', '.join(unknown)}; known: {', '.join(PROGRAMS)}")

@@ -562,7 +562,7 @@ class ControlPlane:
         return Path(json.loads(out.stdout)["Dir"])
 
     def _start_kuberay(self) -> None:
-        pins = pins_module.load()
+        pins = pins_module.pins()
         module = self.module_dir(build.PROGRAMS["kuberay-operator"].module, pins["KUBERAY_VERSION"])
         crds = sorted((module / "config" / "crd" / "bases").glob("*.yaml"))
         self.log(f"KubeRay {pins['KUBERAY_VERSION']}: {len(crds)} CRDs and the operator")
@@ -604,7 +604,7 @@ class ControlPlane:
         ``localhost``, and the webhook port on every clientConfig. The API server's service resolver sends
         an ExternalName Service's calls to that host (k8s.io/apiserver pkg/util/proxy ResolveCluster) and
         still checks the certificate against the Service's DNS name."""
-        pins = pins_module.load()
+        pins = pins_module.pins()
         module = self.module_dir(build.PROGRAMS["kueue"].module, pins["KUEUE_VERSION"])
         port = self.ports["kueue-webhook"] = free_port()
         health = self.ports["kueue-health"] = free_port()

@@ -30,7 +30,7 @@ def test_install_without_kuberay_fails_naming_the_fix(chart: Path) -> None:
         render(chart, kuberay=False)
     message = str(err.value)
     assert "KubeRay is not installed: this cluster serves no ray.io/v1 RayJob API" in message
-    assert "helm install kuberay-operator kuberay/kuberay-operator --version 1.7.0" in message
+    assert "helm install kuberay-operator kuberay/kuberay-operator --version 1.6.1" in message
     assert "--set kuberay.checkInstalled=false" in message
 
 

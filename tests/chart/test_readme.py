@@ -11,7 +11,11 @@ import yaml
 
 from tests.chart.helm import CHART, helm, render
 from tests.chart.values_doc import value_keys
-from tests.conftest import KUBERAY_SCHEMAS, REPO
+from tests.conftest import REPO
+from upstream.pins import kuberay_version
+
+KUBERAY_VERSION = kuberay_version().removeprefix("v")
+"""The documented KubeRay is the one the RayJobs are validated against (upstream/versions.env)."""
 
 README = (REPO / "docs" / "install.md").read_text()
 
@@ -82,10 +86,9 @@ def test_helm_commands_render(chart: Path, package: Path, title: str) -> None:
 def test_kuberay_is_installed_with_its_own_chart_before_retool() -> None:
     cmds = [" ".join(c) for c in commands(section("Install"))]
     add = cmds.index("helm repo add kuberay https://ray-project.github.io/kuberay-helm/")
-    kuberay = next(i for i, c in enumerate(cmds) if c.startswith("helm install kuberay-operator kuberay/kuberay-operator --version 1.7.0"))
+    kuberay = next(i for i, c in enumerate(cmds) if c.startswith(f"helm install kuberay-operator kuberay/kuberay-operator --version {KUBERAY_VERSION}"))
     retool = next(i for i, c in enumerate(cmds) if c.startswith("helm install retool charts/retool"))
     assert add < kuberay < retool
-    assert KUBERAY_SCHEMAS.name == "kuberay-v1.7.0", "the documented KubeRay is the one the RayJobs are validated against"
     assert not [c for c in cmds if "dependency" in c]
 
 

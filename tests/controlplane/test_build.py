@@ -66,7 +66,7 @@ def test_kubernetes_binaries_carry_their_release_version() -> None:
 
 
 def test_every_program_is_pinned_in_versions_env_and_cached_per_version(tmp_path) -> None:
-    pinned = pins.load()
+    pinned = pins.pins()
     for program in build.PROGRAMS.values():
         path = build.binary_path(program, pinned, tmp_path)
         assert path.parent.name == f"{program.name}-{pinned[program.pin]}"
@@ -93,16 +93,6 @@ def test_a_build_without_go_says_what_is_needed(tmp_path, monkeypatch: pytest.Mo
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(build.BuildError, match=r"go is not on PATH.*Go >= 1.26"):
         build.build(build.PROGRAMS["kwok"], {"KWOK_VERSION": "v0.8.0"}, root=tmp_path)
-
-
-@pytest.mark.parametrize(
-    ("text", "error"),
-    [("KUEUE_VERSION\n", "line 1"), ("# c\n\nA=\n", "line 3"), ("not an identifier=1\n", "line 1")],
-    ids=["a line without =", "an empty value", "a name that is no identifier"],
-)
-def test_a_malformed_versions_env_line_is_named(text: str, error: str) -> None:
-    with pytest.raises(ValueError, match=error):
-        pins.parse(text)
 
 
 def test_kueues_conversion_webhook_crds_are_its_uncommented_patches() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
+from retool.data.dedup import question_key
 from retool.data.report import MalformedRowError
 from retool.data.rl import parse_dapo_row, prepare_rl, strip_answer_instruction
 from retool.data.schema import AGENT_NAME, ANSWER_INSTRUCTION, RL_SCHEMA
@@ -113,6 +114,31 @@ def test_repeated_question_with_another_answer_is_reported(tmp_path) -> None:
     summary = prepare_rl("rows", str(tmp_path / "rl.parquet"), batches=_as_batches(rows))
     assert (summary.rows_written, summary.duplicates, summary.counters["duplicate_questions_with_different_answer"]) == (1, 2, 1)
     assert read_rows(tmp_path / "rl.parquet")[0]["reward_model"]["ground_truth"] == "1"
+
+
+SAME_OR_DISTINCT = [
+    pytest.param("What is 1 + 1?", "What  is 1 +\t1?", True, id="runs of spaces and tabs between words count as one space"),
+    pytest.param("Find x.\nThen y.", "Find x. Then y.", True, id="a line break between words is a space"),
+    pytest.param("  Find x.\n", "Find x.", True, id="whitespace around the question does not count"),
+    pytest.param("Compute 12 3.", "Compute 123.", False, id="whitespace between two characters is not removed"),
+    pytest.param("Let $a b$ be given.", "Let $ab$ be given.", False, id="a space inside math separates symbols"),
+    pytest.param("What is 1+1?", "what is 1+1?", False, id="case counts"),
+    pytest.param("What is 1+1?", "What is 1+1.", False, id="punctuation counts"),
+]
+
+
+@pytest.mark.parametrize(("first", "second", "same"), SAME_OR_DISTINCT)
+def test_question_key_ignores_only_the_amount_of_whitespace(first: str, second: str, same: bool) -> None:
+    """docs/recipe.md: questions are the same when their words are, whatever the whitespace between
+    and around them; whitespace is never dropped between two characters."""
+    assert (question_key(first) == question_key(second)) is same
+
+
+@pytest.mark.parametrize(("first", "second", "same"), SAME_OR_DISTINCT)
+def test_prepare_rl_deduplicates_by_that_key(tmp_path, first: str, second: str, same: bool) -> None:
+    rows = [dapo_row(first, "7", wrap=False), dapo_row(second, "7", wrap=False)]
+    summary = prepare_rl("rows", str(tmp_path / "rl.parquet"), batches=_as_batches(rows))
+    assert (summary.rows_written, summary.duplicates) == ((1, 1) if same else (2, 0))
 
 
 def _as_batches(rows: list[dict]):

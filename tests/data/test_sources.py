@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -11,7 +12,7 @@ import httpx
 import pytest
 
 from retool.data import prepare_eval, prepare_rl
-from retool.data.sources import SourceError, classify_source, iter_batches, parse_s3_uri
+from retool.data.sources import S3Location, SourceError, classify_source, iter_batches, parse_s3_uri
 from tests.conftest import free_port
 from tests.data.helpers import dapo_row, read_rows, write_jsonl, write_parquet
 
@@ -31,15 +32,43 @@ def test_classify_source(source: str, on_disk: bool, kind: str) -> None:
     assert classify_source(source, exists=lambda _: on_disk) == kind
 
 
-@pytest.mark.parametrize("source", ["", "not a source", "a/b/c"], ids=["empty", "spaces", "three parts"])
-def test_unknown_sources_are_rejected(source: str) -> None:
-    with pytest.raises(SourceError):
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("", "empty data source"),
+        ("not a source", "data source 'not a source' is neither an existing path, an s3:// URI nor a hub id (org/name)"),
+        ("a/b/c", "data source 'a/b/c' is neither an existing path, an s3:// URI nor a hub id (org/name)"),
+    ],
+    ids=["empty", "spaces", "three parts"],
+)
+def test_unknown_sources_are_rejected(source: str, message: str) -> None:
+    with pytest.raises(SourceError, match=re.escape(message)):
         classify_source(source, exists=lambda _: False)
 
 
-def test_parse_s3_uri() -> None:
-    assert parse_s3_uri("s3://bucket/a/b.parquet") == parse_s3_uri("s3://bucket/a/b.parquet")
-    assert (parse_s3_uri("s3://bucket").key, parse_s3_uri("s3://bucket/p/").key) == ("", "p/")
+@pytest.mark.parametrize(
+    ("uri", "bucket", "key"),
+    [
+        ("s3://bucket/a/b.parquet", "bucket", "a/b.parquet"),
+        ("s3://bucket", "bucket", ""),
+        ("s3://bucket/", "bucket", ""),
+        ("s3://bucket/p/", "bucket", "p/"),
+        ("s3://my-bucket.v2/deep/er/x.jsonl", "my-bucket.v2", "deep/er/x.jsonl"),
+    ],
+    ids=["a key with folders", "a bare bucket", "a bucket with its slash", "a prefix keeps its trailing slash", "dots and dashes in the bucket"],
+)
+def test_parse_s3_uri(uri: str, bucket: str, key: str) -> None:
+    assert parse_s3_uri(uri) == S3Location(bucket=bucket, key=key)
+
+
+@pytest.mark.parametrize(
+    "uri",
+    ["s3://", "s3:///key", "S3://bucket/key", "https://bucket/key", "bucket/key"],
+    ids=["no bucket", "an empty bucket", "an upper-case scheme", "another scheme", "no scheme"],
+)
+def test_a_malformed_s3_uri_is_an_error_naming_it(uri: str) -> None:
+    with pytest.raises(SourceError, match=re.escape(f"malformed S3 URI {uri!r}: expected s3://bucket/key")):
+        parse_s3_uri(uri)
 
 
 def test_directory_of_parquet_and_jsonl(tmp_path) -> None:

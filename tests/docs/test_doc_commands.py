@@ -27,14 +27,15 @@ import yaml
 
 from retool.spec.validate import parse_run
 from tests.chart.helm import CHART, HELM, KUBERAY, render
-from tests.conftest import EXAMPLES, KUBERAY_SCHEMAS, REPO, repo_env
+from tests.conftest import EXAMPLES, REPO, repo_env
+from upstream.pins import kuberay_version
 
 DOCS = ["README.md", "docs/retoolrun.md", "docs/install.md", "docs/gitops.md"]
 KUBECTL = REPO / ".tools" / "kubectl"
 KUBERAY_REPO = "https://ray-project.github.io/kuberay-helm/"
-KUBERAY_VERSION = KUBERAY_SCHEMAS.name.removeprefix("kuberay-v")
+KUBERAY_VERSION = kuberay_version().removeprefix("v")
 KUBERAY_VALUES = {"batchScheduler.name": {"volcano", "yunikorn"}}
-"""The KubeRay chart values the docs set (kuberay-operator chart 1.7.0 values.yaml: batchScheduler.name)."""
+"""The KubeRay chart values the docs set (kuberay-operator chart values.yaml: batchScheduler.name)."""
 RELEASE, NAMESPACE = "retool", "retool-system"
 
 

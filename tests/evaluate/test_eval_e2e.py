@@ -18,7 +18,7 @@ import pytest
 from retool.evaluate.app import EvalConfig, run_eval
 from retool.evaluate.results import read_results
 from retool.tracking.evaluation import load_eval_results
-from tests.conftest import repo_env
+from tests.conftest import free_port, repo_env
 from tests.evaluate.scripted_endpoint import Call, Say, ScriptedEndpoint, ServerThread, build_app, demo_scripts
 
 pytestmark = pytest.mark.slow
@@ -166,6 +166,32 @@ def test_eval_cli_rejects_bad_input_before_starting_anything(args, message, tmp_
     assert done.returncode == 2
     assert message in done.stderr
     assert not (tmp_path / "build").exists()
+
+
+@pytest.mark.parametrize(
+    ("where", "failed"),
+    [("scripted", 1), ("nothing listens", 2)],
+    ids=["an endpoint that refuses one sample's request exits 1", "an endpoint where nothing listens exits 1"],
+)
+def test_eval_cli_exits_1_when_samples_fail_at_the_endpoint(where, failed, endpoint, sandbox, tmp_path):
+    """docs/recipe.md: a sample whose requests keep failing is recorded with its ``error`` and the
+    command exits 1 (a mistyped URL must not look like a model that scored 0)."""
+    _, url = endpoint
+    if where == "nothing listens":
+        url = f"http://127.0.0.1:{free_port()}"
+    data = tmp_path / "two.jsonl"
+    data.write_text("".join(json.dumps(p) + "\n" for p in (PROBLEMS[1], {"problem": "[unscripted] 1 + 1?", "answer": "2"})))
+    out = tmp_path / "r.jsonl"
+    command = [
+        sys.executable, "-m", "retool.cli", "eval", "--endpoint", url, "--model", MODEL, "--data", str(data),
+        "--max-turns", "3", "--out", str(out), "--sandbox-url", sandbox.base_url,
+    ]  # fmt: skip
+    done = subprocess.run(command, env=repo_env(MLFLOW_TRACKING_URI=""), capture_output=True, text=True, timeout=240, check=False, cwd=tmp_path)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert f"{failed} sample(s) did not complete" in done.stderr
+    assert json.loads(done.stdout)["eval/errors"] == failed
+    results = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(results) == 2 and sum(1 for r in results if r["error"]) == failed
 
 
 async def test_a_failing_endpoint_is_recorded_per_sample_not_fatal(endpoint, sandbox, tmp_path):

@@ -1,21 +1,16 @@
-"""Fixtures shared by the operator tests: a real local MLflow server (when the tracking component is installed)."""
+"""Fixtures shared by the operator tests: a real local MLflow server.
+
+``retool.tracking`` and the ``mlflow`` CLI come with the dev install (``retool[train]``): a test
+that needs them fails when they are missing, it is never skipped.
+"""
 
 from __future__ import annotations
 
-import importlib.util
-import shutil
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from retool.embedded.servers import mlflow_server as local_mlflow
-
-needs_tracking = pytest.mark.skipif(
-    importlib.util.find_spec("retool.tracking") is None or shutil.which("mlflow", path=str(Path(sys.executable).parent)) is None,
-    reason="retool.tracking or the mlflow CLI is not installed",
-)
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,6 @@ from retool_operator.config import OperatorConfig
 from retool_operator.kube import KINDS
 from retool_operator.permissions import allows
 
-from tests.operator.conftest import needs_tracking
 from tests.operator.emulator import (
     DEPLOYMENTS,
     JOBS,
@@ -42,7 +41,7 @@ NS = "ml"
 USED: set[tuple[str, str, str]] = set()
 """Every (group, resource, verb) the operator requested in the integration tests (the RBAC check in test_zz_rbac)."""
 USED_BY: set[str] = set()
-"""The test modules that contributed to ``USED``."""
+"""The tests (node ids) that contributed to ``USED``, in this process."""
 CONFIG = OperatorConfig(_env_file=None, resync_seconds=3600, mlflow_parent_runs=False)
 
 
@@ -97,7 +96,7 @@ async def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pyte
             await api.close()
         used = operator_requests(k8s)
         USED.update(used)
-        USED_BY.add(request.module.__name__.rsplit(".", 1)[-1])
+        USED_BY.add(request.node.nodeid)
         uncovered = sorted({r for r in used if not allows(*r)})
         assert uncovered == [], f"operator requests not covered by permissions.RULES: {uncovered}"
         children = [r for r in k8s.requests if r.resource is not None and r.resource.plural in ("jobs", "rayjobs") and r.action is not None and r.action.value in ("LIST", "WATCH")]
@@ -296,7 +295,6 @@ async def _absent(cluster: Cluster, name: str) -> bool:
     return await cluster.api.get(RUNS, NS, name) is None
 
 
-@needs_tracking
 async def test_parent_mlflow_run_reaches_status_and_stage_env(cluster: Cluster, mlflow_server: str) -> None:
     """With a real MLflow server: status.mlflow carries the parent run, stages log under it."""
     config = OperatorConfig(_env_file=None, resync_seconds=3600, mlflow_parent_runs=True, mlflow_tracking_uri=mlflow_server)

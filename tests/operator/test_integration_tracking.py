@@ -27,12 +27,11 @@ from retool.runtime.context import StageContext
 from retool.runtime.paths import run_paths
 from retool.spec.validate import parse_run
 from tests.conftest import REPO
-from tests.operator.conftest import needs_tracking
 from tests.operator.emulator import JOBS, RAYJOBS, eventually, operator_requests, running_operator
 from tests.operator.helpers import job_status, rayjob_status
 from tests.operator.test_integration import NS, Cluster, cluster, spec_doc  # noqa: F401  (the fixture)
 
-pytestmark = [pytest.mark.slow, needs_tracking]
+pytestmark = pytest.mark.slow
 SECRET_VALUE = "hf_Zq8vT3secretTokenNeverToBeSeen"
 SECRETS = Kind("", "v1", "secrets")
 CONFIGMAPS = Kind("", "v1", "configmaps")

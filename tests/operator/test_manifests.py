@@ -1,45 +1,27 @@
 """Every manifest the builders produce is valid: core kinds against the Kubernetes OpenAPI schema
-(kubernetes-validate --strict, in-process), Ray kinds against the KubeRay v1.7.0 CRD schemas with
-the shared check tool's logic (defaults, types, enums, and fields the API server would prune).
+(kubernetes-validate --strict, in-process), Ray kinds against the CRD schemas of the pinned KubeRay
+(tests/manifest_check.py: defaults, types, enums, and fields the API server would prune).
 """
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 import jsonschema
-import kubernetes_validate
 import pytest
 import yaml
 from retool_operator.builders import build_mlflow
 from retool_operator.render import desired_objects
 
-from tests.conftest import EXAMPLES, KUBERAY_SCHEMAS, REPO
+from tests.conftest import EXAMPLES, REPO
+from tests.manifest_check import crd_schemas, problems, pruned_fields
 from tests.operator.helpers import CONFIG, config_for, document
 
-CHECK_TOOL = REPO.parent / "shared" / "tools" / "check_manifests.py"
-K8S_VERSION = "1.33.0"
 
-pytestmark = pytest.mark.skipif(not CHECK_TOOL.exists() or not KUBERAY_SCHEMAS.exists(), reason="shared schemas and check tool not present")
-
-
-@functools.cache
-def _check_tool() -> Any:
-    spec = importlib.util.spec_from_file_location("check_manifests", CHECK_TOOL)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@functools.cache
 def kuberay_schemas() -> dict[tuple[str, str], dict]:
-    """The KubeRay CRD schemas, read once per test process (reading them takes seconds). Callers
-    only read the mapping."""
-    return _check_tool().crd_schemas(str(KUBERAY_SCHEMAS))
+    """The KubeRay CRD schemas (read once per test process)."""
+    return crd_schemas()
 
 
 @pytest.fixture(scope="module")
@@ -48,23 +30,10 @@ def ray_schemas() -> dict[tuple[str, str], dict]:
 
 
 def problems_of(objects: list[dict[str, Any]], ray_schemas: dict, tmp_path: Path) -> list[str]:
-    """The same checks as check_manifests.py, on one multi-document file per case."""
+    """The checker's problems, after a YAML round trip (what `kubectl apply -f` of a file would send)."""
     path = tmp_path / "manifests.yaml"
     path.write_text(yaml.safe_dump_all(objects))
-    tool = _check_tool()
-    found: list[str] = []
-    for obj in yaml.safe_load_all(path.read_text()):
-        key = (obj["apiVersion"], obj["kind"])
-        name = f"{obj['kind']}/{obj['metadata']['name']}"
-        if key in ray_schemas:
-            found += [f"{name}: {'.'.join(map(str, e.path))}: {e.message[:160]}" for e in jsonschema.Draft7Validator(ray_schemas[key]).iter_errors(obj)]
-            found += [f"{name}: unknown field {p} (would be pruned)" for p in tool.pruned(obj, ray_schemas[key])]
-        else:
-            try:
-                kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
-            except kubernetes_validate.ValidationError as err:
-                found.append(f"{name}: {err.message[:200]}")
-    return found
+    return problems(yaml.safe_load_all(path.read_text()))
 
 
 VARIANTS = {
@@ -129,10 +98,9 @@ def test_status_the_operator_writes_fits_the_crd(tmp_path: Path) -> None:
         dump(retrying),
         dump(invalid_spec_status(retrying, ["spec.rl.steps: bad"], now=T0 + dt.timedelta(seconds=1), generation=2)),
     ]
-    tool = _check_tool()
     for status in statuses:
         assert [e.message for e in jsonschema.Draft7Validator(schema).iter_errors(status)] == []
-        assert tool.pruned(status, schema) == []
+        assert pruned_fields(status, schema) == []
     assert next(s for s in statuses[0]["stages"] if s["name"] == "sft")["nextAttemptTime"]
 
 

@@ -26,7 +26,6 @@ from tests.conftest import free_port, repo_env
 from tests.operator.helpers import CONFIG, run_of
 
 pytestmark = pytest.mark.slow
-ray = pytest.importorskip("ray")
 
 SCRIPT = r"""
 import json, sys, time

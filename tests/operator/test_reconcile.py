@@ -353,8 +353,9 @@ def test_status_patch_nulls_removed_top_level_keys() -> None:
 )
 def test_pipeline_matches_the_stage_renderers(spec: dict) -> None:
     """The operator runs exactly the stages the stage entrypoint knows how to render."""
-    render = pytest.importorskip("retool.recipe.render.stages")
     from retool_operator.reconcile import enabled_stages
+
+    from retool.recipe.render import stages as render
 
     run = run_of(**spec)
     assert tuple(s for s, on in enabled_stages(run).items() if on) == render.enabled_stages(run)

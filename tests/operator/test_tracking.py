@@ -1,17 +1,16 @@
 """Tracking: which MLflow a run uses (pure), and the parent run against a real local MLflow server.
-
-The parent-run tests need ``retool.tracking`` (the tracking component) and the ``mlflow`` CLI;
-they are skipped where either is missing.
 """
 
 from __future__ import annotations
+
+import re
 
 import pytest
 from retool_operator.config import OperatorConfig
 from retool_operator.tracking import TrackingTarget, ensure_parent_run, parent_run_factory, tracking_target
 
+from retool.tracking import TrackingError
 from tests.conftest import free_port
-from tests.operator.conftest import needs_tracking
 from tests.operator.helpers import run_of
 
 
@@ -31,7 +30,6 @@ def test_tracking_target(spec_uri: str | None, default_uri: str, expected: Track
     assert tracking_target(run, config) == expected
 
 
-@needs_tracking
 @pytest.mark.slow
 async def test_parent_run_is_created_once_and_found_again(mlflow_server: str) -> None:
     factory = parent_run_factory()
@@ -43,11 +41,12 @@ async def test_parent_run_is_created_once_and_found_again(mlflow_server: str) ->
     assert first.url and mlflow_server in first.url
 
 
-@needs_tracking
 async def test_unreachable_mlflow_raises_for_the_caller_to_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TrackingError naming the server and what failed: the reconciler waits and says why."""
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
     factory = parent_run_factory()
     assert factory is not None
-    with pytest.raises(Exception):  # noqa: B017 - any failure means "not yet" to the reconciler
-        await ensure_parent_run(run_of(), f"http://127.0.0.1:{free_port()}", factory, timeout=5)
+    uri = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(TrackingError, match=re.escape(f"MLflow at {uri}: finding experiment 'ml/demo' failed: ") + ".*Connection refused"):
+        await ensure_parent_run(run_of(), uri, factory, timeout=5)

@@ -164,17 +164,45 @@ def test_pool_kills_an_executor_stuck_in_c_and_recovers_from_the_warm_zygote(poo
 
 
 @pytest.mark.slow
-def test_an_executor_dying_mid_comparison_is_retried_within_the_same_deadline(pool: SymbolicPool) -> None:
+def test_an_executor_dying_mid_comparison_is_retried_within_the_same_deadline(pool: SymbolicPool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deadline is a total over attempts: the retry gets what is left of it, never a fresh one.
+
+    Every request the pool sends is recorded with when it was sent and the time limit it carries
+    (the worker's own timer, 0.8 of the comparison's budget). The retry's budget must be at most
+    what was left when the executor was killed, and the call must end before a fresh deadline,
+    started at the kill, could have ended.
+    """
+    from retool.recipe.reward import symbolic
+
+    timeout_s, kill_after_s = 4.0, 2.0
     assert pool.compare("3", "3", timeout_s=60.0) is True
     worker = pool._idle[0]
     zygote, executor = worker.proc.pid, worker.executor_pid
     assert executor is not None
-    killer = threading.Timer(0.5, os.kill, args=(executor, signal.SIGKILL))
-    killer.start()
+
+    sent: list[tuple[float, float]] = []
+    send = symbolic._Worker.send
+    monkeypatch.setattr(symbolic._Worker, "send", lambda self, request: (sent.append((time.monotonic(), request["timeout_s"] / 0.8)), send(self, request))[1])
+    killed_at: list[float] = []
+
+    def kill() -> None:
+        os.kill(executor, signal.SIGKILL)
+        killed_at.append(time.monotonic())
+
+    killer = threading.Timer(kill_after_s, kill)
     started = time.monotonic()
-    assert pool.compare("9^{9^{9^9}}", "5", timeout_s=3.0) is None
-    assert time.monotonic() - started < 20, "the retry gets what is left of the 3 s, not a fresh deadline"
+    killer.start()
+    assert pool.compare("9^{9^{9^9}}", "5", timeout_s=timeout_s) is None
+    ended = time.monotonic()
     killer.join()
+
+    assert len(sent) == 2, f"expected the first attempt and one retry, sent {len(sent)} request(s): {sent}"
+    (first_sent, first_budget), (_, retry_budget) = sent
+    (kill_time,) = killed_at
+    assert first_budget == pytest.approx(timeout_s)
+    left_at_kill = timeout_s - (kill_time - first_sent)
+    assert retry_budget <= left_at_kill + 1e-6, f"the retry got {retry_budget:.3f} s, only {left_at_kill:.3f} s of the {timeout_s} s were left"
+    assert ended - started < (kill_time - started) + timeout_s, "the call lasted as long as a fresh deadline from the kill"
     assert pool.kills == 1, "the retry on the zygote's next executor ran out of time and was killed"
     assert pool.compare("\\sqrt{4}", "2", timeout_s=5.0) is True
     assert pool._idle[0].proc.pid == zygote

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from retool.cli import main
-from tests.conftest import EXAMPLES, KUBERAY_SCHEMAS, REPO, repo_env
+from tests.conftest import EXAMPLES, REPO, repo_env
 from tests.render.cases import load_example
 
 
@@ -98,7 +98,6 @@ def test_command_line_reads_stdin() -> None:
     assert "python3 -m retool.runtime.cpu_only -m verl.model_merger merge --backend fsdp" in result.stdout
 
 
-@pytest.mark.skipif(not KUBERAY_SCHEMAS.exists(), reason="shared/ (KubeRay schemas, check tool) is not beside the checkout")
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
 def test_manifests_view_prints_the_operators_objects_and_they_validate(example: Path, tmp_path: Path) -> None:
     """`retool render --manifests` (a subprocess, as a pull-request check would run it) against the

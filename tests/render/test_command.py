@@ -84,7 +84,7 @@ def test_latest_step_is_substituted_everywhere_and_only_there() -> None:
 def test_stage_command_is_immutable() -> None:
     command = StageCommand(stage="rl", argv=["a"], env={"K": "V"})
     assert command.argv == ("a",)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="does not support item assignment"):
         command.env["K"] = "other"  # type: ignore[index]
 
 

@@ -63,15 +63,18 @@ def test_arguments(argv: list[str], program: list[str]) -> None:
     assert parse_args(argv).program == program
 
 
-def test_nothing_to_run_is_an_error() -> None:
-    with pytest.raises(SystemExit):
+def test_nothing_to_run_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
         parse_args(["--nodes", "2", "--devices-per-node", "8", "--"])
+    assert exited.value.code == 2
+    assert "nothing to run: give the torchrun program after --" in capsys.readouterr().err
 
 
 @pytest.mark.slow
 def test_launch_runs_torchrun_in_a_ray_bundle(tmp_path: Path) -> None:
     """A real Ray node with a custom NPU resource and real torch.distributed.run workers."""
-    ray = pytest.importorskip("ray")
+    import ray
+
     ray.init(num_cpus=2, resources={"NPU": 2}, include_dashboard=False, log_to_driver=False)
     try:
         env = repo_env(RETOOL_PROBE="forwarded")

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from retool.recipe.render.stages import render_stage
@@ -49,7 +47,6 @@ def test_verl_tool_registry_reads_the_rendered_file(tmp_path: Path) -> None:
     assert tool.received["max_output_chars"] == 4096
 
 
-@pytest.mark.skipif(importlib.util.find_spec("retool.recipe.verl_plugins.tool") is None, reason="retool.recipe.verl_plugins.tool lands with the reward branch")
 def test_the_real_code_interpreter_tool_accepts_the_rendered_config(tmp_path: Path) -> None:
     from verl.tools.utils.tool_registry import initialize_tools_from_config
 

@@ -11,6 +11,7 @@ import pytest
 from retool.sandbox.client import SandboxClient, SandboxError, SandboxOverloaded, SandboxUnavailable
 from tests.conftest import free_port
 from tests.sandbox.conftest import RunningServer, start_server, stop_server
+from tests.sandbox.waiting import until
 
 pytestmark = pytest.mark.slow
 
@@ -113,7 +114,7 @@ async def test_full_replica_refuses_at_once_and_client_backs_off() -> None:
     try:
         async with httpx.AsyncClient(base_url=busy.url, timeout=30) as http:
             slow = asyncio.create_task(http.post("/run_code", json={"code": "import time\ntime.sleep(1.5)\nprint('slept')", "run_timeout": 5}))
-            await asyncio.sleep(0.3)
+            await until(lambda: busy.metric("retool_sandbox_busy_workers") == 1, what="the slow request running")
             loop = asyncio.get_running_loop()
             started = loop.time()
             refused = await http.post("/run_code", json={"code": "print(1)"})

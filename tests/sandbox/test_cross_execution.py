@@ -22,6 +22,7 @@ import pytest
 
 from retool.sandbox.api import RunCodeResponse
 from tests.sandbox.conftest import RunningServer, descendants, start_server, stop_server
+from tests.sandbox.waiting import until
 
 pytestmark = pytest.mark.slow
 
@@ -144,7 +145,7 @@ print('saw', len(pids), 'processes; signalled', hits)
 async def test_a_sibling_cannot_kill_or_stop_another_execution(pod: RunningServer) -> None:
     async with httpx.AsyncClient(base_url=pod.url) as client:
         victim_run = asyncio.create_task(post(client, "import time\ntime.sleep(1.0)\nprint('victim ok')\n"))
-        await asyncio.sleep(0.3)
+        await until(lambda: pod.metric("retool_sandbox_busy_workers") >= 1, what="the victim running")
         attacker, _ = await post(client, KILL_EVERYONE)
         victim_answer, elapsed = await victim_run
     assert attacker.run_result is not None and attacker.run_result.status == "Finished", attacker
@@ -249,7 +250,7 @@ async def test_filling_the_scratch_space_costs_only_the_filler(pod: RunningServe
     bystander = "data = b'y' * (10 << 20)\nopen('mine.bin', 'wb').write(data)\nprint(open('mine.bin', 'rb').read() == data)\n"
     async with httpx.AsyncClient(base_url=pod.url) as client:
         filler = asyncio.create_task(post(client, FILL_SCRATCH, timeout=10))
-        await asyncio.sleep(0.2)
+        await until(lambda: filler.done() or pod.metric("retool_sandbox_busy_workers") >= 1, what="the filler running")
         bystanders = await asyncio.gather(*(post(client, bystander) for _ in range(2)))
         attacker, elapsed = await filler
     for answer, _ in bystanders:
@@ -275,11 +276,11 @@ async def test_nothing_is_left_for_later_executions(pod: RunningServer) -> None:
     checker = f"import os\nprint([os.path.exists(p) for p in {paths!r}], os.listdir('.'))\n"
     async with httpx.AsyncClient(base_url=pod.url) as client:
         assert stdout((await post(client, leaver))[0]) == "left\n"
-        await asyncio.sleep(0.2)
+        root = f"/proc/{pod.pid}/root"
+        await until(lambda: not any(os.path.exists(root + p) for p in paths[:3]), what="the sweep after the leaver")
         later = await asyncio.gather(*(post(client, checker) for _ in range(pod.workers * 2)))
     for answer, _ in later:
         assert stdout(answer) == f"{[False] * len(paths)} []\n", answer
-    root = f"/proc/{pod.pid}/root"
     assert not any(os.path.exists(root + p) for p in paths[:3])
     assert_healthy(pod)
 

@@ -27,6 +27,7 @@ import pytest
 from tests.conftest import sandbox_uid_base
 from tests.sandbox.conftest import RunningServer, descendants, processes_of_uids, start_server, stop_server
 from tests.sandbox.test_cross_execution import FIND_AND_TAMPER, KILL_EVERYONE, LOOPBACK, cwd_holding, post, stdout
+from tests.sandbox.waiting import until
 
 pytestmark = pytest.mark.slow
 
@@ -69,7 +70,7 @@ async def test_siblings_and_the_server_cannot_be_signalled(fallback: RunningServ
     before = fallback.readyz()
     async with httpx.AsyncClient(base_url=fallback.url) as client:
         victim = asyncio.create_task(post(client, "import time\ntime.sleep(1.0)\nprint('victim ok')\n"))
-        await asyncio.sleep(0.3)
+        await until(lambda: fallback.metric("retool_sandbox_busy_workers") >= 1, what="the victim running")
         attacker, _ = await post(client, KILL_EVERYONE)
         answer, elapsed = await victim
     assert stdout(answer) == "victim ok\n" and elapsed < 3.0
@@ -126,11 +127,12 @@ async def test_scratch_leftovers_do_not_reach_later_executions(fallback: Running
     leaver = f"for p in {paths!r}:\n    try:\n        open(p, 'w').write('x')\n    except OSError:\n        pass\n"
     async with httpx.AsyncClient(base_url=fallback.url) as client:
         await post(client, leaver)
-        await asyncio.sleep(0.3)  # the sweep runs in the background after each execution
+        root = f"/proc/{fallback.pid}/root" if fallback.kind != "root" else ""
+        # the sweep runs in the background after each execution
+        await until(lambda: not any(Path(root + p).exists() for p in paths), what="the sweep after the leaver")
         later = await asyncio.gather(*(post(client, f"import os\nprint([os.path.exists(p) for p in {paths!r}])") for _ in range(3)))
     for answer, _ in later:
         assert stdout(answer) == "[False, False, False]\n", answer
-    root = f"/proc/{fallback.pid}/root" if fallback.kind != "root" else ""
     assert not any(Path(root + p).exists() for p in paths)
 
 

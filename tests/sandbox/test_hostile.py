@@ -19,6 +19,7 @@ import pytest
 
 from retool.sandbox.api import RunCodeResponse
 from tests.sandbox.conftest import SECRET, SERVER_UID_BASE, RunningServer, leftover_processes
+from tests.sandbox.waiting import until
 
 pytestmark = pytest.mark.slow
 
@@ -82,7 +83,7 @@ async def with_bystanders(server: RunningServer, code: str, timeout: float, memo
     """Run the hostile code while two ordinary requests go through the same replica."""
     async with httpx.AsyncClient(base_url=server.url) as client:
         hostile = asyncio.create_task(post(client, code, timeout, memory_mb))
-        await asyncio.sleep(0.05)
+        await until(lambda: hostile.done() or server.metric("retool_sandbox_busy_workers") >= 1, what="the hostile code running")
         bystanders = await asyncio.gather(*(post(client, "import math\nprint(math.comb(10, 3))") for _ in range(2)))
         response, _ = await hostile
         for answer, elapsed in bystanders:
@@ -163,7 +164,7 @@ async def test_dead_workers_are_replaced(server: RunningServer) -> None:
     keepers = [int(pid) for pid in Path(f"/proc/{template}/task/{template}/children").read_text().split()]
     before = server.readyz()["worker_restarts"]
     os.kill(keepers[0], 9)
-    await asyncio.sleep(0.2)
+    await until(lambda: server.readyz()["worker_restarts"] == before + 1, what="the pool noticing the killed worker")
     async with httpx.AsyncClient(base_url=server.url) as client:
         results = await asyncio.gather(*(post(client, "print(6 * 7)") for _ in range(8)))
     assert [r.status for r, _ in results] == ["Success"] * 8

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import signal
 import socket
 import struct
@@ -188,8 +189,8 @@ def test_the_uid_map_tells_the_nodes_user_namespace_from_a_pods() -> None:
         here = handle.read().split()
     assert in_initial_user_namespace() is (here == ["0", "0", "4294967295"])
     inside = in_child(lambda: (isolation.enter_user_namespace(0), in_initial_user_namespace())[1])
-    if isinstance(inside, str):
-        pytest.skip(f"cannot create a user namespace here: {inside}")
+    if isinstance(inside, str) and re.match(r"raised (PermissionError|OSError): \[Errno (1|28|87)\]", inside):
+        pytest.skip(f"this kernel or its policy refuses a user namespace here: {inside}")  # EPERM, ENOSPC (the limit), EUSERS
     assert inside is False  # a user namespace maps a range, never the whole identity
 
 

@@ -11,6 +11,7 @@ import pytest
 from retool.sandbox import protocol
 from retool.sandbox.pool import ExecutionPool, Job, JobTooLarge, PoolOverloaded, PoolUnavailable, restart_delay
 from retool.sandbox.settings import SandboxSettings
+from tests.sandbox.waiting import until
 
 pytestmark = pytest.mark.slow
 
@@ -24,16 +25,16 @@ async def test_pool_runs_refuses_replaces_and_closes() -> None:
 
         # One running, one queued: the third is refused at once.
         sleeper = asyncio.create_task(pool.run(Job(code="import time\ntime.sleep(1.0)\nprint('a')", run_timeout=5, memory_limit_mb=256)))
-        await asyncio.sleep(0.2)
+        await until(lambda: pool.snapshot()["busy_workers"] == 1, what="the first job running")
         queued = asyncio.create_task(pool.run(Job(code="print('b')", run_timeout=5, memory_limit_mb=256)))
-        await asyncio.sleep(0.05)
+        await until(lambda: pool.snapshot()["queue_depth"] == 1, what="the second job queued")
         with pytest.raises(PoolOverloaded, match="1 requests queued"):
             await pool.run(Job(code="print('c')", run_timeout=5, memory_limit_mb=256))
         assert (await sleeper)["stdout"] == "a\n" and (await queued)["stdout"] == "b\n"
 
         # The worker dies in the middle of an execution: that request says so, a new worker takes over.
         victim = asyncio.create_task(pool.run(Job(code="import time\ntime.sleep(5)", run_timeout=10, memory_limit_mb=256)))
-        await asyncio.sleep(0.3)
+        await until(lambda: pool.snapshot()["busy_workers"] == 1, what="the victim running")
         (worker,) = pool._workers.values()
         os.kill(worker.keeper_pid, signal.SIGKILL)
         assert (await victim)["worker_died"] is True

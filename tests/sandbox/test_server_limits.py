@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests.sandbox.conftest import RunningServer, start_server, stop_server
+from tests.sandbox.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -149,8 +150,7 @@ def test_idle_slow_and_surplus_connections_are_closed(limited: RunningServer) ->
     assert max(closed_at["idle"]) < 3.0 and max(closed_at["slow"]) < 3.5
     response = httpx.post(f"{limited.url}/run_code", json={"code": "print('still serving')"}, timeout=10)
     assert response.json()["run_result"]["stdout"] == "still serving\n"
-    time.sleep(0.3)
-    assert len(os.listdir(f"/proc/{limited.pid}/fd")) <= fds_before + 5
+    wait_until(lambda: len(os.listdir(f"/proc/{limited.pid}/fd")) <= fds_before + 5, what="the server closing the flood's descriptors")
     assert limited.metric("retool_sandbox_http_rejected_total") >= 500
 
 
@@ -195,7 +195,7 @@ def test_zz_sigterm_drains_running_requests_within_the_bound(limited: RunningSer
     long = threading.Thread(target=call, args=("long", "import time\ntime.sleep(30)"))
     short.start()
     long.start()
-    time.sleep(0.3)
+    wait_until(lambda: limited.metric("retool_sandbox_busy_workers") == 2, what="both requests running")
     os.kill(limited.pid, signal.SIGTERM)
     signalled = time.monotonic()
     limited.process.wait(timeout=20)

@@ -87,7 +87,8 @@ def test_the_yaml_spellings_of_inf_and_nan_are_refused() -> None:
 
 def test_the_sandbox_bounds_are_the_sandbox_servers() -> None:
     """perReplicaConcurrency becomes the server's --workers and memoryLimitMB its default memory limit."""
-    settings = pytest.importorskip("retool.sandbox.settings")
+    from retool.sandbox import settings
+
     fields = settings.SandboxSettings.model_fields
 
     def bound(field: str, name: str) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import subprocess
 import sys
 
@@ -164,7 +165,7 @@ INVALID = [
 def test_invalid_spec_is_rejected_naming_the_field(document, path, fragment):
     problems = validate_document(document)
     assert any(p.path == path and fragment in p.message for p in problems), problems
-    with pytest.raises(SpecError):
+    with pytest.raises(SpecError, match=re.escape(path)):
         parse_run(document)
 
 

@@ -168,7 +168,7 @@ with the fix. `helm template` and `--dry-run=client` have no cluster: pass
 `--api-versions ray.io/v1/RayJob` or `--set kuberay.checkInstalled=false`. */}}
 {{- define "retool.kuberay.check" -}}
 {{- if and .Values.kuberay.checkInstalled (not (.Capabilities.APIVersions.Has "ray.io/v1/RayJob")) -}}
-{{- fail "KubeRay is not installed: this cluster serves no ray.io/v1 RayJob API, which every RetoolRun stage needs. Install the KubeRay operator with its own chart first: helm repo add kuberay https://ray-project.github.io/kuberay-helm/ && helm install kuberay-operator kuberay/kuberay-operator --version 1.7.0 --namespace kuberay-system --create-namespace (see docs/install.md). Rendering without a cluster (helm template, --dry-run=client)? Add --api-versions ray.io/v1/RayJob or --set kuberay.checkInstalled=false." -}}
+{{- fail "KubeRay is not installed: this cluster serves no ray.io/v1 RayJob API, which every RetoolRun stage needs. Install the KubeRay operator with its own chart first: helm repo add kuberay https://ray-project.github.io/kuberay-helm/ && helm install kuberay-operator kuberay/kuberay-operator --version 1.6.1 --namespace kuberay-system --create-namespace (see docs/install.md). Rendering without a cluster (helm template, --dry-run=client)? Add --api-versions ray.io/v1/RayJob or --set kuberay.checkInstalled=false." -}}
 {{- end -}}
 {{- end }}
 

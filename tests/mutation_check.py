@@ -1,0 +1,257 @@
+"""Does the suite catch the bugs the docs rule out? One-line mutations, each in a fresh copy.
+
+    .venv/bin/python tests/mutation_check.py             # every mutation (make mutation-check)
+    .venv/bin/python tests/mutation_check.py -k deadline # those whose name contains "deadline"
+    .venv/bin/python tests/mutation_check.py --list
+
+Each mutation replaces one exact line of one file with a bug a reader of the docs would call a
+bug. For each, the working tree (tracked and untracked, not ignored, files) is copied to a
+temporary directory, the tests that should catch it are run there once as they are (they must
+pass: a failing baseline says nothing), then again with the line replaced: **caught** when they
+fail, **NOT caught** when they still pass. The exit status is 1 when any mutation survives, its
+line is no longer in the file (the table is stale) or a baseline fails.
+
+Not part of ``make test``: every mutation runs real servers, a few minutes in all. The figures of
+the last run are in docs/development.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_PATHS = (".venv", ".tools")
+"""Ignored paths the tests need (the virtualenv, helm and kubectl): linked into each copy, never copied."""
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    file: str
+    original: str
+    """The exact line, without its indentation; it must occur exactly once in ``file``."""
+    mutated: str
+    """What replaces it (the original's indentation is kept)."""
+    tests: tuple[str, ...]
+    """Test files or node ids that must catch it; only these run."""
+
+
+MUTATIONS: tuple[Mutation, ...] = (
+    # Named in issue 20.
+    Mutation(
+        "dedup drops whitespace between characters ('12 3' and '123' become one question)",
+        "retool/data/dedup.py",
+        'return " ".join(question.split())',
+        'return "".join(question.split())',
+        ("tests/data/test_rl.py",),
+    ),
+    Mutation(
+        "dedup compares questions with their whitespace (a double space makes a new question)",
+        "retool/data/dedup.py",
+        'return " ".join(question.split())',
+        "return question",
+        ("tests/data/test_rl.py",),
+    ),
+    Mutation(
+        "retool eval exits 0 when samples failed at the endpoint",
+        "retool/cli/eval.py",
+        "return 1",
+        "return 0",
+        ("tests/evaluate/test_eval_e2e.py::test_eval_cli_exits_1_when_samples_fail_at_the_endpoint",),
+    ),
+    Mutation(
+        "a symbolic comparison retried after its executor died gets a fresh deadline",
+        "retool/recipe/reward/symbolic.py",
+        "budget -= time.monotonic() - started[0]",
+        "budget -= 0.0",
+        ("tests/recipe_reward/test_reward_runtime.py::test_an_executor_dying_mid_comparison_is_retried_within_the_same_deadline",),
+    ),
+    Mutation(
+        "parse_s3_uri drops the trailing slash of a prefix",
+        "retool/data/sources.py",
+        "return S3Location(bucket=match.group(1), key=match.group(2))",
+        'return S3Location(bucket=match.group(1), key=match.group(2).rstrip("/"))',
+        ("tests/data/test_sources.py::test_parse_s3_uri",),
+    ),
+    Mutation(
+        "an unreachable MLflow raises a bare RuntimeError that names neither server nor action",
+        "retool/tracking/_client.py",
+        "raise TrackingError(f\"MLflow at {tracking_uri or '<default>'}: {action} failed: {exc}\") from exc",
+        "raise RuntimeError(str(exc)) from exc",
+        ("tests/operator/test_tracking.py::test_unreachable_mlflow_raises_for_the_caller_to_wait",),
+    ),
+    Mutation(
+        "a module the tests import is renamed away (was a silent importorskip)",
+        "retool/recipe/render/stages.py",
+        "from collections.abc import Callable",
+        "from collections.abc import Callable; import retool.recipe.render.renamed_away  # noqa: E702,F401",
+        ("tests/operator/test_reconcile.py::test_pipeline_matches_the_stage_renderers",),
+    ),
+    Mutation(
+        "the RBAC completeness test leaves its worker group (was a skip)",
+        "tests/conftest.py",
+        '"tests/operator/test_zz_rbac.py",',
+        "# test_zz_rbac left out of the group",
+        ("tests/operator/test_zz_rbac.py",),
+    ),
+    Mutation(
+        "a module that records the operator's requests leaves the RBAC group",
+        "tests/conftest.py",
+        '"tests/operator/test_preflight_stage.py",',
+        "# test_preflight_stage left out of the group",
+        ("tests/operator/test_zz_rbac.py",),
+    ),
+    Mutation(
+        "the sandbox queues one request more than queue_size",
+        "retool/sandbox/pool.py",
+        "if self._idle.empty() and self._waiting >= self.queue_size:",
+        "if self._idle.empty() and self._waiting > self.queue_size:",
+        ("tests/sandbox/test_pool.py::test_pool_runs_refuses_replaces_and_closes",),
+    ),
+    # The docs test: the reference pages against the code.
+    Mutation(
+        "an operator setting's default changes without the operations table",
+        "operator/retool_operator/config.py",
+        'resync_seconds: float = Field(30.0, gt=0, description="Re-derive every run\'s status from its children at least this often.")',
+        'resync_seconds: float = Field(60.0, gt=0, description="Re-derive every run\'s status from its children at least this often.")',
+        ("tests/docs/test_doc_reference.py",),
+    ),
+    Mutation(
+        "a sandbox setting's default changes without the sandbox table",
+        "retool/sandbox/settings.py",
+        'retry_after_s: int = Field(1, ge=1, description="Retry-After sent with 429.")',
+        'retry_after_s: int = Field(2, ge=1, description="Retry-After sent with 429.")',
+        ("tests/docs/test_doc_reference.py",),
+    ),
+    Mutation(
+        "a sandbox metric is renamed without docs/sandbox.md",
+        "retool/sandbox/metrics.py",
+        'self.rejected = Counter("retool_sandbox_rejected", "Requests refused with 429 because the queue was full.", registry=r)',
+        'self.rejected = Counter("retool_sandbox_refused", "Requests refused with 429 because the queue was full.", registry=r)',
+        ("tests/docs/test_doc_reference.py",),
+    ),
+    Mutation(
+        "a preflight exit code changes without docs/recipe.md",
+        "retool/preflight/checks.py",
+        'Check("config", 10, "verl composes every rendered stage\'s overrides and accepts them (Hydra struct mode, validate_config)"),',
+        'Check("config", 20, "verl composes every rendered stage\'s overrides and accepts them (Hydra struct mode, validate_config)"),',
+        ("tests/docs/test_doc_reference.py",),
+    ),
+    Mutation(
+        "a flag of retool storage documented in docs/recipe.md is renamed",
+        "retool/cli/storage.py",
+        'action.add_argument("--endpoint-url", help="S3-compatible endpoint (default: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, else AWS)")',
+        'action.add_argument("--s3-endpoint-url", help="S3-compatible endpoint (default: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, else AWS)")',
+        ("tests/docs/test_doc_reference.py",),
+    ),
+)
+
+
+def working_tree_files(repo: Path) -> list[str]:
+    """Tracked and untracked (not ignored) files; every file but the shared paths outside a git checkout (an export)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=repo, capture_output=True, check=False)
+    if listed.returncode == 0:
+        return [name for name in listed.stdout.decode().split("\0") if name and (repo / name).is_file()]
+    files = (p.relative_to(repo) for p in repo.rglob("*") if p.is_file() and not p.is_symlink())
+    return [p.as_posix() for p in files if p.parts[0] not in SHARED_PATHS and "__pycache__" not in p.parts]
+
+
+def copy_tree(repo: Path, dest: Path) -> None:
+    for name in working_tree_files(repo):
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(repo / name, target)
+    for name in SHARED_PATHS:
+        if (repo / name).exists():
+            (dest / name).symlink_to((repo / name).resolve())
+
+
+def mutate(path: Path, original: str, mutated: str) -> None:
+    """Replace the one line whose content is ``original``; ValueError when there is not exactly one."""
+    lines = path.read_text().splitlines(keepends=True)
+    hits = [i for i, line in enumerate(lines) if line.strip() == original]
+    if len(hits) != 1:
+        raise ValueError(f"{path.name}: {len(hits)} lines are {original!r} (expected exactly one: is the table stale?)")
+    line = lines[hits[0]]
+    indent = line[: len(line) - len(line.lstrip())]
+    lines[hits[0]] = indent + mutated + ("\n" if line.endswith("\n") else "")
+    path.write_text("".join(lines))
+
+
+@dataclass
+class Outcome:
+    passed: bool
+    seconds: float
+    tail: str
+
+
+def run_tests(root: Path, python: str, tests: tuple[str, ...], timeout_s: float) -> Outcome:
+    started = time.monotonic()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
+    try:
+        proc = subprocess.run(
+            [python, "-m", "pytest", "-q", "-x", "-rfE", "-p", "no:cacheprovider", "--no-header", "-o", "addopts=--strict-markers", *tests],
+            cwd=root, env=env, capture_output=True, text=True, timeout=timeout_s, check=False,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return Outcome(False, time.monotonic() - started, f"timed out after {timeout_s:.0f} s")
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    summary = next((line for line in reversed(lines) if " passed" in line or " failed" in line or " error" in line), lines[-1] if lines else "")
+    failed = next((line for line in lines if line.startswith(("FAILED ", "ERROR "))), "")
+    return Outcome(proc.returncode == 0, time.monotonic() - started, f"{summary} {failed}".strip())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-k", dest="only", default="", help="only the mutations whose name contains this")
+    parser.add_argument("--python", default=sys.executable, help="interpreter that runs pytest (default: this one)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per pytest run (default 900)")
+    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    parser.add_argument("--repo", type=Path, default=REPO, help="the tree to copy (default: this checkout), e.g. an export of an older commit")
+    args = parser.parse_args(argv)
+    chosen = [m for m in MUTATIONS if args.only in m.name]
+    if args.list or not chosen:
+        for m in chosen or MUTATIONS:
+            print(f"{m.file}: {m.name}")
+        return 0 if chosen else 2
+
+    baselines: dict[tuple[str, ...], Outcome] = {}
+    results: list[tuple[Mutation, str, Outcome | None]] = []
+    started = time.monotonic()
+    for m in chosen:
+        with tempfile.TemporaryDirectory(prefix="retool-mutation-") as tmp:
+            root = Path(tmp) / "repo"
+            copy_tree(args.repo.resolve(), root)
+            if m.tests not in baselines:
+                baselines[m.tests] = run_tests(root, args.python, m.tests, args.timeout)
+            base = baselines[m.tests]
+            if not base.passed:
+                verdict, outcome = "baseline FAILS", base
+            else:
+                try:
+                    mutate(root / m.file, m.original, m.mutated)
+                except ValueError as err:
+                    verdict, outcome = "STALE", Outcome(False, 0.0, str(err))
+                else:
+                    outcome = run_tests(root, args.python, m.tests, args.timeout)
+                    verdict = "NOT caught" if outcome.passed else "caught"
+        results.append((m, verdict, outcome))
+        print(f"{verdict:<14} {outcome.seconds:6.1f} s  {m.name}  [{m.file}]", flush=True)
+        if verdict != "caught":
+            print(f"               {outcome.tail}", flush=True)
+
+    caught = sum(1 for _, verdict, _ in results if verdict == "caught")
+    print(f"\n{caught} of {len(results)} mutations caught in {time.monotonic() - started:.0f} s")
+    return 0 if caught == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
