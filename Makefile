@@ -37,8 +37,24 @@ $(STAMP): pyproject.toml
 # time, so module-scoped servers start once. TEST_WORKERS=0 runs everything in one process.
 TEST_WORKERS ?= 2
 
-test: install helm kuberay-crds ## install what is missing, then run the whole suite
+test: install helm kuberay-crds e2e-build ## install what is missing, then run the whole suite (end-to-end scenarios included)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
+# ---- the end-to-end control plane ---------------------------------------------------------------
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, the KubeRay operator and Kueue,
+# built from their Go modules (pins: upstream/versions.env) once per version into
+# $${XDG_CACHE_HOME:-~/.cache}/retool/upstream/, outside the checkout: the first build takes minutes,
+# later ones find the binaries. Needs Go >= 1.26 and the Go module proxy. docs/development.md.
+.PHONY: e2e-build e2e-cluster e2e-test
+e2e-build: install ## build the end-to-end control plane from its Go modules (cached per version)
+	@command -v go >/dev/null 2>&1 || { echo "error: go is not on PATH: the end-to-end control plane (tests/e2e, make test) is built from Go modules and needs Go >= 1.26 (https://go.dev/dl/) and the Go module proxy" >&2; exit 1; }
+	$(PY) -m upstream.build
+
+e2e-cluster: e2e-build helm ## start that control plane on 127.0.0.1, print its kubeconfig; Ctrl-C stops it
+	$(PY) -m upstream.cluster $(if $(WORKDIR),--workdir $(WORKDIR))
+
+e2e-test: e2e-build helm ## only the end-to-end scenarios (tests/e2e)
+	$(PY) -m pytest -q tests/e2e
 
 # Not part of `make test`: each mutation copies the working tree and runs the tests that should
 # catch it, with and without the bug (a few minutes). Figures of the last run: docs/development.md.

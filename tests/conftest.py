@@ -58,9 +58,11 @@ SAME_WORKER: dict[str, str] = {
 }
 """Test files that must share one process: the operator's emulator modules record every request the
 operator makes, and test_zz_rbac (last in the group) checks the grants against all of them."""
-SAME_WORKER_DIRECTORIES = ("tests/sandbox/",)
+SAME_WORKER_DIRECTORIES = ("tests/sandbox/", "tests/e2e/")
 """Directories run by one worker, file after file: the sandbox suites start servers that fork-bomb,
-fill memory and sweep scratch space, and are not run beside each other."""
+fill memory and sweep scratch space, and are not run beside each other; the end-to-end suites share
+one session-scoped control plane (etcd, kube-apiserver, controllers, KubeRay, Kueue) per worker, so
+they run in one worker and start it once."""
 
 
 def worker_group(path: str) -> str:

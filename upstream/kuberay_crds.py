@@ -72,9 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         files = fetch(args.dest, args.version)
     except (FetchError, subprocess.TimeoutExpired) as err:
-        print(f"kuberay-crds: {err}", file=sys.stderr)  # noqa: T201
+        print(f"kuberay-crds: {err}", file=sys.stderr)
         return 1
-    print(f"kuberay-crds: {len(files)} CRDs of KubeRay {args.version or kuberay_version()} in {args.dest}")  # noqa: T201
+    print(f"kuberay-crds: {len(files)} CRDs of KubeRay {args.version or kuberay_version()} in {args.dest}")
     return 0
 
 

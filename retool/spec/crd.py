@@ -45,9 +45,25 @@ class _WithFactoryDefaults(GenerateJsonSchema):
         return super().default_schema(schema)
 
 
+YAML11_BOOLEANS = frozenset({"y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO", "true", "True", "TRUE", "false", "False",
+                             "FALSE", "on", "On", "ON", "off", "Off", "OFF"})
+"""Strings that YAML 1.1 reads as booleans. Kubernetes (sigs.k8s.io/yaml over go-yaml v2) reads ``n:`` as the
+key ``false``: the API server then serves ``spec.eval.false`` instead of ``spec.eval.n``. PyYAML quotes most
+of these itself but not ``y``/``n``, so the dumper quotes them all."""
+
+
 class _NoAliasDumper(yaml.SafeDumper):
     def ignore_aliases(self, data: Any) -> bool:
         return True
+
+
+def _represent_str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    if data in YAML11_BOOLEANS:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="'")
+    return dumper.represent_str(data)
+
+
+_NoAliasDumper.add_representer(str, _represent_str)
 
 
 def _resolve(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
@@ -78,6 +94,14 @@ def _structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
             out["items"] = _structural(value, defs)
         elif key == "additionalProperties":
             out["additionalProperties"] = _structural(value, defs) if isinstance(value, dict) else value
+        elif key == "patternProperties":
+            # pydantic writes a dict with constrained keys (label keys) this way; the API server refuses
+            # patternProperties in a CRD ("Forbidden: patternProperties is not supported"), so the values'
+            # schema becomes additionalProperties and the keys are checked like propertyNames above.
+            values = list(value.values())
+            if len(values) != 1:
+                raise ValueError(f"cannot express several key patterns in a structural schema: {schema}")
+            out["additionalProperties"] = _structural(values[0], defs)
         elif key == "const":
             out["enum"] = [value]
         elif key in ("exclusiveMinimum", "exclusiveMaximum") and not isinstance(value, bool):

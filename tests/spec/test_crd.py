@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import shutil
 import subprocess
 import sys
@@ -58,6 +59,10 @@ def test_schema_is_structural(root_schema):
         assert "$ref" not in node and "anyOf" not in node and "title" not in node, path
         assert not ("properties" in node and "additionalProperties" in node), path
         assert "x-kubernetes-preserve-unknown-fields" not in node, f"{path}: every object is typed"
+        # the API server refuses these in a CRD (apiextensions validation: "is not supported"); the
+        # end-to-end tests install the CRD into a real kube-apiserver (tests/e2e)
+        for refused in ("patternProperties", "propertyNames", "dependencies", "$schema", "definitions", "id"):
+            assert refused not in node, f"{path}: {refused} is not supported in a CRD schema"
 
 
 def test_every_spec_field_has_a_description(root_schema):
@@ -129,3 +134,22 @@ def test_crd_schema_rejects_what_the_model_rejects(root_schema):
     bad = {"apiVersion": "retool.dev/v1alpha1", "kind": "RetoolRun", "metadata": {}, "spec": {"storage": {}, "rl": {"algorithm": "dpo"}}}
     errors = list(jsonschema.Draft7Validator(schema).iter_errors(bad))
     assert any(list(e.path) == ["spec", "rl", "algorithm"] for e in errors)
+
+
+class _GoYamlV2Loader(yaml.SafeLoader):
+    """Reads booleans as Kubernetes does (sigs.k8s.io/yaml over go-yaml v2, YAML 1.1): ``y``/``n`` too."""
+
+
+_GO_YAML_BOOLS = {"y": True, "yes": True, "true": True, "on": True, "n": False, "no": False, "false": False, "off": False}
+_GoYamlV2Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool",
+    re.compile(r"^(?:y|Y|yes|Yes|YES|n|N|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF)$"),
+    list("yYnNtTfFoO"),
+)
+_GoYamlV2Loader.add_constructor("tag:yaml.org,2002:bool", lambda loader, node: _GO_YAML_BOOLS[loader.construct_scalar(node).lower()])
+
+
+def test_kubernetes_reads_the_crd_as_we_wrote_it():
+    """An unquoted ``n:`` is the key ``false`` to the API server: it served ``spec.eval.false`` (found by tests/e2e)."""
+    text = CRD_PATH.read_text()
+    assert yaml.load(text, Loader=_GoYamlV2Loader) == yaml.safe_load(text)
