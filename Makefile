@@ -62,7 +62,7 @@ mutation-check: install ## one-line bugs in a copy of the tree: does the suite c
 	$(PY) tests/mutation_check.py
 
 lint: install ## ruff
-	$(VENV)/bin/ruff check retool operator tests bench
+	$(VENV)/bin/ruff check retool operator tests bench upstream images
 
 crd: install ## regenerate charts/retool/crds/ from the RetoolRun model
 	$(PY) -m retool.spec.crd > charts/retool/crds/retoolruns.retool.dev.yaml

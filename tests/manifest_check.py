@@ -30,7 +30,7 @@ the chart turns on by default needs 1.33)."""
 ROOT_FIELDS = ("apiVersion", "kind", "metadata")
 
 
-class MissingSchemas(FileNotFoundError):
+class MissingSchemasError(FileNotFoundError):
     """The KubeRay CRDs are not where ``make kuberay-crds`` puts them."""
 
 
@@ -54,7 +54,7 @@ def crd_schemas(directory: Path = KUBERAY_SCHEMAS) -> dict[tuple[str, str], dict
     (the KubeRay CRDs take seconds to parse). Callers only read the mapping."""
     files = sorted(directory.glob("*.yaml")) if directory.is_dir() else []
     if not files:
-        raise MissingSchemas(f"no KubeRay CRDs in {directory}: run `make kuberay-crds` (fetches KubeRay {kuberay_version()} from its Go module)")
+        raise MissingSchemasError(f"no KubeRay CRDs in {directory}: run `make kuberay-crds` (fetches KubeRay {kuberay_version()} from its Go module)")
     out: dict[tuple[str, str], dict[str, Any]] = {}
     for path in files:
         crd = yaml.safe_load(path.read_text())

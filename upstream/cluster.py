@@ -193,7 +193,10 @@ phase: Running
 
 def node_stages() -> list[dict[str, Any]]:
     """kwok Stages for nodes: Ready (with kwok's NodeConditions) once created, the status refreshed every
-    minute; kwok renews each node's Lease itself, which is what the node lifecycle controller watches."""
+    20-25 s. kwok also renews each node's Lease (``--node-lease-duration-seconds``), but the status
+    heartbeat alone must stay inside the node lifecycle controller's grace period (50 s by default in
+    Kubernetes 1.36, pkg/controller/nodelifecycle): with a minute between refreshes a loaded machine saw
+    nodes go NotReady mid-scenario and their pods marked not Ready (the sandbox then "lost" its replica)."""
     ready = '.status.conditions.[] | select( .type == "Ready" ) | .status'
 
     def stage(name: str, expressions: list[dict[str, Any]], delay_ms: int | None) -> dict[str, Any]:
@@ -206,7 +209,7 @@ def node_stages() -> list[dict[str, Any]]:
     return [
         stage("retool-e2e-node-ready", [{"key": ready, "operator": "NotIn", "values": ["True"]}], None),
         stage("retool-e2e-node-heartbeat", [{"key": ".status.phase", "operator": "In", "values": ["Running"]},
-                                            {"key": ready, "operator": "In", "values": ["True"]}], 60000),
+                                            {"key": ready, "operator": "In", "values": ["True"]}], 20000),
     ]
 
 
@@ -542,7 +545,7 @@ class ControlPlane:
         self.log("kwok and its nodes")
         kwok_verbosity = [f"-v={os.environ['RETOOL_E2E_KWOK_LOG']}"] if os.environ.get("RETOOL_E2E_KWOK_LOG") else []
         self.run("kwok", [str(self.programs["kwok"]), f"--kubeconfig={self.kubeconfig}", f"--config={stages}",
-                          "--manage-all-nodes=true", f"--cidr={POD_CIDR}", f"--node-ip={NODE_IP}",
+                          "--manage-all-nodes=true", "--node-lease-duration-seconds=40", f"--cidr={POD_CIDR}", f"--node-ip={NODE_IP}",
                           f"--server-address=127.0.0.1:{self.ports['kwok']}", *kwok_verbosity])
         self.apply([node_manifest(n) for n in NODES], server_side=False)
 

@@ -33,12 +33,15 @@ def run(args: argparse.Namespace) -> int:
     if not args.tracking_uri:
         print("retool compare: no MLflow server: give --tracking-uri or set MLFLOW_TRACKING_URI", file=sys.stderr)
         return 2
-    if len(set(args.runs)) != len(args.runs):
-        print("retool compare: a run is named twice", file=sys.stderr)
+    twice = sorted({ref for ref in args.runs if args.runs.count(ref) > 1})
+    if twice:
+        print(f"retool compare: {', '.join(twice)}: named twice", file=sys.stderr)
         return 2
     from retool.tracking import TrackingError
+    from retool.tracking._client import fail_fast
     from retool.tracking.compare import build_report, load_run_series, log_report, resolve_parent, write_report
 
+    fail_fast(os.environ)
     try:
         runs = [load_run_series(args.tracking_uri, resolve_parent(args.tracking_uri, ref)) for ref in args.runs]
         if len({r.parent_run_id for r in runs}) != len(runs):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -108,6 +109,9 @@ def _run(retool_run: Any, namespace: str, sandbox: str, tokenizer: str, report_d
     if args.mlflow_uri:
         from retool.preflight.tracking import open_run
         from retool.tracking import TrackingError
+        from retool.tracking._client import fail_fast
+
+        fail_fast(os.environ)
 
         experiment = args.experiment or retool_run.spec.tracking.mlflow.experiment or f"{namespace}/{name}"
         try:

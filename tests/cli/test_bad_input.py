@@ -110,6 +110,13 @@ SETTINGS = {
 }
 """Bad settings of commands that read no file (flags, then their RETOOL_* variables)."""
 
+RUN_REFERENCES = {
+    "no MLflow server": (["run-a"], {"MLFLOW_TRACKING_URI": ""}, "--tracking-uri"),
+    "an MLflow server nothing listens on": (["run-a", "--tracking-uri", "http://127.0.0.1:9"], {}, "http://127.0.0.1:9"),
+    "a run named twice": (["run-a", "run-a", "--tracking-uri", "http://127.0.0.1:9"], {}, "run-a"),
+}
+"""Bad references of commands that read runs from MLflow, not files (arguments after the command, variables)."""
+
 INPUT_KINDS = {"files": RUN_FILES, "spec": RUN_FILES, "file": RUN_FILES, "source": DATA_FILES, "data": DATA_FILES, "src": SOURCE_DIRECTORIES}
 """The corpus for each argument name that takes the user's input."""
 KIND_OF_COMMAND = {("data", "check"): {"file": DATA_FILES}}
@@ -183,7 +190,7 @@ def cases() -> list[Case]:
         found = _input_action(path, parser)
         if found is None:
             assert path in COMMANDS_WITHOUT_FILES, f"retool {' '.join(path)} reads no file this test knows: add its input argument to INPUT_KINDS or its bad settings"
-            for what, (flags, env, names) in SETTINGS.items():
+            for what, (flags, env, names) in COMMANDS_WITHOUT_FILES[path].items():
                 out.append(Case(path, what, lambda folder, p=path, f=flags, e=env, n=names: ([*p, *f], e, n)))
             continue
         action, corpus = found
@@ -198,7 +205,7 @@ def cases() -> list[Case]:
     return out
 
 
-COMMANDS_WITHOUT_FILES = {("sandbox", "serve")}
+COMMANDS_WITHOUT_FILES = {("sandbox", "serve"): SETTINGS, ("compare",): RUN_REFERENCES}
 CASES = cases()
 EXIT_CODES = documented_exit_codes()
 

@@ -37,8 +37,9 @@ RELEASE = "retool"
 RELEASE_NAMESPACE = "retool-system"
 
 
-def eventually(what: str, probe: Callable[[], Any], timeout: float = 60, interval: float = 0.3) -> Any:
-    """Poll ``probe`` until it returns something truthy; fail naming ``what`` and the last value."""
+def eventually(what: str, probe: Callable[[], Any], timeout: float = 60, interval: float = 0.3, show: Callable[[], Any] | None = None) -> Any:
+    """Poll ``probe`` until it returns something truthy; fail naming ``what`` and the last value (or
+    what ``show`` returns then: the object the probe judged, when the probe only says yes or no)."""
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
@@ -46,7 +47,7 @@ def eventually(what: str, probe: Callable[[], Any], timeout: float = 60, interva
         if last:
             return last
         time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}; last seen: {last!r}")
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}; last seen: {show() if show else last!r}")
 
 
 @pytest.fixture(scope="session")
@@ -201,7 +202,7 @@ def run_manifest(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
                      "resources": {"requests": {"cpu": "8", "memory": "48Gi"}, "limits": {"memory": "64Gi"}}},
         "storage": {"pvc": {"claimName": "retool-data"}},
         "sandbox": {"maxConcurrent": 16, "perReplicaConcurrency": 16},
-        "failurePolicy": {"maxRetries": 1},
+        "failurePolicy": {"maxRetries": 1, "backoffSeconds": 2},
     }
     for key, value in spec.items():
         if isinstance(value, dict) and isinstance(base.get(key), dict):

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from tests.e2e.conftest import Cluster, eventually, run_manifest
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -68,8 +66,6 @@ def test_a_stage_beyond_the_queues_quota_stays_queued_and_says_so(kube: Cluster,
     assert not kube.pods_of_job("waits-prepare-1", namespace)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 21 item 2: the operator decides queueing from the run's spec, not from the child's "
-                   "kueue.x-k8s.io/queue-name label, and unsuspends what Kueue's default LocalQueue suspended")
 def test_kueues_default_local_queue_holds_an_unqueued_stage_and_the_operator_does_not_fight_it(kube: Cluster, namespace: str) -> None:
     _queues(kube, namespace, "default", gpus=0, cpu=0)  # LocalQueueDefaulting (on by default since Kueue 0.12)
     assert kube.apply(run_manifest("defaulted", namespace)).returncode == 0
@@ -102,7 +98,6 @@ def test_a_resource_quota_refusal_happens_in_the_job_controller_below_the_operat
     assert kube.get("job", "quota-prepare-1", namespace)["status"].get("active", 0) == 0
 
 
-@pytest.mark.xfail(strict=True, reason="issue 21 item 4: refusals below the operator (the Job controller's FailedCreate) never reach the run's status")
 def test_a_resource_quota_refusal_is_visible_in_the_runs_status(kube: Cluster, namespace: str) -> None:
     assert kube.apply({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-pods", "namespace": namespace},
                        "spec": {"hard": {"pods": "0"}}}).returncode == 0
@@ -118,8 +113,6 @@ def test_a_resource_quota_refusal_is_visible_in_the_runs_status(kube: Cluster, n
     eventually("the quota refusal in the run's status", says_quota, timeout=20)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 21 item 4: stage containers lack allowPrivilegeEscalation: false and capabilities.drop: [ALL], "
-                   "so Pod Security `restricted` refuses the NVIDIA stage pods")
 def test_nvidia_stage_pods_are_admitted_under_pod_security_restricted(kube: Cluster, namespace: str) -> None:
     _label_namespace(kube, namespace, "pod-security.kubernetes.io/enforce=restricted")
     assert kube.apply(run_manifest("restricted", namespace)).returncode == 0

@@ -37,7 +37,8 @@ def test_batch_stages_advance_on_success_retry_on_failure_and_the_first_rayjob_g
                               if c["type"] == "Failed" and c["status"] == "True"])
     assert job[0]["reason"] == "BackoffLimitExceeded"
     retried = eventually("attempt 2 of preflight",
-                         lambda: (s := kube.stage("walk", namespace, "preflight")).get("attempt") == 2 and s.get("state") == "Running" and s)
+                         lambda: (s := kube.stage("walk", namespace, "preflight")).get("attempt") == 2 and s.get("state") == "Running" and s,
+                         show=lambda: kube.stage("walk", namespace, "preflight"))
     assert retried["job"] == "walk-preflight-2"
     kube.finish_pods("walk-preflight-2", namespace, 0)
     kube.wait_stage("walk", namespace, "preflight", "Succeeded")

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.manifest_check import MissingSchemas, crd_schemas, problems, pruned_fields
+from tests.manifest_check import MissingSchemasError, crd_schemas, problems, pruned_fields
 from upstream.pins import kuberay_version
 
 
 def test_missing_kuberay_crds_are_an_error_naming_the_fix(tmp_path: Path) -> None:
-    with pytest.raises(MissingSchemas, match=r"no KubeRay CRDs in .*: run `make kuberay-crds`"):
+    with pytest.raises(MissingSchemasError, match=r"no KubeRay CRDs in .*: run `make kuberay-crds`"):
         crd_schemas(tmp_path / "absent")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(MissingSchemas, match="make kuberay-crds"):
+    with pytest.raises(MissingSchemasError, match="make kuberay-crds"):
         problems([{"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "x"}}], schemas_dir=tmp_path / "empty")
 
 
@@ -69,6 +69,7 @@ def test_core_kinds_are_checked_strictly_and_unknown_ray_kinds_reported() -> Non
     configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "b"}}
     assert problems([configmap]) == []
     assert problems([{**configmap, "dta": {}}]) != []
-    assert problems([{"apiVersion": "ray.io/v1", "kind": "RayThing", "metadata": {"name": "t"}}]) == [f"RayThing/t: ray.io/v1 RayThing is not served by KubeRay {kuberay_version()}"]
+    unknown = {"apiVersion": "ray.io/v1", "kind": "RayThing", "metadata": {"name": "t"}}
+    assert problems([unknown]) == [f"RayThing/t: ray.io/v1 RayThing is not served by KubeRay {kuberay_version()}"]
     rayjob = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "j"}, "spec": {"entrypoint": "x", "shutdownAfterJobFinish": True}}
     assert problems([rayjob]) == ["RayJob/j: unknown field .spec.shutdownAfterJobFinish (would be pruned)"]
