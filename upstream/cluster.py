@@ -23,10 +23,16 @@ What stays emulated, and why:
   process on this machine. Kueue's webhook Service is therefore of type ExternalName ``localhost`` (the
   API server resolves those to the name and still checks the certificate against the Service's DNS
   name, so Kueue's own certificate management works unchanged); the chart's webhook, whose Service the
-  chart owns, is registered by URL (its ``webhook.url``) with a certificate of our CA. KubeRay's calls to the Ray dashboard (job submission in HTTPMode, job status)
-  cannot reach a head: a RayJob gets its RayCluster and, once the head pod is Ready, its submitter Job,
-  and stays Running from then on; its end comes from the submitter Job's failure (KubeRay's
-  ``SubmissionFailed``) or a test.
+  chart owns, is registered by URL (its ``webhook.url``) with a certificate of our CA.
+- KubeRay reaches a Ray dashboard by the head Service's DNS name (``FetchHeadServiceURL``,
+  controllers/ray/utils/util.go, v1.6.1: ``<svc>.<ns>.svc.<CLUSTER_DOMAIN>:<port>``), which nothing
+  resolves here. Where this machine allows it (root, ``unshare``), the KubeRay operator runs in a mount
+  namespace of its own with ``kuberay-hosts`` of the workdir bind-mounted over /etc/hosts, and
+  ``ControlPlane.resolve_for_kuberay`` maps a head Service's name to 127.0.0.1: a test then runs a real
+  Ray head there and KubeRay reads the Ray job's status from it (``GetJobInfo``), completes or fails the
+  RayJob and deletes its cluster as it does on a cluster. Elsewhere (``kuberay_resolves_names`` False)
+  a RayJob gets its RayCluster and, once the head pod is Ready, its submitter Job, and stays Running
+  from then on; its end comes from the submitter Job's failure (KubeRay's ``SubmissionFailed``) or a test.
 - No container runtime, no kube-proxy, no CNI, no DNS, no volume provisioner: PersistentVolumes are
   created by the tests (static provisioning, bound by the real PV controller).
 
@@ -61,6 +67,24 @@ import yaml
 from upstream import build
 from upstream import pins as pins_module
 from upstream.pki import CertificateAuthority, Pair, service_account_keys
+
+PRIVATE_HOSTS = ["unshare", "--mount", "--propagation", "private", "--"]
+"""A mount namespace of its own, so a bind mount over /etc/hosts is seen by one process only."""
+
+
+def private_hosts_supported() -> bool:
+    """Whether a process can be given a private /etc/hosts here (root and util-linux ``unshare``)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None or not Path("/etc/hosts").is_file():
+        return False
+    probe = subprocess.run([*PRIVATE_HOSTS, "true"], capture_output=True, check=False)
+    return probe.returncode == 0
+
+
+def with_private_hosts(hosts: Path, args: list[str]) -> list[str]:
+    """``args`` run with ``hosts`` bind-mounted over /etc/hosts in a mount namespace of their own
+    (``exec`` keeps the pid, so stopping the component stops the program)."""
+    return [*PRIVATE_HOSTS, "sh", "-c", 'mount --bind "$0" /etc/hosts && exec "$@"', str(hosts), *args]
+
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 """libyaml's loader where PyYAML has it: the upstream CRDs are megabytes."""
@@ -379,6 +403,8 @@ class ControlPlane:
     ports: dict[str, int] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     log: Callable[[str], None] = lambda _line: None
+    kuberay_resolves_names: bool = False
+    """Whether KubeRay runs with a private /etc/hosts (``resolve_for_kuberay`` works)."""
     _stopping: threading.Event = field(default_factory=threading.Event)
 
     # ------------------------------------------------------------ helpers
@@ -448,6 +474,20 @@ class ControlPlane:
         comp.start()
         self.components[name] = comp
         return comp
+
+    @property
+    def kuberay_hosts(self) -> Path:
+        return self.workdir / "kuberay-hosts"
+
+    def resolve_for_kuberay(self, name: str, address: str = "127.0.0.1") -> None:
+        """Make ``name`` (a head Service's DNS name) resolve to ``address`` for the KubeRay operator.
+
+        Go's resolver re-reads /etc/hosts when it changes (at most every 5 s), so KubeRay sees it on a
+        later reconcile; raises StartError where KubeRay was started without a private /etc/hosts."""
+        if not self.kuberay_resolves_names:
+            raise StartError("KubeRay runs without a private /etc/hosts on this machine (needs root and unshare)")
+        with open(self.kuberay_hosts, "a") as hosts:
+            hosts.write(f"{address} {name}\n")
 
     def stop(self) -> None:
         self._stopping.set()
@@ -572,10 +612,18 @@ class ControlPlane:
         self.apply_files(crds)
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *[a for f in crds for a in ("-f", str(f))], timeout=90)
         health = self.ports["kuberay-health"] = free_port()
-        self.run("kuberay-operator", [
+        args = [
             str(self.programs["kuberay-operator"]), f"--health-probe-bind-address=127.0.0.1:{health}",
             "--metrics-addr=0", "--enable-leader-election=false", "--log-stdout-encoder=console",
-        ])
+        ]
+        self.kuberay_resolves_names = private_hosts_supported()
+        if self.kuberay_resolves_names:
+            # appended to in place (never replaced: the bind mount holds the inode)
+            self.kuberay_hosts.write_text(Path("/etc/hosts").read_text() + "\n# e2e: Ray head Services on this machine\n")
+            args = with_private_hosts(self.kuberay_hosts, args)
+        else:
+            self.log("  KubeRay cannot be given a private /etc/hosts here (needs root and unshare): the Ray dashboard stays unreachable")
+        self.run("kuberay-operator", args)
         self.wait("the KubeRay operator's /readyz", "kuberay-operator",
                   lambda: urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=2).status == 200)
 

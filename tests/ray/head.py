@@ -25,13 +25,16 @@ class RayHead:
 
 
 @contextlib.contextmanager
-def ray_head(tmp_path: Path, *, resources: Mapping[str, int] | None = None, num_gpus: int = 0, env: Mapping[str, str] | None = None) -> Iterator[RayHead]:
+def ray_head(
+    tmp_path: Path, *, resources: Mapping[str, int] | None = None, num_gpus: int = 0, env: Mapping[str, str] | None = None, dashboard_port: int | None = None
+) -> Iterator[RayHead]:
     """A head on 127.0.0.1 with its own ports and temp dir; yields its addresses.
 
     ``env`` is the head container's environment (the driver inherits it); default: this process's.
     GPUs are declared, not used: Ray hands out their IDs without touching a device.
+    ``dashboard_port``: a fixed dashboard port (what a head Service names), else a free one.
     """
-    dashboard, gcs = free_port(), free_port()
+    dashboard, gcs = dashboard_port or free_port(), free_port()
     temp = Path("/tmp") / f"rt-{os.getpid()}-{dashboard}"  # short: Ray's socket paths must fit 107 bytes
     head_env = {**(os.environ if env is None else env), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
     args = [

@@ -1,0 +1,128 @@
+"""KubeRay ending a stage's RayJob from what a real Ray head says, as it does on a cluster.
+
+KubeRay (v1.6.1, controllers/ray/rayjob_controller.go, ``JobDeploymentStatusRunning``) asks the Ray
+dashboard for the job's status (``GetJobInfo`` on ``status.dashboardURL``, the head Service's DNS name,
+``FetchHeadServiceURL`` in controllers/ray/utils/util.go) and, in K8sJobMode, calls the job terminal
+only once its submitter Job has finished too (``isJobTerminal && finishedAt != nil``). It then marks the
+RayJob Complete or Failed and, with ``shutdownAfterJobFinishes``, deletes the RayCluster after
+``ttlSecondsAfterFinished``. Here the head pod is kwok's, but the dashboard is a real Ray head of the
+pinned version on 127.0.0.1 (``tests/ray/head.py``), which KubeRay reaches through its private
+/etc/hosts (``ControlPlane.resolve_for_kuberay``). The test plays the submitter pod: it submits the
+job with KubeRay's submission id (``ray job submit --submission-id``, what the submitter runs) and
+ends the pod with the exit code its ``ray job logs --follow`` would give.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import Cluster, eventually, run_manifest
+from tests.ray.head import RayHead, ray_head
+from upstream.cluster import ControlPlane
+
+DASHBOARD_PORT = 8265
+"""KubeRay's default dashboard port, which the head Service carries (DefaultDashboardPort,
+controllers/ray/utils/constant.go, v1.6.1); the operator's RayJobs do not change it."""
+
+
+def _dashboard_answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/api/version", timeout=5) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def ray_dashboard(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayHead]:
+    if not control_plane.kuberay_resolves_names:
+        pytest.skip("KubeRay could not be given a private /etc/hosts on this machine (needs root and unshare): no Ray dashboard is reachable")
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", DASHBOARD_PORT))
+        except OSError as err:
+            pytest.fail(f"127.0.0.1:{DASHBOARD_PORT} (the head Service's dashboard port) is taken on this machine: {err}")
+    with ray_head(tmp_path_factory.mktemp("ray-head"), dashboard_port=DASHBOARD_PORT) as head:
+        eventually("the Ray head's dashboard", lambda: _dashboard_answers(head.url), timeout=180, interval=1)
+        yield head
+
+
+def _rayjob_at_sft(kube: Cluster, run: str, namespace: str) -> dict[str, Any]:
+    """Apply the run, drive its batch stages to success; the sft RayJob once KubeRay has made its submitter Job."""
+    assert kube.apply(run_manifest(run, namespace)).returncode == 0
+    for stage in ("prepare", "preflight"):
+        kube.wait_stage(run, namespace, stage, "Running")
+        kube.finish_pods(f"{run}-{stage}-1", namespace, 0)
+    sft = kube.wait_stage(run, namespace, "sft", "Running", "Initializing", "Queued", timeout=60)
+    eventually("KubeRay's submitter Job", lambda: kube.get("job", sft["job"], namespace), timeout=90)
+    return eventually("the RayJob's jobId and dashboardURL",
+                      lambda: (r := kube.get("rayjob", sft["job"], namespace)) and r["status"].get("jobId") and r["status"].get("dashboardURL") and r)
+
+
+def _play_submitter(kube: Cluster, head: RayHead, rayjob: dict[str, Any], code: str) -> str:
+    """Submit the job as the submitter pod does (KubeRay's submission id) and wait for Ray's verdict."""
+    status = rayjob["status"]
+    host, _, port = status["dashboardURL"].rpartition(":")
+    assert int(port) == DASHBOARD_PORT, status["dashboardURL"]
+    kube.plane.resolve_for_kuberay(host)
+    job_id = status["jobId"]
+    submit = subprocess.run(
+        [sys.executable, "-m", "ray.scripts.scripts", "job", "submit", "--address", head.url, "--submission-id", job_id, "--no-wait",
+         "--", sys.executable, "-c", code],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert submit.returncode == 0, submit.stdout + submit.stderr
+
+    def verdict() -> str | None:
+        with urllib.request.urlopen(f"{head.url}/api/jobs/{job_id}", timeout=5) as answer:
+            state = json.load(answer)["status"]
+        return state if state in ("SUCCEEDED", "FAILED", "STOPPED") else None
+
+    return eventually(f"Ray's verdict on {job_id}", verdict, timeout=120, interval=1)
+
+
+def _deployment_status(kube: Cluster, name: str, namespace: str) -> str | None:
+    return ((kube.get("rayjob", name, namespace) or {}).get("status") or {}).get("jobDeploymentStatus")
+
+
+def test_kuberay_completes_the_rayjob_from_the_ray_dashboard_deletes_its_cluster_and_the_run_goes_on(
+    kube: Cluster, namespace: str, ray_dashboard: RayHead
+) -> None:
+    rayjob = _rayjob_at_sft(kube, "ray-ok", namespace)
+    name, cluster_name = rayjob["metadata"]["name"], rayjob["status"]["rayClusterName"]
+    assert _play_submitter(kube, ray_dashboard, rayjob, "print('sft done')") == "SUCCEEDED"
+    assert _deployment_status(kube, name, namespace) == "Running", "not terminal while its submitter runs (K8sJobMode)"
+    kube.finish_pods(name, namespace, 0)
+
+    eventually("KubeRay marking the RayJob Complete", lambda: _deployment_status(kube, name, namespace) == "Complete", timeout=90)
+    assert kube.get("rayjob", name, namespace)["status"]["jobStatus"] == "SUCCEEDED"
+    eventually("KubeRay deleting the RayCluster (shutdownAfterJobFinishes)", lambda: kube.get("raycluster", cluster_name, namespace) is None, timeout=90)
+    kube.wait_stage("ray-ok", namespace, "sft", "Succeeded")
+    merge = kube.wait_stage("ray-ok", namespace, "merge", "Running", timeout=60)
+    assert merge["job"] == "ray-ok-merge-1"
+
+
+def test_a_ray_job_that_fails_in_ray_fails_the_rayjob_and_the_stage_retries_on_a_new_cluster(
+    kube: Cluster, namespace: str, ray_dashboard: RayHead
+) -> None:
+    rayjob = _rayjob_at_sft(kube, "ray-bad", namespace)
+    name, cluster_name = rayjob["metadata"]["name"], rayjob["status"]["rayClusterName"]
+    assert _play_submitter(kube, ray_dashboard, rayjob, "raise SystemExit(3)") == "FAILED"
+    kube.finish_pods(name, namespace, 0)  # `ray job logs --follow` ends with the job, whatever its outcome
+
+    eventually("KubeRay marking the RayJob Failed", lambda: _deployment_status(kube, name, namespace) == "Failed", timeout=90)
+    assert kube.get("rayjob", name, namespace)["status"].get("reason") == "AppFailed"
+    eventually("KubeRay deleting the failed attempt's RayCluster", lambda: kube.get("raycluster", cluster_name, namespace) is None, timeout=90)
+    retried = eventually("attempt 2 of sft",
+                         lambda: (s := kube.stage("ray-bad", namespace, "sft")).get("attempt") == 2 and s,
+                         timeout=90, show=lambda: kube.stage("ray-bad", namespace, "sft"))
+    assert retried["job"] == "ray-bad-sft-2"
+    assert eventually("the second attempt's RayJob", lambda: kube.get("rayjob", "ray-bad-sft-2", namespace))
