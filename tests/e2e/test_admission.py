@@ -4,6 +4,7 @@ manager with its webhooks (admission, quota, its default LocalQueue)."""
 
 from __future__ import annotations
 
+import json
 import time
 
 from tests.e2e.conftest import Cluster, eventually, run_manifest
@@ -11,8 +12,8 @@ from tests.e2e.conftest import Cluster, eventually, run_manifest
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
-def _queues(kube: Cluster, namespace: str, local_queue: str, *, gpus: int, cpu: int = 1000) -> None:
-    """A ResourceFlavor, a ClusterQueue for this namespace with the given quota, and a LocalQueue."""
+def _queues(kube: Cluster, namespace: str, local_queue: str, *, gpus: int, cpu: int | str = 1000, preemption: dict | None = None) -> None:
+    """A ResourceFlavor, a ClusterQueue for this namespace with the given quota (and preemption policy), and a LocalQueue."""
     cq = f"cq-{namespace}"
     resources = [("cpu", str(cpu)), ("memory", "16Ti"), ("nvidia.com/gpu", str(gpus))]
     for doc in (
@@ -21,7 +22,8 @@ def _queues(kube: Cluster, namespace: str, local_queue: str, *, gpus: int, cpu: 
          "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
                   "resourceGroups": [{"coveredResources": [r for r, _ in resources],
                                       "flavors": [{"name": "e2e-flavor",
-                                                   "resources": [{"name": r, "nominalQuota": q} for r, q in resources]}]}]}},
+                                                   "resources": [{"name": r, "nominalQuota": q} for r, q in resources]}]}],
+                  **({"preemption": preemption} if preemption else {})}},
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": local_queue, "namespace": namespace},
          "spec": {"clusterQueue": cq}},
     ):
@@ -78,6 +80,56 @@ def test_kueues_default_local_queue_holds_an_unqueued_stage_and_the_operator_doe
     assert all(s is True for s in samples), f"spec.suspend over 10 s: {samples}"
     assert kube.stage("defaulted", namespace, "prepare").get("state") == "Queued"
     assert not kube.pods_of_job("defaulted-prepare-1", namespace)
+
+
+def _pods_requests_cpu(workload: dict) -> str:
+    """The CPU the Workload's pods request in all, as Kueue counts it against the quota."""
+    total = 0.0
+    for pod_set in workload["spec"]["podSets"]:
+        for container in pod_set["template"]["spec"]["containers"]:
+            value = str(((container.get("resources") or {}).get("requests") or {}).get("cpu", "0"))
+            total += (float(value[:-1]) / 1000 if value.endswith("m") else float(value)) * pod_set.get("count", 1)
+    return f"{int(total * 1000)}m"
+
+
+def _running_pods(kube: Cluster, namespace: str, job: str) -> list[dict]:
+    return [p for p in kube.pods_of_job(job, namespace) if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+
+
+def test_kueue_preempts_a_lower_priority_stage_which_waits_without_using_a_retry_and_runs_again(kube: Cluster, namespace: str) -> None:
+    """Kueue (v0.19.0, pkg/scheduler/preemption; the Job integration suspends the evicted Job and the Job
+    controller deletes its pods) makes room for a higher WorkloadPriorityClass within the ClusterQueue;
+    the operator shows the lower stage Queued and preempted, counts it, and uses none of its retries."""
+    for name, value in (("e2e-low", 10), ("e2e-high", 1000)):
+        doc = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "metadata": {"name": name}, "value": value}
+        assert kube.apply(doc).returncode == 0
+    _queues(kube, namespace, "batch", gpus=0, cpu=0, preemption={"withinClusterQueue": "LowerPriority"})
+    assert kube.apply(run_manifest("low", namespace, scheduling={"queueName": "batch", "workloadPriorityClassName": "e2e-low"})).returncode == 0
+    workload = eventually("the low run's Workload", lambda: _workload_of(kube, namespace, "low-prepare-1"))
+    # room for exactly one prepare stage, now that its request is known
+    quota = _pods_requests_cpu(workload)
+    patch = {"spec": {"resourceGroups": [{"coveredResources": ["cpu", "memory", "nvidia.com/gpu"], "flavors": [{"name": "e2e-flavor", "resources": [
+        {"name": "cpu", "nominalQuota": quota}, {"name": "memory", "nominalQuota": "16Ti"}, {"name": "nvidia.com/gpu", "nominalQuota": "0"}]}]}]}}
+    kube.kubectl("patch", "clusterqueue", f"cq-{namespace}", "--type=merge", "-p", json.dumps(patch))
+    kube.wait_stage("low", namespace, "prepare", "Running", timeout=60)
+    eventually("the low stage's pod Running", lambda: _running_pods(kube, namespace, "low-prepare-1"))
+
+    assert kube.apply(run_manifest("high", namespace, scheduling={"queueName": "batch", "workloadPriorityClassName": "e2e-high"})).returncode == 0
+    preempted = kube.wait_stage("low", namespace, "prepare", "Queued", timeout=90)
+    assert preempted.get("preemptions") == 1, preempted
+    assert preempted.get("attempt") == 1 and preempted.get("job") == "low-prepare-1", "a preemption is not a failed attempt"
+    assert kube.get("job", "low-prepare-1", namespace)["spec"]["suspend"] is True, "Kueue suspended the Job"
+    assert any(e["reason"] == "StagePreempted" for e in kube.events(namespace, "low")), "the run says why it stopped"
+    kube.wait_stage("high", namespace, "prepare", "Running", timeout=90)
+    high_pod = eventually("the high stage's pod Running", lambda: _running_pods(kube, namespace, "high-prepare-1"))
+    assert high_pod
+    eventually("the low stage's pod gone", lambda: not _running_pods(kube, namespace, "low-prepare-1"), timeout=60)
+
+    kube.finish_pods("high-prepare-1", namespace, 0)  # the quota comes back: Kueue admits the low stage again
+    kube.wait_stage("high", namespace, "prepare", "Succeeded")
+    resumed = kube.wait_stage("low", namespace, "prepare", "Running", timeout=120)
+    assert resumed.get("attempt") == 1 and resumed.get("preemptions") == 1
+    eventually("the low stage's pod Running again", lambda: _running_pods(kube, namespace, "low-prepare-1"), timeout=60)
 
 
 def _label_namespace(kube: Cluster, namespace: str, *labels: str) -> None:
