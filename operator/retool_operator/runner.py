@@ -283,6 +283,11 @@ class Reconciler:
             decision.status = decision.status.model_copy(update={"message": wait})
             decision.requeue_after = self.config.mlflow_retry_seconds
         refusals += self._refused_below(decision.status, observed)
+        if self._waiting_below(decision.status, observed):
+            # Nothing changes on a Job whose pods its controller cannot create (no watch event reaches
+            # the operator): read its Events again after the read interval, not at the next resync.
+            poll = max(below.EVENTS_AFTER_SECONDS, 1.0)
+            decision.requeue_after = min(decision.requeue_after or poll, poll)
         if observed.claim is not None:
             failed = below.claim_refusal(observed.claim.claim.name, observed.claim.obj, observed.claim_events)
             if failed:
@@ -354,6 +359,14 @@ class Reconciler:
             if not err.refused:
                 raise  # the API server is unwell, not refusing: the pass fails and is retried
             refusals.append(refusal_text("apply", obj, err))
+
+    @staticmethod
+    def _waiting_below(status: RetoolRunStatus, observed: Observed) -> bool:
+        """A running stage's Job has no pod yet: the controllers below may be refusing it (``below``)."""
+        return any(
+            entry.state == "Running" and entry.job and entry.name not in RAY_STAGES and below.job_without_pods(observed.children.get(entry.job))
+            for entry in status.stages
+        )
 
     @staticmethod
     def _refused_below(status: RetoolRunStatus, observed: Observed) -> list[str]:

@@ -75,17 +75,7 @@ def _rl_batches(spec: RetoolRunSpec) -> list[Problem]:
         problems.append(Problem("spec.rl.miniBatchSize", f"{rl.mini_batch_size} is larger than rl.batchSize ({rl.batch_size})"))
     elif rl.batch_size % rl.mini_batch_size:
         problems.append(Problem("spec.rl.batchSize", f"{rl.batch_size} must be divisible by rl.miniBatchSize ({rl.mini_batch_size})"))
-    responses_per_step = rl.batch_size * rl.rollout_n
-    if responses_per_step % total_devices(spec):
-        # verl's validate_config (verl/utils/config.py, 0.6.1): data.train_batch_size x rollout.n
-        # must be divisible by the GPU count (FSDP's minimal batch), asserted when main_ppo starts.
-        problems.append(
-            Problem(
-                "spec.rl.batchSize",
-                f"batchSize x rolloutN = {rl.batch_size} x {rl.rollout_n} = {responses_per_step} responses per step must be a multiple of the "
-                f"{total_devices(spec)} devices (hardware.nodes x hardware.devicesPerNode): verl splits every step's responses over all of them",
-            )
-        )
+    split = len(problems)
     if rl.sequence_parallel <= total_devices(spec) and total_devices(spec) % rl.sequence_parallel == 0:
         data_parallel = total_devices(spec) // rl.sequence_parallel
         responses = rl.mini_batch_size * rl.rollout_n
@@ -99,6 +89,21 @@ def _rl_batches(spec: RetoolRunSpec) -> list[Problem]:
                     f"miniBatchSize x rolloutN = {responses} responses must split evenly over {data_parallel} data-parallel ranks (devices / rl.sequenceParallel){defaults}",
                 )
             )
+    responses_per_step = rl.batch_size * rl.rollout_n
+    if responses_per_step % total_devices(spec) and len(problems) == split:
+        # verl's validate_config (verl/utils/config.py, 0.6.1): data.train_batch_size x rollout.n
+        # must be divisible by the GPU count (FSDP's minimal batch), asserted when main_ppo starts.
+        # Reported only when the mini-batch split above is fine (with sequenceParallel 1 that one implies it).
+        written = rl.model_fields_set & {"batch_size", "rollout_n"}
+        path = "spec.rl.batchSize" if written else _hardware_path(spec)
+        defaults = "" if written else " (the defaults: set rl.batchSize or rl.rolloutN to fit the devices)"
+        problems.append(
+            Problem(
+                path,
+                f"batchSize x rolloutN = {rl.batch_size} x {rl.rollout_n} = {responses_per_step} responses per step must be a multiple of the "
+                f"{total_devices(spec)} devices (hardware.nodes x hardware.devicesPerNode): verl splits every step's responses over all of them{defaults}",
+            )
+        )
     return problems
 
 

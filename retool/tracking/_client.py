@@ -17,7 +17,6 @@ import contextlib
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
-
 COMMAND_LINE_HTTP_POLICY = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
 """MLflow's HTTP policy for a command a person waits on: MLflow's defaults (7 retries, 120 s) spend four
 minutes on a mistyped URL before saying so; two retries say it in seconds and still ride out a blip."""

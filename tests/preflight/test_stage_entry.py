@@ -57,7 +57,7 @@ def test_a_failing_preflight_stage_exits_with_its_checks_code_and_says_why(prepa
     empty_model.mkdir()
     proc, report_dir = stage_pod(prepare("qwen7b-ascend"), str(empty_model), sandbox, tmp_path)
     assert proc.returncode == BY_NAME["tokenizer"].exit_code, proc.stderr[-3000:]
-    assert f"preflight check tokenizer failed: the tokenizer at {empty_model} did not load" in proc.stderr
+    assert f"preflight check tokenizer failed: the tokenizer did not load: {empty_model} has no tokenizer files" in proc.stderr
     report = json.loads((report_dir / REPORT_JSON).read_text())
     assert report["exit_code"] == BY_NAME["tokenizer"].exit_code and report["stages"] == ["sft", "rl", "eval"]
     assert "python3 -m retool.runtime.cpu_only -m retool.preflight" in (report_dir / "command.sh").read_text().replace(" \\\n    ", " ")
@@ -95,6 +95,6 @@ def test_retool_preflight_logs_its_verdict_and_report_to_an_mlflow_run_of_its_ow
     experiment = mlflow_client.get_experiment_by_name("retool/qwen7b-ascend")
     (run,) = mlflow_client.search_runs([experiment.experiment_id], filter_string="attributes.run_name = 'qwen7b-ascend-preflight'")
     assert run.info.status == "FAILED" and run.data.tags[TAG_VERDICT] == "failed"
-    assert run.data.tags[TAG_FAILURE].startswith(f"preflight check tokenizer failed: the tokenizer at {tmp_path} did not load")
+    assert run.data.tags[TAG_FAILURE].startswith(f"preflight check tokenizer failed: the tokenizer did not load: {tmp_path} has no tokenizer files")
     assert run.data.metrics["preflight/exit_code"] == BY_NAME["tokenizer"].exit_code and run.data.metrics["preflight/failed_checks"] == 1
     assert {a.path for a in mlflow_client.list_artifacts(run.info.run_id, "preflight")} == {f"preflight/{REPORT_JSON}", f"preflight/{REPORT_MD}"}

@@ -214,7 +214,7 @@ def test_prepare_runs_our_data_preparation_then_stages_the_model_on_the_mounted_
     run = run_of("minimal")
     command = render_stage(run, "prepare", context_of(run), spec_file="/etc/retool/run.yaml")
     assert command.pre == (("python3", "-m", "retool.runtime.cpu_only", "-m", "retool.cli", "data", "prepare", "all", "--spec", "/etc/retool/run.yaml"),)
-    assert command.argv == ("python3", "-m", "retool.staging", "--spec", "/etc/retool/run.yaml")
+    assert command.argv == ("python3", "-m", "retool.runtime.cpu_only", "-m", "retool.staging", "--spec", "/etc/retool/run.yaml")
 
 
 def test_without_an_mlflow_server_only_the_console_logs() -> None:

@@ -27,12 +27,20 @@ def run(hardware: dict, **sections: dict) -> dict:
                 "spec.hardware.devicesPerNode: 3 devices in all: the default rl.sequenceParallel (8) must divide them; set spec.rl.sequenceParallel, e.g. to 3",
                 "spec.hardware.devicesPerNode: 3 devices per node: the default rl.tensorParallel (4) must divide them; set spec.rl.tensorParallel, e.g. to 3",
                 "spec.hardware.devicesPerNode: 3 devices in all: the default sft.sequenceParallel (4) must divide them; set spec.sft.sequenceParallel, e.g. to 3",
+                "spec.hardware.devicesPerNode: batchSize x rolloutN = 512 x 16 = 8192 responses per step must be a multiple of the 3 devices"
+                " (hardware.nodes x hardware.devicesPerNode): verl splits every step's responses over all of them"
+                " (the defaults: set rl.batchSize or rl.rolloutN to fit the devices)",
             ],
             id="three GPUs with every default names devicesPerNode and each setting to add",
         ),
         pytest.param(
             run({"devicesPerNode": 6}, rl={"tensorParallel": 4, "sequenceParallel": 6}, sft={"sequenceParallel": 6}),
-            ["spec.rl.tensorParallel: 4 must divide the 6 devices of one node (hardware.devicesPerNode); rollout engines do not span nodes"],
+            [
+                "spec.rl.tensorParallel: 4 must divide the 6 devices of one node (hardware.devicesPerNode); rollout engines do not span nodes",
+                "spec.hardware.devicesPerNode: batchSize x rolloutN = 512 x 16 = 8192 responses per step must be a multiple of the 6 devices"
+                " (hardware.nodes x hardware.devicesPerNode): verl splits every step's responses over all of them"
+                " (the defaults: set rl.batchSize or rl.rolloutN to fit the devices)",
+            ],
             id="a tensorParallel the user wrote is the field to fix",
         ),
         pytest.param(
@@ -52,6 +60,14 @@ def run(hardware: dict, **sections: dict) -> dict:
                 "spec.sft.batchSize: sft.batchSize 32 must be divisible by the 6 data-parallel ranks (devices / sft.sequenceParallel)",
             ],
             id="batch sizes the user wrote are the fields to fix",
+        ),
+        pytest.param(
+            run({"devicesPerNode": 6}, rl={"tensorParallel": 2, "sequenceParallel": 6, "batchSize": 448}, sft={"sequenceParallel": 6}),
+            [
+                "spec.rl.batchSize: batchSize x rolloutN = 448 x 16 = 7168 responses per step must be a multiple of the 6 devices"
+                " (hardware.nodes x hardware.devicesPerNode): verl splits every step's responses over all of them",
+            ],
+            id="a batchSize the user wrote that verl cannot split over the devices is the field to fix",
         ),
     ],
 )
