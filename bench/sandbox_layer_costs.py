@@ -7,7 +7,10 @@
   fork (``/proc/<pid>/stat``), next to the resident-memory read the watch already made;
 - ``disk watch, per process per tick``: counting files held open after removal (``/proc/<pid>/fd``);
 - ``seccomp filter``: building and installing the larger filter in a fresh process (off the
-  request's path: the pre-forked process does it while idle).
+  request's path: the pre-forked process does it while idle);
+- ``cgroup per execution`` (where this process may write its cgroup subtree): making an execution's
+  memory and pids cgroups, moving the process in, removing them after it (on the request's path),
+  and the OOM counter the worker reads each watch tick.
 
     python bench/sandbox_layer_costs.py [--rounds 2000]
 """
@@ -24,7 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from retool.sandbox import accounting, seccomp
+import itertools
+
+from retool.sandbox import accounting, cgroups, seccomp
 from retool.sandbox.zygote import Zygote
 
 
@@ -54,6 +59,44 @@ def bare_fork() -> None:
     os.waitpid(pid, 0)
 
 
+def cgroup_rows(rounds: int) -> dict[str, tuple[float, float]]:
+    """The cgroup layer's costs, or nothing where this process cannot make cgroups."""
+    layout = cgroups.locate(Path("/proc/self/cgroup").read_text())
+    if layout is None:
+        return {}
+    try:
+        subtree = cgroups.Subtree.prepare(layout, os.getpid())
+        subtree.probe()
+    except cgroups.CgroupError as err:
+        print(f"no cgroup rows: {err}")
+        return {}
+    names = (f"bench-{n}" for n in itertools.count())
+
+    def fork_in_cgroup() -> None:
+        go_r, go_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.read(go_r, 1)
+            os._exit(0)
+        group = subtree.execution(next(names), 256 << 20, 64)
+        group.attach(pid)
+        os.write(go_w, b"x")
+        os.waitpid(pid, 0)
+        group.remove()
+        os.close(go_r)
+        os.close(go_w)
+
+    probe = subtree.execution("bench-oom-counter", 256 << 20, 64)
+    try:
+        return {
+            "fork + cgroup make/join/remove + exit + wait (new)": timed(fork_in_cgroup, max(50, rounds // 20)),
+            f"cgroup OOM counter read per tick, v{subtree.version} (new)": timed(probe.oom_kills, rounds),
+        }
+    finally:
+        probe.remove()
+        subtree.remove()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2000)
@@ -67,6 +110,7 @@ def main() -> None:
         "disk watch: unlinked open files (new)": timed(lambda: accounting.unlinked_open_bytes([me]), args.rounds),
         "fork + exit + wait of this process (reference)": timed(bare_fork, max(50, args.rounds // 20)),
         "fork + seccomp install + exit + wait": timed(seccomp_install, max(50, args.rounds // 20)),
+        **cgroup_rows(args.rounds),
     }
     zygote.close()
     load = os.getloadavg()[0]

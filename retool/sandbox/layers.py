@@ -63,6 +63,12 @@ class Plan:
     root_on_node: bool = False
     """The server is root of the node's user namespace, outside any sandboxing runtime."""
     problems: tuple[str, ...] = field(default=())
+    cgroup_version: int = 0
+    """1 or 2: every execution runs in a memory and a pids cgroup of its own (``cgroups``); 0: none."""
+    cgroup_dirs: tuple[str, ...] = ()
+    """Where the executions' cgroups are made (v1: the memory then the pids directory; v2: one)."""
+    cgroup_note: str | None = None
+    """Why there are no per-execution cgroups (what the attempt to make them said)."""
 
     @property
     def signals_scoped(self) -> bool:
@@ -86,12 +92,14 @@ class Plan:
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["problems"] = list(self.problems)
+        data["cgroup_dirs"] = list(self.cgroup_dirs)
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
         values = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         values["problems"] = tuple(values.get("problems", ()))
+        values["cgroup_dirs"] = tuple(values.get("cgroup_dirs", ()))
         return cls(**values)
 
 
@@ -171,6 +179,8 @@ def layers(plan: Plan) -> list[str]:
         names += ["scratch-dir", "disk-watch"]
         if plan.needs_sweep:
             names.append("scratch-sweep")
+    if plan.cgroup_version:
+        names += ["memory-cgroup", "pids-cgroup"]
     names.append("memory-watch")
     return names
 
@@ -212,5 +222,7 @@ def describe(plan: Plan) -> dict[str, Any]:
         "privilege_drop": plan.uid_per_execution,
         "runtime_class": plan.runtime_class,
         "root_on_node": plan.root_on_node,
+        "cgroups": f"v{plan.cgroup_version}" if plan.cgroup_version else None,
+        "cgroups_note": plan.cgroup_note,
         "problems": list(plan.problems),
     }

@@ -24,10 +24,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
-from retool.sandbox import accounting, layers, protocol, scratch
+from retool.sandbox import accounting, cgroups, layers, protocol, scratch
 from retool.sandbox.metrics import SandboxMetrics
 from retool.sandbox.settings import SandboxSettings
 
@@ -150,6 +151,7 @@ class ExecutionPool:
         self._sweeping = False
         self._tmp_root: str | None = None  # this replica's directory for per-execution dirs (no mount namespace)
         self._slot_dirs: dict[int, str] = {}  # each worker's own directory in it, swept when the worker goes
+        self._cgroups: cgroups.Subtree | None = None  # where executions' cgroups are made, when the replica may
 
     # ---- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -161,6 +163,7 @@ class ExecutionPool:
         self.plan = layers.decide(
             probes, namespaces=settings.namespaces, landlock_max_abi=settings.landlock_max_abi, seccomp=settings.seccomp, runtime_class=settings.runtime_class
         )
+        self.plan = self._with_cgroups(self.plan)
         self.isolation = layers.describe(self.plan)
         self.metrics.publish_isolation(self.isolation)
         # Execution uids must reach their own directory inside, never list it; with a shared uid the
@@ -180,6 +183,32 @@ class ExecutionPool:
         if not self._workers:
             raise PoolUnavailable(f"no worker could start: {failures[0] if failures else 'unknown'}")
 
+    def _with_cgroups(self, plan: layers.Plan) -> layers.Plan:
+        """The plan with per-execution cgroups where this replica can make them (``retool.sandbox.cgroups``).
+
+        Not inside a user namespace: its root does not own the cgroupfs unless a runtime delegated it,
+        and the workers (which make each execution's cgroups) run there."""
+        if self.settings.cgroups == "off":
+            return replace(plan, cgroup_note="turned off by configuration (RETOOL_SANDBOX_CGROUPS=off)")
+        if plan.namespaces == "user-namespaces":
+            return replace(plan, cgroup_note="the workers run in a user namespace, which does not own the cgroup filesystem")
+        try:
+            layout = cgroups.locate(Path("/proc/self/cgroup").read_text())
+            if layout is None:
+                return replace(plan, cgroup_note="no memory and pids cgroup controllers for this process")
+            subtree = cgroups.Subtree.prepare(layout, os.getpid())
+            try:
+                subtree.probe()
+            except cgroups.CgroupError:
+                subtree.remove()
+                raise
+        except (cgroups.CgroupError, OSError) as err:
+            logger.info("no cgroup per execution: %s", err)
+            return replace(plan, cgroup_note=f"cannot write the cgroup subtree: {err}")
+        self._cgroups = subtree
+        logger.info("a memory and pids cgroup per execution (cgroup v%d) under %s", subtree.version, ", ".join(map(str, subtree.dirs)))
+        return replace(plan, cgroup_version=subtree.version, cgroup_dirs=tuple(map(str, subtree.dirs)))
+
     async def close(self) -> None:
         self._closed = True
         for task in list(self._tasks):
@@ -196,6 +225,8 @@ class ExecutionPool:
             except asyncio.TimeoutError:
                 self._template.kill()
                 await asyncio.to_thread(self._template.wait)
+        if self._cgroups is not None:
+            await asyncio.to_thread(self._cgroups.remove)
         if self._tmp_root is not None:
             with contextlib.suppress(OSError):
                 os.chmod(self._tmp_root, 0o700)

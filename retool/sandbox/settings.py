@@ -51,6 +51,9 @@ class SandboxSettings(BaseSettings):
     namespaces: Literal["auto", "off"] = Field("auto", description="auto: pid, network and mount namespaces per worker where the kernel and privileges allow; off: never.")
     landlock_max_abi: int | None = Field(None, ge=0, description="Use Landlock up to this ABI (0: not at all); default: all the kernel has. Emulates older kernels.")
     seccomp: bool = Field(True, description="Install the execution seccomp filter (signals, ptrace, sockets, namespaces).")
+    cgroups: Literal["auto", "off"] = Field(
+        "auto", description="auto: a memory and pids cgroup per execution where the replica can write its cgroup subtree (not inside a user namespace); off: never."
+    )
     require_isolation: bool = Field(False, description="Strict: stay not-ready (and refuse executions) unless the isolation is strong (spec.sandbox.isolation: strict).")
     runtime_class: str | None = Field(None, description="RuntimeClass the pod runs under (gVisor, Kata), reported in /readyz.")
     uid_base: int = Field(60000, ge=1, description="When started with the privilege to, execution slot i runs as uid/gid uid_base + i.")

@@ -20,6 +20,7 @@ import base64
 import contextlib
 import fcntl
 import functools
+import itertools
 import json
 import logging
 import os
@@ -31,14 +32,18 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from retool.sandbox import accounting, isolation, landlock, protocol, scratch
+from retool.sandbox import accounting, cgroups, isolation, landlock, protocol, scratch
 from retool.sandbox.layers import Plan
 from retool.sandbox.outcome import Limits, checked_relative_path, limit_note, render_output, signal_note
 from retool.sandbox.zygote import Zygote, ZygoteLostError
 
 logger = logging.getLogger(__name__)
+
+SETUP_MEMORY_MB = 256
+"""The cgroup memory limit of a pre-forked process until its job (and its memory limit) arrives."""
 
 CHILD_SETUP_TIMEOUT_S = 30.0
 """How long a pre-forked process may take to acknowledge its setup before the worker gives up."""
@@ -72,6 +77,8 @@ class Prepared:
     baseline_kib: int
     quiet: bool = False
     """The pipes are big enough to be read on ticks only."""
+    group: cgroups.Execution | None = None
+    """Its own memory and pids cgroups (joined at the fork, off the request's path), when the replica has them."""
 
 
 @dataclass
@@ -127,6 +134,8 @@ class Worker:
         candidates = [*SYSTEM_READ_PATHS, sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path]
         self.read_paths = landlock.read_paths(candidates, keep_out) if self.plan.landlock_abi else ()
         self.broken = False
+        self.cgroups = cgroups.Subtree(self.plan.cgroup_version, tuple(Path(d) for d in self.plan.cgroup_dirs)) if self.plan.cgroup_version else None
+        self._cgroup_names = (f"w{config.slot}-{secrets.token_hex(4)}-{n}" for n in itertools.count(1))
         self.zygote: Zygote | None = None
         self.warm_stack = accounting.start_stack("self")  # the zygote's and its executions' too (forks)
 
@@ -171,6 +180,11 @@ class Worker:
         replaces it and sweeps its directory), never the next execution."""
         try:
             self._reap(prepared)
+            if prepared.group is not None:  # after the answer: off the request's path
+                try:
+                    prepared.group.remove()
+                except cgroups.CgroupError as exc:
+                    logger.warning("execution cgroup left behind (removed when the replica stops): %s", exc)
             self._clean(prepared.workdir)
         except Exception:
             logger.exception("worker %d could not clean up after an execution: retiring", self.config.slot)
@@ -217,7 +231,10 @@ class Worker:
         for fd in (out_r, err_r, ack_r):
             os.set_blocking(fd, False)
         quiet = _enlarge_pipe(out_r) and _enlarge_pipe(err_r)
-        return Prepared(pid, go_w, out_r, err_r, ack_r, os.pidfd_open(pid), workdir, baseline, quiet)
+        # Joined now, while it waits for a job (it runs none of a request's code before); the job's
+        # memory limit is written when the job arrives.
+        group = self._join_cgroup(pid, self._cgroup_bytes(SETUP_MEMORY_MB, baseline), self.config.max_processes)
+        return Prepared(pid, go_w, out_r, err_r, ack_r, os.pidfd_open(pid), workdir, baseline, quiet, group)
 
     # ---- one execution ---------------------------------------------------------------------
     def _wait_for_setup(self, prepared: Prepared) -> None:
@@ -245,6 +262,15 @@ class Worker:
             max_open_files=self.config.max_open_files,
         )
         go = {"code": job["code"], "stdin": job.get("stdin"), "limits": limits.__dict__, "processes_in_use": self._processes_in_use()}
+        # The kernel's limits first: the process is in its own memory and pids cgroup (``_prefork``);
+        # the watch below stays as a second layer.
+        group = prepared.group
+        cgroup_limit = self._cgroup_bytes(limits.memory_limit_mb, prepared.baseline_kib)
+        if group is not None:
+            try:
+                group.set_memory(cgroup_limit)
+            except cgroups.CgroupError as exc:
+                logger.warning("the execution's cgroup keeps its setup limit: %s", exc)
         start = time.monotonic()
         _write_all(prepared.go_w, json.dumps(go).encode())
         os.close(prepared.go_w)
@@ -268,6 +294,9 @@ class Worker:
                 timed_out = True
                 break
             if now >= next_watch:
+                if group is not None and group.oom_kills():
+                    killed_for = ("memory-cgroup", cgroup_limit)
+                    break
                 pids = self._execution_pids()
                 over = memory.over(pids, now)
                 if over is not None:
@@ -308,6 +337,8 @@ class Worker:
         assert self.zygote is not None
         ended = self.zygote.wait(prepared.pid)  # and whatever it left running is killed with it
         wait_status, cpu = ended.status, ended.cpu_seconds
+        if group is not None and killed_for is None and not timed_out and group.oom_kills():
+            killed_for = ("memory-cgroup", cgroup_limit)  # the kernel ended a process of it at the limit
         phases["reaped"] = time.monotonic() - start
         prepared.pid = 0
         phases["leftovers_killed"] = time.monotonic() - start
@@ -324,17 +355,20 @@ class Worker:
         else:
             exit_code = os.WEXITSTATUS(wait_status)
         stderr = render_output(bytes(err.kept), err.total, err.limit)
-        note = limit_note(*killed_for, limits, self.config.tmp_size_mb) if killed_for else signal_note(term_signal, timed_out)
+        if killed_for is not None and killed_for[0] == "memory-cgroup":
+            note = f"Killed: the program's processes reached memory_limit_MB={limits.memory_limit_mb} (the kernel's memory cgroup of the execution stopped them)"
+        else:
+            note = limit_note(*killed_for, limits, self.config.tmp_size_mb) if killed_for else signal_note(term_signal, timed_out)
         if note:
             stderr += ("" if not stderr or stderr.endswith("\n") else "\n") + note + "\n"
-        memory_error = (killed_for is not None and killed_for[0] == "memory") or (exit_code == 1 and b"MemoryError" in bytes(err.kept[-300:]))
+        memory_error = (killed_for is not None and killed_for[0] in ("memory", "memory-cgroup")) or (exit_code == 1 and b"MemoryError" in bytes(err.kept[-300:]))
         return {
             "type": "result",
             "exit_code": exit_code,
             "signal": term_signal,
             "timed_out": timed_out,
             "memory_error": memory_error,
-            "limit_exceeded": killed_for[0] if killed_for else None,
+            "limit_exceeded": ("memory" if killed_for[0] == "memory-cgroup" else killed_for[0]) if killed_for else None,
             "stdout": render_output(bytes(out.kept), out.total, out.limit),
             "stderr": stderr,
             "execution_time": elapsed,
@@ -342,6 +376,32 @@ class Worker:
             "output_truncated": out.total > len(out.kept) or err.total > len(err.kept),
             "phases": {name: round(seconds * 1000, 2) for name, seconds in phases.items()},
         }
+
+    def _cgroup_bytes(self, memory_mb: int, baseline_kib: int) -> int:
+        """An execution's cgroup limit: its memory limit, the warm interpreter's pages it copies on
+        write (the watch's baseline), and, with a private /tmp, that tmpfs's pages (bounded by the
+        scratch quota itself)."""
+        scratch_mb = self.config.tmp_size_mb if self.plan.private_tmp else 0
+        return ((memory_mb + scratch_mb) << 20) + baseline_kib * 1024
+
+    def _join_cgroup(self, pid: int, memory_bytes: int, pids_max: int) -> cgroups.Execution | None:
+        """The execution's own cgroups, with ``pid`` in them; None without the layer or when the kernel
+        refused this once (logged: the watch still limits the execution)."""
+        if self.cgroups is None:
+            return None
+        try:
+            group = self.cgroups.execution(next(self._cgroup_names), memory_bytes, pids_max)
+        except cgroups.CgroupError as exc:
+            logger.warning("no cgroup for this execution: %s", exc)
+            return None
+        try:
+            group.attach(pid)
+        except cgroups.CgroupError as exc:
+            logger.warning("no cgroup for this execution: %s", exc)
+            with contextlib.suppress(cgroups.CgroupError):
+                group.remove()
+            return None
+        return group
 
     def _inspect(self, read: Callable[[], int]) -> int:
         """Read the execution's /proc files as its own uid when it has one (no CAP_SYS_PTRACE needed)."""

@@ -12,6 +12,7 @@ import asyncio
 import os
 import random
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -183,10 +184,9 @@ async def test_a_directory_made_unreadable_still_counts_against_the_scratch_quot
 
 
 EXEC_CHILDREN = """
-import os, subprocess, sys
+import subprocess
 hold = "b = bytearray(40 << 20)\\nfor i in range(0, len(b), 4096):\\n    b[i] = 1\\nimport time\\ntime.sleep(4)\\n"
-# the interpreter itself, not the checkout's .venv link: with a private /tmp (k8s-userns) a checkout under /tmp is hidden
-python = os.path.realpath(sys.executable)
+python = {python!r}
 children = [subprocess.Popen([python, "-c", hold]) for _ in range(8)]
 for child in children:
     child.wait()
@@ -195,7 +195,9 @@ print("8 x 40 MB held")
 
 
 async def test_processes_that_exec_count_whole_against_the_memory_limit(pod: RunningServer) -> None:
-    attacker, _, _ = await attack_with_victim(pod, EXEC_CHILDREN, memory_mb=128)
+    # The interpreter itself, resolved here: the checkout's .venv link may sit under /tmp, which the
+    # sandbox's private /tmp (k8s-userns) hides from the execution.
+    attacker, _, _ = await attack_with_victim(pod, EXEC_CHILDREN.format(python=os.path.realpath(sys.executable)), memory_mb=128)
     assert attacker["status"] == "Failed" and "held" not in out(attacker), attacker
     assert "memory" in err(attacker), attacker
 
