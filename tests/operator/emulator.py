@@ -180,14 +180,18 @@ def write_kubeconfig(path: Path, server: str) -> Path:
 class ObserverClient(KubeClient):
     """The test's own client: same code paths, but marked so its requests are not the operator's."""
 
-    async def _get_session(self) -> Any:
-        if self._session is None or self._session.closed:
-            # No keep-alive: a pooled connection sometimes stalls on its first request after an
-            # operator in the same loop stops (kmock's server side); a fresh one never does.
-            self._session = aiohttp.ClientSession(
-                base_url=self._creds.server, headers={"User-Agent": TEST_AGENT}, connector=aiohttp.TCPConnector(force_close=True), timeout=aiohttp.ClientTimeout(total=10)
-            )
-        return self._session
+    def __init__(self, creds: Credentials, **kwargs: Any):
+        super().__init__(creds, timeout=10.0, **kwargs)
+
+    def _new_api(self) -> Any:
+        api = super()._new_api()
+        api.user_agent = TEST_AGENT
+        # No keep-alive: a pooled connection sometimes stalls on its first request after an
+        # operator in the same loop stops (kmock's server side); a fresh one never does.
+        pooled = api.rest_client.pool_manager
+        api.rest_client.pool_manager = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
+        asyncio.get_running_loop().create_task(pooled.close())  # unused: no connection was opened on it
+        return api
 
 
 @contextlib.asynccontextmanager
