@@ -152,6 +152,27 @@ MUTATIONS: tuple[Mutation, ...] = (
         'action.add_argument("--s3-endpoint-url", help="S3-compatible endpoint (default: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, else AWS)")',
         ("tests/docs/test_doc_reference.py",),
     ),
+    Mutation(
+        "the operator's API client keeps a token until a 401 (no re-read when the kubelet rotates the file)",
+        "operator/retool_operator/kube.py",
+        "if force or stamp != self._stamp:",
+        "if force or self._stamp is None:",
+        ("tests/operator/test_token_rotation.py",),
+    ),
+    Mutation(
+        "the operator's API client retries no 401 with a re-read token",
+        "operator/retool_operator/kube.py",
+        "if err.status == 401 and attempt == 1 and self._creds.token_path:",
+        "if False:",
+        ("tests/operator/test_token_rotation.py",),
+    ),
+    Mutation(
+        "the operator's API client follows proxy variables kopf was told to ignore",
+        "operator/retool_operator/kube.py",
+        "self.rest_client.pool_manager = aiohttp.ClientSession(connector=connector, trust_env=trust_env, read_bufsize=2**21)",
+        "self.rest_client.pool_manager = aiohttp.ClientSession(connector=connector, trust_env=True, read_bufsize=2**21)",
+        ("tests/operator/test_kube_client.py",),
+    ),
 )
 
 
