@@ -147,7 +147,6 @@ class Credentials:
     token: str | None = None
     scheme: str | None = None
     ca_path: str | None = None
-    ca_data: bytes | None = None
     insecure: bool = False
     cert_path: str | None = None
     key_path: str | None = None
@@ -182,26 +181,24 @@ def pem_file(data: bytes) -> str:
 
 
 def credentials_from(info: Any) -> Credentials:
-    """From kopf's ConnectionInfo (certificate data is written to private temporary files for ssl)."""
+    """From kopf's ConnectionInfo (CA, certificate and key data are written to private temporary files for ssl)."""
 
     def as_file(path: Any, data: Any) -> str | None:
         if path:
             return str(path)
         return pem_file(data if isinstance(data, bytes) else data.encode()) if data else None
 
-    ca = info.ca_data
     return Credentials(
         server=info.server.rstrip("/"),
         token=info.token,
         scheme=info.scheme,
-        ca_path=str(info.ca_path) if info.ca_path else None,
-        ca_data=(ca if isinstance(ca, bytes) else ca.encode()) if ca else None,
+        ca_path=as_file(info.ca_path, info.ca_data),
         insecure=bool(info.insecure),
         cert_path=as_file(info.certificate_path, info.certificate_data),
         key_path=as_file(info.private_key_path, info.private_key_data),
         token_path=token_file_for(info.token),
-        proxy=getattr(info, "proxy_url", None),
-        trust_env=bool(getattr(info, "trust_env", False)),
+        proxy=info.proxy_url,
+        trust_env=bool(info.trust_env),
     )
 
 
@@ -243,7 +240,7 @@ def configuration_for(creds: Credentials, tokens: TokenSource, *, concurrency: i
     """kubernetes_asyncio's Configuration for kopf's login: server, TLS, bearer token and its refresh."""
     config = Configuration(host=creds.server)
     config.verify_ssl = not creds.insecure
-    config.ssl_ca_cert = creds.ca_path or (pem_file(creds.ca_data) if creds.ca_data else None)
+    config.ssl_ca_cert = creds.ca_path
     config.cert_file, config.key_file = creds.cert_path, creds.key_path
     config.connection_pool_maxsize = concurrency
     config.proxy = creds.proxy
