@@ -137,17 +137,26 @@ def uv_binary() -> str:
     return find_uv_bin()
 
 
+def uv_environment() -> dict[str, str]:
+    """This process's environment without the pip/uv settings and venv that would change what uv resolves."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_", "VIRTUAL_ENV"))}
+
+
+def uv_cache_dir() -> str:
+    return str(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"), "retool-uv"))
+
+
 def resolve(image: str, target: Target, date: str, constraints: Path | None = None) -> str:
     """The locked set for one target: ``name==version`` lines, sorted (uv's output without its header)."""
     base = (constraints.parent if constraints is not None else IMAGES / image) / "base.in"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_", "VIRTUAL_ENV"))}
+    env = uv_environment()
     with tempfile.TemporaryDirectory() as tmp:
         ours = Path(tmp, "project.in")
         ours.write_text("\n".join(project_requirements()) + "\n")
         args = [
             uv_binary(), "pip", "compile", "--no-config", "--quiet", "--no-header", "--annotation-style", "line",
             "--python-version", target.python, "--python-platform", target.platform, "--exclude-newer", date,
-            "--cache-dir", str(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"), "retool-uv")),
+            "--cache-dir", uv_cache_dir(),
             str(base), str(ours),
         ]  # fmt: skip
         if constraints is not None:

@@ -10,7 +10,7 @@ image runs is imported with every other installed distribution hidden, its metad
 
 from __future__ import annotations
 
-import os
+import functools
 import subprocess
 import sys
 import tempfile
@@ -96,24 +96,24 @@ IMAGES = {
 }
 
 
-def image_distributions(extra: str) -> set[str]:
+@functools.cache
+def image_distributions(extra: str) -> frozenset[str]:
     """The distributions pip installs for an image: the project's dependencies and the image's extra."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     requirements = [*project["dependencies"], *project["optional-dependencies"][extra]]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_", "VIRTUAL_ENV"))}
     with tempfile.TemporaryDirectory() as tmp:
-        inputs = Path(tmp, "operator.in")
+        inputs = Path(tmp, f"{extra}.in")
         inputs.write_text("\n".join(requirements) + "\n")
         result = subprocess.run(
             [lock.uv_binary(), "pip", "compile", "--no-config", "--quiet", "--no-header", "--no-annotate", "--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_28",
-             "--cache-dir", str(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"), "retool-uv")), str(inputs)],
-            capture_output=True, text=True, env=env, timeout=600, check=False,
+             "--cache-dir", lock.uv_cache_dir(), str(inputs)],
+            capture_output=True, text=True, env=lock.uv_environment(), timeout=600, check=False,
         )  # fmt: skip
-    assert result.returncode == 0, f"resolving the operator extra failed:\n{result.stderr[-3000:]}"
-    return {"retool"} | {lock.canonical(line.split("==", 1)[0]) for line in result.stdout.splitlines() if "==" in line}
+    assert result.returncode == 0, f"resolving the {extra} extra failed:\n{result.stderr[-3000:]}"
+    return frozenset({"retool"} | {lock.canonical(line.split("==", 1)[0]) for line in result.stdout.splitlines() if "==" in line})
 
 
-def import_with_only(image: str, distributions: set[str]) -> subprocess.CompletedProcess:
+def import_with_only(image: str, distributions: frozenset[str]) -> subprocess.CompletedProcess:
     _, package, later, then, drop_tests = IMAGES[image]
     argv = [sys.executable, "-c", BLOCKER, ",".join(sorted(distributions)), package, ",".join(later), then, "drop-tests" if drop_tests else "keep"]
     return subprocess.run(argv, capture_output=True, text=True, env=repo_env(), cwd=REPO, timeout=300, check=False)
