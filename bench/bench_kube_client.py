@@ -27,6 +27,8 @@ sys.path[:0] = [str(REPO), str(REPO / "operator")]
 from kubernetes_asyncio.client import ApiClient  # noqa: E402
 from retool_operator import kube  # noqa: E402
 
+from tests.conftest import free_port  # noqa: E402
+
 ENV = [{"name": f"E{i}", "value": "v" * 20} for i in range(30)]
 PATCH = {"metadata": {"labels": {f"k{i}": "v" for i in range(10)}}, "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "c", "image": "i", "env": ENV}]}}}}
 
@@ -66,9 +68,7 @@ async def measure(client: kube.KubeClient, rounds: int) -> float:
 
 
 async def main(rounds: int) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     server = subprocess.Popen([sys.executable, "-c", SERVER, str(port)])
     try:
         for _ in range(100):
