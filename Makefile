@@ -24,8 +24,8 @@ help: ## list the targets
 
 install: $(STAMP) ## create .venv with everything the tests need (idempotent)
 
-# torch first, pinned to the CPU build this machine provides: verl's dependencies would otherwise
-# pull a multi-GB CUDA build.
+# torch first, pinned: verl's dependencies would otherwise resolve whatever torch is newest. PyPI serves
+# only the CUDA build for Linux (2.13.0+cu130, ~4 GB, kept in pip's cache); the tests run it on CPU.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip

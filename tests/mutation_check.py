@@ -84,7 +84,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "an unreachable MLflow raises a bare RuntimeError that names neither server nor action",
         "retool/tracking/_client.py",
-        "raise TrackingError(f\"MLflow at {tracking_uri or '<default>'}: {action} failed: {exc}\") from exc",
+        "raise TrackingError(f\"MLflow at {where} is unreachable ({reason}): {action} failed\") from exc",
         "raise RuntimeError(str(exc)) from exc",
         ("tests/operator/test_tracking.py::test_unreachable_mlflow_raises_for_the_caller_to_wait",),
     ),

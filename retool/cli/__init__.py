@@ -10,6 +10,10 @@ import sys
 from collections.abc import Sequence
 
 from retool.cli.inputs import InputError
+from retool.version import version_line
+
+BUG_EXIT_CODE = 70
+"""sysexits' EX_SOFTWARE: an exception no command expected, i.e. a bug in retool (docs/cli.md)."""
 
 # Modules under retool.cli, each defining register(subparsers) that adds one sub-command.
 COMMANDS: tuple[str, ...] = (
@@ -30,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="ReTool platform: validate and render RetoolRuns, run the sandbox, prepare data, preflight a run.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--version", action="version", version=version_line(), help="print the version (quote it when you report a bug) and exit")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
         try:
@@ -126,6 +131,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ModuleNotFoundError as err:  # a command whose extra is not installed in this image
         print(_needs_extra(args.command, err), file=sys.stderr)
         return 2
+    except Exception:  # a bug: the traceback, then what a report needs
+        import traceback
+
+        traceback.print_exc()
+        print(f"{getattr(args, 'command_path', 'retool')}: unexpected error: this is a bug in {version_line()}; please report it with the lines above", file=sys.stderr)
+        return BUG_EXIT_CODE
 
 
 if __name__ == "__main__":

@@ -17,15 +17,47 @@ import contextlib
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
-COMMAND_LINE_HTTP_POLICY = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
-"""MLflow's HTTP policy for a command a person waits on: MLflow's defaults (7 retries, 120 s) spend four
-minutes on a mistyped URL before saying so; two retries say it in seconds and still ride out a blip."""
+COMMAND_LINE_HTTP_POLICY = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
+"""MLflow's HTTP policy for a command a person waits on: MLflow's defaults (7 retries, 120 s, backoff
+factor 2) spend four minutes on a mistyped URL before saying so; two retries one and two seconds apart
+say it in a few seconds and still ride out a blip."""
+
+_UNREACHABLE = (
+    ("Connection refused", "connection refused"),
+    ("Name or service not known", "host not found"),
+    ("nodename nor servname", "host not found"),
+    ("Temporary failure in name resolution", "host not found"),
+    ("No route to host", "no route to host"),
+    ("Network is unreachable", "network unreachable"),
+    ("timed out", "no answer in time"),
+    ("Connection reset", "connection reset"),
+)
 
 
 def fail_fast(environ: MutableMapping[str, str]) -> None:
-    """Use ``COMMAND_LINE_HTTP_POLICY`` unless the user set MLflow's variables."""
+    """Use ``COMMAND_LINE_HTTP_POLICY`` unless the user set MLflow's variables, and keep urllib3's
+    per-retry warnings off a person's terminal: the one line that matters is ``TrackingError``'s."""
+    import logging
+
     for key, value in COMMAND_LINE_HTTP_POLICY.items():
         environ.setdefault(key, value)
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+
+
+def unreachable_reason(exc: BaseException) -> str | None:
+    """Why the server could not be reached ("connection refused", "host not found", ...), read from
+    the chain of ``exc`` (MLflow raises its own exception inside the handler of requests' one, so the
+    transport error is its ``__context__``), or None when the server answered."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        text = str(current)
+        for needle, reason in _UNREACHABLE:
+            if needle in text:
+                return reason
+        current = current.__cause__ or current.__context__
+    return None
 
 
 class TrackingError(RuntimeError):
@@ -49,7 +81,11 @@ def reported(tracking_uri: str | None, action: str) -> Iterator[None]:
     try:
         yield
     except (MlflowException, RequestException, OSError) as exc:
-        raise TrackingError(f"MLflow at {tracking_uri or '<default>'}: {action} failed: {exc}") from exc
+        where = tracking_uri or "<default>"
+        reason = unreachable_reason(exc)
+        if reason is not None:  # one readable line, not urllib3's 300-character retry report
+            raise TrackingError(f"MLflow at {where} is unreachable ({reason}): {action} failed") from exc
+        raise TrackingError(f"MLflow at {where}: {action} failed: {exc}") from exc
 
 
 def is_resource_exists(exc: BaseException) -> bool:

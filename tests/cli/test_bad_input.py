@@ -243,3 +243,21 @@ def test_a_sandbox_whose_port_is_taken_exits_with_its_documented_status(tmp_path
         )  # fmt: skip
     assert "Traceback" not in proc.stderr and "address already in use" in proc.stderr
     assert proc.returncode in exit_codes_of(("sandbox", "serve"), EXIT_CODES) - {0}, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("argv", "reason"),
+    [
+        (["compare", "run-a", "--tracking-uri", "http://127.0.0.1:9"], "connection refused"),
+        (["compare", "run-a", "--tracking-uri", "http://retool-no-such-host.invalid:5000"], "host not found"),
+    ],
+    ids=["nothing listens on the port", "the host name does not resolve"],
+)
+def test_an_unreachable_tracker_is_one_line_saying_why(argv: list[str], reason: str, tmp_path: Path) -> None:
+    """No urllib3 retry warnings and no 300-character transport report: one line naming the server and why."""
+    proc = subprocess.run([sys.executable, "-m", "retool.cli", *argv], cwd=tmp_path, env=repo_env(), capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("retool compare: MLflow at ") and f"is unreachable ({reason})" in lines[0], lines[0]
+    assert len(lines[0]) < 160, lines[0]
+    assert proc.returncode == 1

@@ -48,5 +48,5 @@ async def test_unreachable_mlflow_raises_for_the_caller_to_wait(monkeypatch: pyt
     factory = parent_run_factory()
     assert factory is not None
     uri = f"http://127.0.0.1:{free_port()}"
-    with pytest.raises(TrackingError, match=re.escape(f"MLflow at {uri}: finding experiment 'ml/demo' failed: ") + ".*Connection refused"):
+    with pytest.raises(TrackingError, match=re.escape(f"MLflow at {uri} is unreachable (connection refused): finding experiment 'ml/demo' failed") + "$"):
         await ensure_parent_run(run_of(), uri, factory, timeout=5)
