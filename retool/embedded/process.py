@@ -35,6 +35,22 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def session_cpu_seconds(session: int) -> float:
+    """User + system CPU time of every live process in ``session`` (a server started with
+    ``start_new_session`` and the workers it forked), from ``/proc/PID/stat``; 0 off Linux."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    total = 0
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = entry.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):  # the process ended while we looked
+            continue
+        # after "(comm)": state, ppid, pgrp, session, ..., utime (11), stime (12), cutime (13), cstime (14)
+        if len(fields) > 14 and int(fields[3]) == session:
+            total += sum(int(f) for f in fields[11:15])
+    return total / tick
+
+
 def log_tail(path: Path, lines: int = 20) -> str:
     """The last lines of a log file, for error messages (empty when there is none)."""
     if not path.exists():
@@ -54,6 +70,10 @@ class ManagedServer:
     env: dict[str, str] | None = None
     cwd: Path | None = None
     start_timeout_s: float = 120.0
+    """CPU seconds the server's processes may spend before answering (a loaded machine gives them
+    fewer per second of wall time, so a wall-clock limit trips on load, not on a broken server)."""
+    start_wall_limit_s: float | None = None
+    """Wall-clock backstop for a server that hangs without using CPU; default max(600, 5 x start_timeout_s)."""
     stop_grace_s: float = 10.0
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
 
@@ -92,10 +112,12 @@ class ManagedServer:
 
     def _wait_ready(self) -> None:
         assert self._proc is not None
-        deadline = time.monotonic() + self.start_timeout_s
+        wall_limit = self.start_wall_limit_s or max(600.0, 5 * self.start_timeout_s)
+        deadline = time.monotonic() + wall_limit
         last_error = "no answer yet"
+        used = 0.0
         with httpx.Client(timeout=2.0) as client:
-            while time.monotonic() < deadline:
+            while time.monotonic() < deadline and used < self.start_timeout_s:
                 code = self._proc.poll()
                 if code is not None:
                     raise ServerStartError(f"{self.name} exited with code {code} before it was ready; log {self.log_path}:\n{log_tail(self.log_path)}")
@@ -107,9 +129,9 @@ class ManagedServer:
                 except httpx.HTTPError as exc:
                     last_error = type(exc).__name__
                 time.sleep(0.25)
-        raise ServerStartError(
-            f"{self.name} did not answer {self.ready_url} within {self.start_timeout_s:.0f}s ({last_error}); log {self.log_path}:\n{log_tail(self.log_path)}"
-        )
+                used = session_cpu_seconds(self._proc.pid)
+        within = f"{self.start_timeout_s:.0f} CPU seconds" if used >= self.start_timeout_s else f"{wall_limit:.0f}s (it used {used:.1f} CPU seconds)"
+        raise ServerStartError(f"{self.name} did not answer {self.ready_url} within {within} ({last_error}); log {self.log_path}:\n{log_tail(self.log_path)}")
 
     def stop(self) -> None:
         """Stop the whole process group: SIGTERM, then SIGKILL after the grace period. Idempotent."""

@@ -16,8 +16,6 @@ from retool.runtime.context import StageContext
 from retool.spec.validate import parse_run
 from tests.conftest import EXAMPLES, repo_env
 
-pytest.importorskip("verl")
-
 
 @pytest.mark.parametrize("stage", ["rl", "eval"])
 def test_the_rendered_command_composes_as_a_hydra_program_on_verls_config(stage: str) -> None:

@@ -39,6 +39,12 @@ def _workload_of(kube: Cluster, namespace: str, job: str) -> dict:
                  if any(r.get("name") == job for r in w["metadata"].get("ownerReferences", []))), {})
 
 
+def _pending(workload: dict) -> str | None:
+    """Kueue's message when it evaluated the Workload and reserved no quota (QuotaReserved False, reason Pending)."""
+    return next((c.get("message") or "pending" for c in workload.get("status", {}).get("conditions", [])
+                 if c["type"] == "QuotaReserved" and c["status"] == "False" and c.get("reason") == "Pending"), None)
+
+
 def _admitted(workload: dict) -> bool:
     return any(c["type"] == "Admitted" and c["status"] == "True" for c in workload.get("status", {}).get("conditions", []))
 
@@ -62,7 +68,9 @@ def test_a_stage_beyond_the_queues_quota_stays_queued_and_says_so(kube: Cluster,
     workload = eventually("Kueue's Workload", lambda: _workload_of(kube, namespace, "waits-prepare-1"))
     stage = kube.wait_stage("waits", namespace, "prepare", "Queued")
     assert "small" in (stage.get("message") or ""), stage
-    time.sleep(3)
+    # Kueue's verdict, not a pause: it reserves no quota and says why (QuotaReserved=False, reason Pending).
+    verdict = eventually("Kueue's pending verdict on the Workload", lambda: _pending(_workload_of(kube, namespace, "waits-prepare-1")))
+    assert "small" in verdict or "quota" in verdict.lower() or "insufficient" in verdict.lower(), verdict
     assert not _admitted(_workload_of(kube, namespace, "waits-prepare-1")), workload
     assert kube.get("job", "waits-prepare-1", namespace)["spec"]["suspend"] is True
     assert not kube.pods_of_job("waits-prepare-1", namespace)
@@ -169,7 +177,6 @@ def test_nvidia_stage_pods_are_admitted_under_pod_security_restricted(kube: Clus
     _label_namespace(kube, namespace, "pod-security.kubernetes.io/enforce=restricted")
     assert kube.apply(run_manifest("restricted", namespace)).returncode == 0
     eventually("the prepare Job", lambda: kube.get("job", "restricted-prepare-1", namespace))
-    time.sleep(2)
-    assert not _failed_create(kube, namespace, "restricted-prepare-1")
     kube.wait_stage("restricted", namespace, "prepare", "Running")
     assert kube.pods_of_job("restricted-prepare-1", namespace)
+    assert not _failed_create(kube, namespace, "restricted-prepare-1")  # read after the pod exists: a refusal would have come first

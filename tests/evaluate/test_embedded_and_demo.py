@@ -54,13 +54,33 @@ def test_server_that_never_gets_ready_is_stopped_with_its_children(tmp_path):
         base_url=f"http://127.0.0.1:{free_port()}",
         ready_path="/health",
         log_path=tmp_path / "silent.log",
-        start_timeout_s=3,
+        start_timeout_s=60,
+        start_wall_limit_s=3,
         stop_grace_s=5,
     )
-    with pytest.raises(ServerStartError, match=r"did not answer .*/health within 3s"):
+    with pytest.raises(ServerStartError, match=r"did not answer .*/health within 3s \(it used \d+\.\d CPU seconds\)"):
         server.start()
     assert child_pid_file.exists()
     assert gone(int(child_pid_file.read_text()))
+
+
+def test_a_server_that_spins_without_answering_is_stopped_after_its_cpu_budget_not_a_wall_clock(tmp_path):
+    """The start limit counts the CPU the server's processes used, so a loaded machine (fewer CPU
+    seconds per second) does not trip it, while a server that only burns CPU still fails."""
+    spin = "import os\nif os.fork() == 0:\n    while True: pass\nwhile True: pass\n"
+    server = ManagedServer(
+        name="spinning",
+        argv=[sys.executable, "-c", spin],
+        base_url=f"http://127.0.0.1:{free_port()}",
+        ready_path="/health",
+        log_path=tmp_path / "spinning.log",
+        start_timeout_s=2,
+        start_wall_limit_s=300,
+        stop_grace_s=5,
+    )
+    with pytest.raises(ServerStartError, match=r"did not answer .*/health within 2 CPU seconds"):
+        server.start()
+    assert not server.running()
 
 
 @pytest.mark.slow

@@ -32,7 +32,6 @@ from tests.operator.helpers import CONFIG, run_of
 from tests.ray.head import ray_head
 
 pytestmark = pytest.mark.slow
-ray = pytest.importorskip("ray")
 
 DEVICES = 2
 HANG_SECONDS = 20

@@ -140,6 +140,15 @@ def test_concurrent_calls_from_a_thread_pool_agree_with_sequential_ones() -> Non
     assert results == [c.correct for c in cases]
 
 
+def _children(pid: int) -> set[int]:
+    """The live children of ``pid`` (the kernel's list for its main thread; a reaped child has left it)."""
+    try:
+        listed = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except FileNotFoundError:
+        return set()
+    return {int(child) for child in listed if _alive(int(child))}
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -232,9 +241,13 @@ def test_a_worker_that_died_while_idle_is_replaced_and_the_answer_is_still_grade
 @pytest.mark.slow
 def test_an_executor_killed_while_idle_is_replaced_and_the_answer_is_still_graded_right(pool: SymbolicPool) -> None:
     assert pool.compare("x+x", "2x", timeout_s=60.0) is True
-    executor = pool._idle[0].executor_pid
+    zygote, executor = pool._idle[0].proc.pid, pool._idle[0].executor_pid
     _kill_quietly(executor)
-    time.sleep(0.3)  # the zygote notices and forks the next executor, which announces itself
+    # the zygote notices and forks the next executor: wait for that child, not for a fixed time
+    deadline = time.monotonic() + 30
+    while not (_children(zygote) - {executor}) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _children(zygote) - {executor}, "the zygote forked no new executor in 30 s"
     assert pool.compare("2\\sqrt{2}", "\\sqrt{8}", timeout_s=60.0) is True
     assert pool._idle[0].executor_pid not in (None, executor)
     assert pool._busy == 0

@@ -21,24 +21,20 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from mlflow import MlflowClient
+from verl.trainer.main_ppo import create_rl_dataset
+from verl.workers.rollout.replica import TokenOutput
 
 from retool.data.schema import RL_SCHEMA, rl_row
+from retool.preflight.agent import InProcessRollout
+from retool.preflight.trainer import RecordingRollout, build_trainer, training_step
+from retool.preflight.verl_config import compose_stage, preflight_overrides, stage_files
 from retool.recipe.render.stages import render_stage
+from retool.recipe.verl_plugins.trainer import RetoolPPOTrainer
 from retool.runtime.context import StageContext
 from retool.spec.validate import parse_run
 from tests.conftest import EXAMPLES
 from tests.preflight.conftest import qwen_tokenizer, sandbox  # noqa: F401  (session fixtures)
 from tests.tracking.conftest import MLflowServer
-
-pytest.importorskip("verl")
-
-from verl.trainer.main_ppo import create_rl_dataset
-from verl.workers.rollout.replica import TokenOutput
-
-from retool.preflight.agent import InProcessRollout
-from retool.preflight.trainer import RecordingRollout, build_trainer, training_step
-from retool.preflight.verl_config import compose_stage, preflight_overrides, stage_files
-from retool.recipe.verl_plugins.trainer import RetoolPPOTrainer
 
 MAX_TURNS = 3
 
