@@ -145,3 +145,24 @@ def test_the_first_call_position_is_where_the_call_begins(scenario: str, qwen_to
     assert rollout.record["first_call_at"] == before
     assert rollout.record["response_tokens"] == len(rollout.output.response_ids)
     assert rollout.record["code_lines"] == [code_lines(t.code) for t in turns if t.code is not None]
+
+
+def test_a_template_without_a_readable_turn_end_keeps_verls_sequence(qwen_tokenizer: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A template that rewrites assistant content gives no end of turn to put back: the loop warns and appends as verl does."""
+    from omegaconf import open_dict
+    from verl.utils import hf_tokenizer
+
+    from retool.recipe.verl_plugins.agent_loop import RetoolToolAgentLoop
+
+    tokenizer = hf_tokenizer(qwen_tokenizer)
+    tokenizer.chat_template = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content | upper }}<|im_end|>\n{% endfor %}"
+    config = loop_config(tmp_path / "unused.yaml")
+    with open_dict(config):
+        config.actor_rollout_ref.rollout.multi_turn.tool_config_path = None
+    RetoolToolAgentLoop._class_initialized = False
+    try:
+        RetoolToolAgentLoop.init_class(config, tokenizer, None)
+        assert RetoolToolAgentLoop.turn_end == []
+    finally:
+        RetoolToolAgentLoop._class_initialized = False
+    assert "does not render an assistant message's content verbatim" in caplog.text

@@ -26,6 +26,7 @@ It is registered under verl's own name ``tool_agent`` through ``rollout.agent.ag
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any, ClassVar
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
@@ -35,6 +36,8 @@ from verl.tools.schemas import ToolResponse
 
 from retool.recipe.dynamics import MALFORMED, RECORD_KEY, code_lines, tool_record
 from retool.recipe.turns import call_start, missing_turn_end, turn_end_ids
+
+logger = logging.getLogger(__name__)
 
 MAX_OUTPUT_LINE_CHARS = 200
 
@@ -67,7 +70,11 @@ class RetoolToolAgentLoop(ToolAgentLoop):
         initialized = cls._class_initialized
         super().init_class(config, tokenizer, processor, **kwargs)
         if not initialized:
-            cls.turn_end = turn_end_ids(tokenizer, **cls.apply_chat_template_kwargs)
+            try:
+                cls.turn_end = turn_end_ids(tokenizer, **cls.apply_chat_template_kwargs)
+            except ValueError as exc:  # a template we cannot read the end of a turn from: verl's sequence, unchanged
+                logger.warning("tool turns follow the model's last token as verl 0.6.1 appends them: %s", exc)
+                cls.turn_end = []
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
