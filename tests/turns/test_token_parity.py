@@ -166,3 +166,28 @@ def test_a_template_without_a_readable_turn_end_keeps_verls_sequence(qwen_tokeni
     finally:
         RetoolToolAgentLoop._class_initialized = False
     assert "does not render an assistant message's content verbatim" in caplog.text
+
+
+def test_the_separator_counts_against_the_response_budget_as_verl_counts_a_tool_turn(qwen_tokenizer: str, sandbox: str, tmp_path: Path) -> None:  # noqa: F811
+    """verl ends the rollout when a tool turn would reach ``response_length``; with the separator counted,
+    a budget one token short of first turn + separator + tool turn ends it there, one more lets it go on."""
+    from verl.utils import hf_tokenizer
+
+    tokenizer = hf_tokenizer(qwen_tokenizer)
+    turns = SCENARIOS["a call at token 0"]
+    tools = write_tool_config(tmp_path / "tools.yaml", sandbox)
+    model = ScriptedModel(tokenizer, turns)
+    full = run_agent_loop(tokenizer, loop_config(tools), model, PROMPT)
+    first = len(model.reply_ids(0))
+    mask = list(full.output.response_mask)
+    tool_turn = mask.index(1, first) - first  # separator + tool turn, all masked out
+    assert mask[:first] == [1] * first and tool_turn > 1
+
+    short = ScriptedModel(tokenizer, turns)
+    ended = run_agent_loop(tokenizer, loop_config(tools, response_length=first + tool_turn), short, PROMPT)
+    assert len(short.prompts) == 1, "the tool turn with its separator reaches response_length: the rollout ends after the first turn"
+    assert list(ended.output.response_ids) == model.reply_ids(0) and list(ended.output.response_mask) == [1] * first
+
+    enough = ScriptedModel(tokenizer, turns)
+    went_on = run_agent_loop(tokenizer, loop_config(tools, response_length=first + tool_turn + 1), enough, PROMPT)
+    assert len(enough.prompts) == 2 and list(went_on.output.response_mask[: first + tool_turn]) == mask[: first + tool_turn]
