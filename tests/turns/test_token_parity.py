@@ -191,3 +191,20 @@ def test_the_separator_counts_against_the_response_budget_as_verl_counts_a_tool_
     enough = ScriptedModel(tokenizer, turns)
     went_on = run_agent_loop(tokenizer, loop_config(tools, response_length=first + tool_turn + 1), enough, PROMPT)
     assert len(enough.prompts) == 2 and list(went_on.output.response_mask[: first + tool_turn]) == mask[: first + tool_turn]
+
+
+def test_verl_061_sft_dataset_cuts_a_qwen3_tool_turn_after_a_turn_without_reasoning(qwen_tokenizer: str, tmp_path: Path) -> None:
+    """The limit docs/recipe.md describes, pinned as verl 0.6.1 behaves: with Qwen3's template and a
+    reasoning-free assistant turn (the ReTool SFT layout), MultiTurnSFTDataset trains the turn with an
+    empty think block and cuts as many characters from the start of the tool turn after it. When a verl
+    upgrade fixes this, this test fails: turn the Qwen3 scenarios of the parity test to reasoning-free turns."""
+    from verl.utils import hf_tokenizer
+
+    tokenizer = hf_tokenizer(qwen_tokenizer)
+    turns = SCENARIOS["a call at token 0"]
+    messages = conversation(turns, [{"role": "tool", "content": "42"}])
+    text = tokenizer.decode(sft_ids(tokenizer, messages, tmp_path / "sft.parquet"))
+    empty_think = "<think>\n\n</think>\n\n"
+    assert f"<|im_start|>assistant\n{empty_think}<tool_call>" in text
+    assert "</tool_call><|im_end|>\n" + "<|im_start|>user\n<tool_response>\n42"[len(empty_think) :] in text
+    assert "<|im_start|>user\n<tool_response>" not in text
