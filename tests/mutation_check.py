@@ -173,6 +173,28 @@ MUTATIONS: tuple[Mutation, ...] = (
         "self.rest_client.pool_manager = aiohttp.ClientSession(connector=connector, trust_env=True, read_bufsize=2**21)",
         ("tests/operator/test_kube_client.py",),
     ),
+    # Named in issues 29 and 30.
+    Mutation(
+        "the agent loop appends a tool turn right after the model's <|im_end|> (verl 0.6.1's sequence, no newline)",
+        "retool/recipe/verl_plugins/agent_loop.py",
+        "separator = missing_turn_end(agent_data.prompt_ids[: before[0]], self.turn_end)",
+        "separator = []",
+        ("tests/turns/test_token_parity.py::test_rl_sft_and_eval_see_one_token_sequence",),
+    ),
+    Mutation(
+        "the first call's position is where the model's turn holding it ends",
+        "retool/recipe/verl_plugins/agent_loop.py",
+        "self._first_call_at = len(agent_data.response_mask) - len(turn) + (start if start is not None else 0)",
+        "self._first_call_at = len(agent_data.response_mask)",
+        ("tests/turns/test_token_parity.py::test_the_first_call_position_is_where_the_call_begins",),
+    ),
+    Mutation(
+        "the preflight reads data files without checking their rows' required fields",
+        "retool/preflight/fields.py",
+        "paths = [files] if isinstance(files, str) else [str(f) for f in files]",
+        "paths = []",
+        ("tests/preflight/test_failures.py::test_rl_rows_without_reward_model_are_a_data_finding_not_a_crash",),
+    ),
 )
 
 

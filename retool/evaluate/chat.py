@@ -61,9 +61,17 @@ class AssistantTurn:
 
     def message(self, calls: Sequence[ToolCall] | None = None) -> dict[str, Any]:
         """The assistant message to append to the conversation, with ``calls`` (default: all of its tool
-        calls); the API requires a tool message for every call the conversation carries."""
+        calls); the API requires a tool message for every call the conversation carries.
+
+        With calls, one trailing newline of the content is dropped: Qwen's chat templates (2.5 and 3)
+        write a newline between the content and the first ``<tool_call>``, and vLLM's hermes parser
+        leaves the one the model wrote there at the end of the content (the text before the call), so
+        sending it back would show the model ``\n\n<tool_call>`` in the next turn's prompt where it
+        generated (and RL trained on) ``\n<tool_call>``.
+        """
         calls = self.tool_calls if calls is None else calls
-        message: dict[str, Any] = {"role": "assistant", "content": self.content}
+        content = self.content.removesuffix("\n") if calls else self.content
+        message: dict[str, Any] = {"role": "assistant", "content": content}
         if calls:
             message["tool_calls"] = [call.message() for call in calls]
         return message
@@ -138,9 +146,7 @@ class ChatClient:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.AsyncClient(timeout=timeout_s, headers=headers, limits=httpx.Limits(max_connections=max_connections))
 
-    async def complete(
-        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], turn_index: int = 0, sample_index: int = 0
-    ) -> AssistantTurn:
+    async def complete(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], turn_index: int = 0, sample_index: int = 0) -> AssistantTurn:
         """One assistant turn. With a seed, sample k of a problem uses ``seed + k``: the n samples differ
         (an equal seed would make a deterministic server answer n times the same) and stay reproducible."""
         sampling = self.sampling

@@ -26,6 +26,8 @@ from verl.trainer.main_ppo import create_rl_dataset
 
 from retool.data.schema import AGENT_NAME, agent_name_for
 from retool.preflight.checks import CheckResult
+from retool.preflight.fields import files_problems
+from retool.preflight.fields import summary as fields_summary
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,13 @@ def load(config: DictConfig, tokenizer: Any, files: Any, *, is_train: bool) -> A
 
 
 def _load_for_recipe(check: str, config: DictConfig, tokenizer: Any, files: Any, scope: str, recipe: str, *, is_train: bool) -> tuple[CheckResult | None, Any, Any]:
-    """(failure, dataset, agents): the files name the recipe's agent loop and verl's create_rl_dataset loads them."""
+    """(failure, dataset, agents): every row has its required fields, the files name the recipe's agent
+    loop and verl's create_rl_dataset loads them."""
+    kind = "rl" if is_train else "eval"
+    problems, total = files_problems(files, kind)
+    if problems:
+        details = {"files": file_list(files), "field_problems": [str(p) for p in problems], "field_problem_count": total}
+        return CheckResult(check, scope, "failed", fields_summary(problems, total, kind), details), None, None
     mismatch, agents = agent_mismatch(files, recipe)
     if mismatch:
         return CheckResult(check, scope, "failed", mismatch, {"files": file_list(files), "agents": agents, "expected_agent": agent_name_for(recipe)}), None, agents

@@ -36,6 +36,8 @@ from verl.utils.dataset.multiturn_sft_dataset import convert_nested_value_to_lis
 
 from retool.preflight.checks import CheckResult
 from retool.preflight.episodes import trained_spans
+from retool.preflight.fields import files_problems
+from retool.preflight.fields import summary as fields_summary
 
 logger = logging.getLogger(__name__)
 
@@ -222,6 +224,10 @@ def check_row(dataset: Any, view: Any, index: int, tokenizer: Any, parser: Any |
 def check_sft(config: DictConfig, tokenizer: Any, *, tool_format: str | None, sample: int, max_truncated_fraction: float) -> tuple[CheckResult, Any]:
     """The ``sft-data`` check on the SFT stage's composed config; returns the result and verl's dataset (None if it did not load)."""
     data = config.data
+    problems, total = files_problems(data.train_files, "sft")
+    if problems:
+        details = {"file": str(data.train_files), "field_problems": [str(p) for p in problems], "field_problem_count": total}
+        return CheckResult("sft-data", "sft", "failed", fields_summary(problems, total, "sft"), details), None
     try:
         dataset = create_sft_dataset(data.train_files, data, tokenizer, max_samples=data.get("train_max_samples", -1))
         view = create_sft_dataset(data.train_files, untruncated_config(data), tokenizer, max_samples=data.get("train_max_samples", -1))

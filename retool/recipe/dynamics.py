@@ -12,14 +12,17 @@ timing"):
 - ``code_ratio``: share of responses that called the interpreter at least once.
 - ``calls_per_response/mean|max``: interpreter calls per response; ``hit_max_turns_ratio`` the share
   of responses the agent loop stopped because they reached ``maxTurns``.
-- ``code_lines_per_call/mean``: non-blank lines of code per call.
+- ``code_lines_per_response/mean``: non-blank lines of code a response runs, all its calls together,
+  over responses with a call (the paper's "code lines", a per-response figure);
+  ``code_lines_per_call/mean`` the same per call.
 - ``outcome/<success|error|timeout|sandbox_failure>/count`` and ``.../rate`` (per call): how the
   calls ended. ``error`` is the model's fault (an exception, bad arguments, a malformed call),
   ``sandbox_failure`` the platform's (overloaded, unreachable, sandbox error).
 - ``code_pass_rate/correct|incorrect``: share of calls that ran successfully, among the calls of
   correct (resp. incorrect) responses.
-- ``first_call_position/mean``: response tokens before the first call, as a fraction of the whole
-  response (lower = the model reaches for the tool earlier), over responses with a call.
+- ``first_call_position/mean``: response tokens before the first call *begins* (its ``<tool_call>``
+  token), as a fraction of the whole response (lower = the model reaches for the tool earlier), over
+  responses with a call: 0 for a response that opens with a call.
 - ``response_length/correct|incorrect/mean``: response tokens (with interpreter output) of correct
   and incorrect responses; ``correct_ratio`` the share of correct responses.
 
@@ -84,7 +87,7 @@ def tool_record(
 ) -> dict[str, Any]:
     """One response's record as the agent loop stores it (plain types: it travels through Ray and numpy).
 
-    ``first_call_at``: response tokens generated when the first call was made (None without calls);
+    ``first_call_at``: response tokens before the first call begins (None without calls);
     ``outputs``: the last line of each call's output, for the copied-answer signal of the reward watch;
     ``response_tokens``: the response's length as verl keeps it (so the trainer need not sum a mask).
     """
@@ -136,6 +139,9 @@ def reduce_dynamics(records: Sequence[Any], correct: Sequence[bool] | np.ndarray
     }
     if lines.size:
         metrics[f"{p}/code_lines_per_call/mean"] = float(lines.mean())
+    if with_calls.any():
+        per_response = np.fromiter((sum(r.get("code_lines", ())) for r, called in zip(recs, with_calls, strict=True) if called), dtype=np.float64)
+        metrics[f"{p}/code_lines_per_response/mean"] = float(per_response.mean())
     for name in OUTCOME_CLASSES:
         count = sum(1 for c in classes if c == name)
         metrics[f"{p}/outcome/{name}/count"] = float(count)

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from retool.evaluate.chat import EndpointError, Sampling, ToolCall, chat_request, completions_url, parse_completion
+from retool.evaluate.chat import AssistantTurn, EndpointError, Sampling, ToolCall, chat_request, completions_url, parse_completion
 from retool.evaluate.problems import ProblemFileError, load_problems, problem_from_row
 from retool.evaluate.tools import call_code
 
@@ -161,3 +161,17 @@ def test_load_problems_bad_files(tmp_path, name):
     (tmp_path / "rows.csv").write_text("a,b\n")
     with pytest.raises(ProblemFileError, match=name.split(".")[0]):
         load_problems(tmp_path / name)
+
+
+@pytest.mark.parametrize(
+    ("content", "calls", "sent"),
+    [
+        pytest.param("Let me compute.\n", True, "Let me compute.", id="the newline before a call is dropped: the template writes it back"),
+        pytest.param("Let me compute.\n\n", True, "Let me compute.\n", id="only one newline is dropped"),
+        pytest.param("", True, "", id="a call at the start of the turn"),
+        pytest.param("The answer is 4.\n", False, "The answer is 4.\n", id="an answer without a call is sent as written"),
+    ],
+)
+def test_the_assistant_message_sent_back_is_the_text_the_model_generated(content: str, calls: bool, sent: str) -> None:
+    tool_calls = (ToolCall(id="call_0", name="code_interpreter", arguments='{"code": "print(1)"}'),) if calls else ()
+    assert AssistantTurn(content=content, tool_calls=tool_calls).message()["content"] == sent

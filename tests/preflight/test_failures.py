@@ -320,3 +320,15 @@ def test_a_limit_that_ends_the_episode_after_the_tool_call_is_named(
     problems = " ".join(next(r for r in report.results if r.label == "rollout[eval]").details["problems"])
     assert reason in problems, problems
     assert "or a limit ended the episode" not in problems
+
+
+def test_rl_rows_without_reward_model_are_a_data_finding_not_a_crash(prepared: PreparedRun, qwen_tokenizer: str, sandbox: str, tmp_path: Path) -> None:
+    """The issue's case: RL rows without ``reward_model`` used to raise KeyError in ``first_prompts`` (exit 1, a traceback)."""
+    full = plan(spec_with(prepared), prepared.context(sandbox))
+    source = pq.read_table(full.commands["rl"].overrides["data.train_files"])
+    path = tmp_path / "train.parquet"
+    pq.write_table(source.drop_columns(["reward_model"]), path)
+    report = preflight(only(full, "rl", rl=overridden(full.commands["rl"], data__train_files=str(path))), qwen_tokenizer, tmp_path / "work")
+    assert f"{path} row 0: field reward_model is missing" in failed(report, "rl-data[rl]")
+    assert_exit(report, "rl-data")
+    assert "Traceback" not in (report.failure or "")

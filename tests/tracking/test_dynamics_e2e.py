@@ -45,7 +45,8 @@ def call(code: str) -> str:
 
 # question -> (truth, the assistant turns the scripted model says, in order)
 SCRIPTS: dict[str, tuple[str, list[str]]] = {
-    "Problem one: what is 6 times 7?": ("42", [call("print(6 * 7)"), "The interpreter says 42, so \\boxed{42}."]),
+    # Some thought before the call: the first call's position is where the call begins, after it.
+    "Problem one: what is 6 times 7?": ("42", ["Let me multiply the two numbers with code.\n" + call("print(6 * 7)"), "The interpreter says 42, so \\boxed{42}."]),
     "Problem two: what is 2 to the 10th?": ("1024", [call("x = 1 / 0"), call("x = 2 ** 10\nprint(x)"), "So \\boxed{1024}."]),
     "Problem three: how many primes below 10?": ("4", [call("while True:\n    pass"), "It ran too long; I guess \\boxed{3}."]),
     # Our reward reads a framebox as the answer; math-verify does not: the one disagreement of the step.
@@ -61,6 +62,7 @@ KNOWN = {
     "calls_per_response/max": 2.0,
     "hit_max_turns_ratio": 1 / 8,
     "code_lines_per_call/mean": (1 + 1 + 2 + 2) / 4,
+    "code_lines_per_response/mean": (1 + (1 + 2) + 2) / 3,
     "outcome/success/count": 2.0,
     "outcome/error/count": 1.0,
     "outcome/timeout/count": 1.0,
@@ -81,7 +83,7 @@ class ScriptServer:
         self.tokenizer = tokenizer
         self.turns: dict[str, int] = {}
         self.questions: dict[str, str] = {}
-        self.first_turn_tokens: dict[str, int] = {}
+        self.first_call_starts: dict[str, int] = {}
 
     async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: Any, image_data: Any = None) -> TokenOutput:
         if request_id not in self.questions:
@@ -92,8 +94,8 @@ class ScriptServer:
         self.turns[request_id] += 1
         text = SCRIPTS[question][1][index] + "<|im_end|>"
         ids = self.tokenizer.encode(text, add_special_tokens=False)
-        if index == 0:
-            self.first_turn_tokens[question] = len(ids)
+        if index == 0 and "<tool_call>" in text:
+            self.first_call_starts[question] = ids.index(self.tokenizer.convert_tokens_to_ids("<tool_call>"))
         return TokenOutput(token_ids=ids, log_probs=None)
 
 
@@ -162,8 +164,9 @@ def test_dynamics_of_scripted_rollouts_reach_mlflow_at_the_trainers_step(stage: 
     lengths = batch.batch["attention_mask"][:, prompt_length:].sum(-1).tolist()
     questions = [row["question"] for row in batch.non_tensor_batch["extra_info"]]
     correct = [SCRIPTS[q][0] in SCRIPTS[q][1][-1] for q in questions]
-    coded = [i for i, q in enumerate(questions) if SCRIPTS[q][1][0].startswith("<tool_call>")]
-    position = sum(server.first_turn_tokens[questions[i]] / lengths[i] for i in coded) / len(coded)
+    coded = [i for i, q in enumerate(questions) if "<tool_call>" in SCRIPTS[q][1][0]]
+    assert sorted(server.first_call_starts.values()) == [0, 0, len(tokenizer.encode("Let me multiply the two numbers with code.\n"))]
+    position = sum(server.first_call_starts[questions[i]] / lengths[i] for i in coded) / len(coded)
     expected = {
         **KNOWN,
         "first_call_position/mean": position,

@@ -9,6 +9,16 @@ tool), its lines of code, the response tokens generated before the first call, w
 stopped at ``maxTurns``, and the last line of each call's output. verl's ``_postprocess`` turns
 extra fields into ``non_tensor_batch`` columns, so the record reaches the trainer with the batch.
 
+The first call's position is where the call *begins*: response tokens before its ``<tool_call>``
+token (the paper's code invocation timing), not where verl's turn containing it ends.
+
+One change to the rollout's tokens, so that RL trains on the sequence SFT trained on and evaluation
+shows: verl 0.6.1 appends the tool turn right after the model's ``<|im_end|>``, without the newline
+Qwen's chat template writes there (:mod:`retool.recipe.turns`). This loop inserts what the model did
+not generate of the template's end of turn (``\n``; all of ``<|im_end|>\n`` after a turn cut short)
+before each tool turn, masked out like the tool turn itself, and counts it against
+``response_length`` as verl counts the tool turn.
+
 It is registered under verl's own name ``tool_agent`` through ``rollout.agent.agent_loop_config_path``
 (:data:`AGENT_LOOP_CONFIG`): the prepared rows and ``default_agent_loop`` keep naming ``tool_agent``.
 """
@@ -16,7 +26,8 @@ It is registered under verl's own name ``tool_agent`` through ``rollout.agent.ag
 from __future__ import annotations
 
 import json
-from typing import Any
+import logging
+from typing import Any, ClassVar
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from verl.experimental.agent_loop.tool_agent_loop import AgentData, AgentState, ToolAgentLoop
@@ -24,6 +35,9 @@ from verl.experimental.agent_loop.tool_parser import FunctionCall
 from verl.tools.schemas import ToolResponse
 
 from retool.recipe.dynamics import MALFORMED, RECORD_KEY, code_lines, tool_record
+from retool.recipe.turns import call_start, missing_turn_end, turn_end_ids
+
+logger = logging.getLogger(__name__)
 
 MAX_OUTPUT_LINE_CHARS = 200
 
@@ -48,6 +62,20 @@ def call_code(call: FunctionCall) -> Any:
 class RetoolToolAgentLoop(ToolAgentLoop):
     """``ToolAgentLoop`` plus a per-response record of its interpreter calls (one instance per sample)."""
 
+    turn_end: ClassVar[list[int]] = []
+    """The ids the chat template closes an assistant message with (set once per worker, with verl's class state)."""
+
+    @classmethod
+    def init_class(cls, config: Any, tokenizer: Any, processor: Any, **kwargs: Any) -> None:
+        initialized = cls._class_initialized
+        super().init_class(config, tokenizer, processor, **kwargs)
+        if not initialized:
+            try:
+                cls.turn_end = turn_end_ids(tokenizer, **cls.apply_chat_template_kwargs)
+            except ValueError as exc:  # a template we cannot read the end of a turn from: verl's sequence, unchanged
+                logger.warning("tool turns follow the model's last token as verl 0.6.1 appends them: %s", exc)
+                cls.turn_end = []
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._outcomes: list[str] = []
@@ -62,8 +90,28 @@ class RetoolToolAgentLoop(ToolAgentLoop):
 
     async def _handle_processing_tools_state(self, agent_data: AgentData) -> AgentState:
         if self._first_call_at is None:
-            self._first_call_at = len(agent_data.response_mask)
-        return await super()._handle_processing_tools_state(agent_data)
+            # agent_data.response_ids is the turn just generated, the last of the response so far.
+            turn = agent_data.response_ids
+            marker = getattr(self.tool_parser, "tool_call_start_token", "<tool_call>")
+            start = call_start(turn, self.tokenizer, marker)
+            self._first_call_at = len(agent_data.response_mask) - len(turn) + (start if start is not None else 0)
+        before = (len(agent_data.prompt_ids), len(agent_data.response_mask), len(agent_data.response_logprobs), agent_data.user_turns)
+        state = await super()._handle_processing_tools_state(agent_data)
+        if agent_data.user_turns == before[3]:
+            return state  # verl appended no tool turn (it stopped at response_length)
+        separator = missing_turn_end(agent_data.prompt_ids[: before[0]], self.turn_end)
+        if not separator:
+            return state
+        if len(agent_data.response_mask) + len(separator) >= self.response_length:
+            # verl's own rule, with the separator counted: a tool turn that does not fit ends the rollout.
+            del agent_data.prompt_ids[before[0] :], agent_data.response_mask[before[1] :], agent_data.response_logprobs[before[2] :]
+            agent_data.user_turns = before[3]
+            return AgentState.TERMINATED
+        agent_data.prompt_ids[before[0] : before[0]] = separator
+        agent_data.response_mask[before[1] : before[1]] = [0] * len(separator)
+        if agent_data.response_logprobs:
+            agent_data.response_logprobs[before[2] : before[2]] = [0.0] * len(separator)
+        return state
 
     async def _call_tool(self, tool_call: FunctionCall, tools_kwargs: dict[str, Any]) -> tuple[ToolResponse, float, dict]:
         response, reward, metrics = await super()._call_tool(tool_call, tools_kwargs)
