@@ -57,4 +57,13 @@ def test_the_passing_check_reports_the_rollout_memory_arithmetic(tmp_path: Path)
     memory = result.details["rollout_memory_gib"]
     assert memory["device_gib"] == 64.0 and memory["weights_gib"] == pytest.approx(7.1, abs=0.1)
     assert "rollout weights 7.1 GiB of 57.6 GiB per device" in result.summary
+    assert "the actor update 48.2 GiB and log-probabilities 47.9 GiB of 64.0 GiB" in result.summary, result.summary
+    assert memory["update_phase_gib"] < 64.0 and memory["log_prob_phase_gib"] < 64.0
+
+
+def test_a_run_whose_actor_update_cannot_fit_fails_with_the_arithmetic(tmp_path: Path) -> None:
+    result = check_model(spec(maxResponseLength=30000, offload=False), model_dir(tmp_path, QWEN_7B), Tokenizer(151665))
+    assert result.status == "failed", result.summary
+    assert "spec.rl.offload: the rollout phase does not fit one device (ascend): vLLM gpuMemoryUtilization 0.9 x 64.0 GiB = 57.6 GiB" in result.summary
+    assert "actor kept on the device (offload: false) 16 B x 7.6B params / 8 devices = 14.2 GiB" in result.summary
 
