@@ -189,3 +189,61 @@ def memory_plan(spec: RetoolRunSpec, shape: Shape, device_gib: float) -> MemoryP
         weights_gib=weights,
         vllm_activation_gib=vllm_activation,
     )
+
+
+# --- the table of docs/recipe.md ("Training memory: what fits where") ------------------------------
+
+QWEN25_SHAPES: dict[str, dict[str, int]] = {
+    # Qwen2.5-*-Instruct config.json values (hidden, layers, heads, KV heads, intermediate, vocabulary)
+    "7B": {"hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064},
+    "32B": {"hidden_size": 5120, "num_hidden_layers": 64, "num_attention_heads": 40, "num_key_value_heads": 8, "intermediate_size": 27648, "vocab_size": 152064},
+    "72B": {"hidden_size": 8192, "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8, "intermediate_size": 29568, "vocab_size": 152064},
+}
+TABLE_ROWS: tuple[tuple[str, str, int, int, bool], ...] = (
+    # (model, product or "ascend", nodes, tensorParallel, offload); 8 devices a node, the 32B example otherwise
+    ("7B", "ascend", 1, 2, True),
+    ("7B", "NVIDIA-H100-80GB-HBM3", 1, 2, True),
+    ("7B", "NVIDIA-H100-80GB-HBM3", 1, 2, False),
+    ("32B", "NVIDIA-H200", 1, 4, True),
+    ("32B", "NVIDIA-H200", 1, 4, False),
+    ("32B", "NVIDIA-H100-80GB-HBM3", 1, 4, True),
+    ("32B", "NVIDIA-H100-80GB-HBM3", 1, 4, False),
+    ("32B", "NVIDIA-H100-80GB-HBM3", 2, 4, True),
+    ("72B", "NVIDIA-A100-SXM4-80GB", 1, 8, True),
+    ("72B", "NVIDIA-H100-80GB-HBM3", 1, 8, False),
+    ("72B", "NVIDIA-H200", 1, 8, True),
+    ("72B", "NVIDIA-H200", 2, 8, True),
+    ("72B", "NVIDIA-H100-80GB-HBM3", 4, 8, True),
+)
+
+
+def fit_table() -> str:
+    """The Markdown table of TABLE_ROWS: each phase's GiB per device and the verdict (the 32B example's lengths and batch)."""
+    from retool.spec.model_fit import ASCEND_MEMORY_GIB, DEVICE_MEMORY_GIB, model_fit_findings, model_shape, training_memory  # model_fit imports this module
+
+    lines = [
+        "| model | devices | offload | rollout | actor update | log-probs | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for model, product, nodes, tp, offload in TABLE_ROWS:
+        config = {**QWEN25_SHAPES[model], "tie_word_embeddings": False, "max_position_embeddings": 32768, "torch_dtype": "bfloat16"}
+        hardware: dict[str, object] = {"accelerator": "ascend"} if product == "ascend" else {"accelerator": "nvidia", "product": product}
+        spec = RetoolRunSpec.model_validate(
+            {"model": {"base": f"Qwen/Qwen2.5-{model}-Instruct"}, "hardware": {**hardware, "nodes": nodes, "devicesPerNode": 8},
+             "rl": {"tensorParallel": tp, "sequenceParallel": 4 if model == "7B" else 8, "offload": offload}}
+        )  # fmt: skip
+        plan = training_memory(spec, model_shape(config))
+        assert plan is not None
+        memory = ASCEND_MEMORY_GIB if product == "ascend" else DEVICE_MEMORY_GIB[product]
+        errors = [f.path.rsplit(".", 1)[-1] for f in model_fit_findings(spec, config) if f.severity == "error"]
+        device = "Ascend 910 (64 GB)" if product == "ascend" else f"{product.removeprefix('NVIDIA-')} ({memory:.0f} GiB)"
+        verdict = "fits" if not errors else "refused (" + ", ".join(dict.fromkeys(errors)) + ")"
+        lines.append(
+            f"| Qwen2.5-{model} | {nodes} x 8 {device}, TP {tp} | {'on' if offload else 'off'} | {plan.rollout.total_gib:.0f} | {plan.update.total_gib:.0f} | "
+            f"{plan.log_prob.total_gib:.0f} | {verdict} |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(fit_table())  # noqa: T201

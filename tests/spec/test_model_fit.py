@@ -259,3 +259,10 @@ def test_retool_validate_reads_the_config_of_a_local_base_model(tmp_path: Path) 
     result = validate(str(tmp_path / "run.yaml"))
     assert result.returncode == 1 and "spec.rl.maxResponseLength: maxPromptLength + maxResponseLength = 2048 + 40000 = 42048 tokens exceeds" in result.stdout
     assert "spec.sft.maxLength: warning: 40000 tokens is longer than the model's context window" in result.stderr
+
+
+def test_the_docs_table_of_what_fits_where_is_what_the_code_computes() -> None:
+    from retool.spec.memory_fit import fit_table
+
+    doc = (REPO / "docs" / "recipe.md").read_text(encoding="utf-8")
+    assert fit_table() in doc, "docs/recipe.md's training memory table is stale: paste `python -m retool.spec.memory_fit`"
