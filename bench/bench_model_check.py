@@ -2,7 +2,8 @@
 
 Reads Qwen2.5-32B-Instruct's config.json shape (written beside Qwen's tokenizer files, as in the
 staged model directory) and times ``retool.preflight.model.check_model`` with the tokenizer already
-loaded (the preflight loads it once for every check). Goal: under 5 s added to the preflight.
+loaded (the preflight loads it once for every check), the training memory estimate of every phase
+included. Goal: under 1 s (issue 29).
 
     python bench/bench_model_check.py [--repeat 20]
 """

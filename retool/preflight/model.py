@@ -1,5 +1,8 @@
 """``model``: the run against the model's config.json (``retool.spec.model_fit``) and its tokenizer's size.
 
+Memory is checked phase by phase per device (``retool.spec.memory_fit``: the rollout engine beside
+what the trainer keeps, the actor update, log-probabilities); a refusal carries its arithmetic.
+
 The tokenizer directory the preflight reads is the staged model (``models/base`` on the PVC), so its
 config.json is at hand; a directory of tokenizer files only (a local ``--tokenizer``) skips the
 check with the reason. Errors fail the check (a permanent failure: the run cannot fit the model
@@ -56,4 +59,9 @@ def _check_model(spec: RetoolRunSpec, source: str, tokenizer: Any) -> CheckResul
     summary = f"{details['max_model_len']} tokens fit the {shape.context_window}-token window; {shape.attention_heads} heads split over the parallel sizes"
     if memory is not None:
         summary += f"; rollout weights {memory['weights_gib']:.1f} GiB of {memory['budget_gib']:.1f} GiB per device leave {memory['kv_cache_gib']:.1f} GiB of KV cache"
+        if "update_phase_gib" in memory:
+            summary += (
+                f"; per device the rollout phase takes {memory['rollout_phase_gib']:.1f} GiB, the actor update {memory['update_phase_gib']:.1f} GiB "
+                f"and log-probabilities {memory['log_prob_phase_gib']:.1f} GiB of {memory['device_gib']:.1f} GiB"
+            )
     return CheckResult("model", "run", "passed", summary, details)

@@ -3,9 +3,14 @@
 Rule-based math verifiers are precise but miss correct answers, and a policy can drift toward answer
 formats its reward mis-scores; the first sign is otherwise a flat AIME curve days later. So every
 training step a small sample of responses (``share``, at most ``max_per_step``) is graded again by
-an independent verifier - Hugging Face's math-verify, which extracts and compares answers with its
-own parser and sympy, unlike the reward's (:mod:`retool.recipe.reward`) - off the training path. The
-disagreement rate and its direction are logged per step; the disagreeing samples are kept as a table.
+an independent verifier - Hugging Face's math-verify, which compares answers with its own parser and
+sympy, unlike the reward's (:mod:`retool.recipe.reward`) - off the training path. It grades the
+answer region the reward grades (:func:`answer_region`: never interpreter output), and says
+``unknown`` when it cannot read the truth or the answer; unknowns are counted apart, never as
+disagreement. The disagreement rate and its direction are logged per step; the disagreeing samples
+are kept as a table. Its own error rate on the reward's case table, the benign disagreement a run
+shows when the reward is right, is measured in docs/recipe.md ("Second verifier: benign
+disagreement rate").
 
 Signals that need no second verifier (rates among the responses the reward scored correct):
 
@@ -25,9 +30,11 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+
+from retool.recipe.reward.answer import clip_response, extract_answer, last_boxed, strip_tool_regions
 
 WATCH_PREFIX = "reward-watch"
 _BOXED = re.compile(r"\\(?:boxed|fbox|framebox)\b")
@@ -72,18 +79,55 @@ def sample_rows(n: int, settings: WatchSettings, step: int) -> np.ndarray:
     return np.sort(rng.choice(n, size=k, replace=False)) if k else np.zeros(0, dtype=np.int64)
 
 
-def second_verdict(response: str, ground_truth: str) -> bool:
-    """math-verify's verdict on a response against the ground truth (its own extraction and equivalence).
+Verdict = Literal["correct", "wrong", "unknown"]
+"""The second verifier's verdict; ``unknown`` (math-verify could not read the ground truth or the answer, or
+failed) is left out of the disagreement rates, never counted as a disagreement."""
 
-    Run it in a process's main thread: math-verify bounds parsing and comparison with ``SIGALRM``.
+
+def answer_region(response: str) -> tuple[str, bool]:
+    """The text of ``response`` the reward grades: its extracted answer, else the model's own prose.
+
+    The reward reads only the model's own words (:func:`retool.recipe.reward.answer.extract_answer`
+    cuts tool calls and interpreter output out) and grades one answer; the second verifier reads the
+    same. Returns (text, True) when the reward found an answer - the verifier then only judges its
+    equivalence - and (prose, False) when it found none, so math-verify's own extraction can still
+    show an answer the reward missed. Interpreter output never reaches it either way.
+    """
+    answer = extract_answer(response)
+    if answer is not None:
+        return answer, True
+    return strip_tool_regions(clip_response(response)), False
+
+
+def _read(parsed: list[Any]) -> bool:
+    """Whether math-verify read a value: ``parse`` returns [expression, text], or only the text when it could not parse it."""
+    return any(not isinstance(item, str) for item in parsed)
+
+
+def second_verdict(response: str, ground_truth: str) -> Verdict:
+    """math-verify's verdict on the answer region the reward grades (see :func:`answer_region`).
+
+    ``unknown`` when math-verify cannot parse the ground truth, cannot read the reward's extracted
+    answer, or fails; ``wrong`` when neither the reward nor math-verify finds any answer in the
+    model's prose. Run it in a process's main thread: math-verify bounds parsing and comparison with
+    ``SIGALRM``.
     """
     from math_verify import parse, verify
 
-    gold = parse(f"${ground_truth}$")
-    if not gold:
-        gold = parse(ground_truth)
-    answer = parse(response)
-    return bool(gold and answer and verify(gold, answer))
+    if not isinstance(response, str) or not isinstance(ground_truth, str):
+        return "unknown"
+    truth = (last_boxed(ground_truth) or ground_truth) if "\\boxed" in ground_truth or "\\fbox" in ground_truth else ground_truth
+    try:
+        gold = parse(f"${truth}$") or parse(truth)
+        if not _read(gold):
+            return "unknown"
+        region, extracted = answer_region(response)
+        answer = parse(f"\\boxed{{{region}}}") if extracted else parse(region)
+        if not _read(answer):
+            return "unknown" if extracted else "wrong"
+        return "correct" if verify(gold, answer) else "wrong"
+    except Exception:  # math-verify's own failure (a timeout, a sympy error) is no verdict
+        return "unknown"
 
 
 def count_boxed(text: str) -> int:

@@ -13,9 +13,12 @@ holds every device, written as a message naming the spec field to change and the
   % sp == 0 or sp % kv_heads == 0`` (verl 0.6.1 ``verl/models/transformers/monkey_patch.py``).
 - vocabulary: a tokenizer with more tokens than the embedding has rows produces ids the model
   cannot look up.
-- memory: the rollout engine holds its weights (parameters x bytes / tensor parallel) in
-  ``gpuMemoryUtilization`` of a device; what is left is KV cache, and vLLM refuses to start when
-  it cannot hold one sequence of ``max_model_len`` tokens.
+- memory: the rollout engine holds its weights (parameters x bytes / tensor parallel), its profiling
+  activations and its memory outside PyTorch in ``gpuMemoryUtilization`` of a device; what is left
+  is KV cache, and vLLM refuses to start when it cannot hold one sequence of ``max_model_len``
+  tokens. Training memory, phase by phase (rollout beside what the trainer keeps on the device,
+  the actor update, log-probabilities), is :mod:`retool.spec.memory_fit`; a phase over the device
+  is refused with its arithmetic.
 
 Pure: the caller reads config.json (``retool validate --model-config``, the preflight's ``model``
 check); the admission webhook has no model and checks only the spec-only rules.
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from retool.spec.memory_fit import VLLM_NON_TORCH_GIB, MemoryPlan, Shape, memory_plan
 from retool.spec.model import RetoolRunSpec
 
 Severity = Literal["error", "warning"]
@@ -202,46 +206,104 @@ def _heads(spec: RetoolRunSpec, shape: ModelShape) -> list[Finding]:
     return out
 
 
-def rollout_memory(spec: RetoolRunSpec, shape: ModelShape) -> dict[str, float] | None:
-    """The rollout engine's memory arithmetic on one device (GiB), or None when something is unknown."""
-    memory, params = device_memory_gib(spec), shape.parameters
-    if memory is None or params is None or shape.layers is None or shape.kv_heads is None or shape.head_dim is None:
+def memory_shape(shape: ModelShape) -> Shape | None:
+    """The shape the memory estimate needs, or None when config.json leaves part of it out."""
+    params = shape.parameters
+    if params is None or None in (shape.layers, shape.hidden_size, shape.intermediate_size, shape.vocab_size, shape.kv_heads, shape.head_dim):
         return None
-    tp = spec.rl.tensor_parallel
-    weights = params * shape.dtype_bytes / tp / GIB
-    budget = memory * spec.rl.gpu_memory_utilization
-    kv_heads_per_device = max(1, shape.kv_heads // tp)
-    per_token = 2 * shape.layers * kv_heads_per_device * shape.head_dim * shape.dtype_bytes
-    tokens = spec.rl.max_prompt_length + spec.rl.max_response_length
-    return {
-        "device_gib": memory,
-        "budget_gib": budget,
-        "weights_gib": weights,
-        "kv_cache_gib": budget - weights,
-        "sequence_kv_gib": per_token * tokens / GIB,
-        "parameters_billions": params / 1e9,
+    return Shape(
+        parameters=params,
+        layers=shape.layers,  # type: ignore[arg-type]
+        hidden_size=shape.hidden_size,  # type: ignore[arg-type]
+        intermediate_size=shape.intermediate_size,  # type: ignore[arg-type]
+        vocab_size=shape.vocab_size,  # type: ignore[arg-type]
+        kv_heads=shape.kv_heads,  # type: ignore[arg-type]
+        head_dim=shape.head_dim,  # type: ignore[arg-type]
+        dtype_bytes=shape.dtype_bytes,
+    )
+
+
+def training_memory(spec: RetoolRunSpec, shape: ModelShape) -> MemoryPlan | None:
+    """Every phase's memory on one device (:mod:`retool.spec.memory_fit`), or None when the device or the shape is unknown."""
+    memory, fit_shape = device_memory_gib(spec), memory_shape(shape)
+    if memory is None or fit_shape is None:
+        return None
+    return memory_plan(spec, fit_shape, memory)
+
+
+def rollout_memory(spec: RetoolRunSpec, shape: ModelShape) -> dict[str, float] | None:
+    """The memory arithmetic on one device (GiB): the rollout engine's, and each phase's total; None when something is unknown."""
+    plan = training_memory(spec, shape)
+    if plan is None:
+        return None
+    out = {
+        "device_gib": plan.rollout.device_gib,
+        "budget_gib": plan.budget_gib,
+        "weights_gib": plan.weights_gib,
+        "vllm_activation_gib": plan.vllm_activation_gib,
+        "kv_cache_gib": plan.kv_cache_gib,
+        "sequence_kv_gib": plan.sequence_kv_gib,
+        "parameters_billions": shape.parameters / 1e9,  # type: ignore[operator]
+        "rollout_phase_gib": plan.rollout.total_gib,
     }
+    if spec.rl.enabled:
+        out["update_phase_gib"] = plan.update.total_gib
+        out["log_prob_phase_gib"] = plan.log_prob.total_gib
+    return out
 
 
 def _memory(spec: RetoolRunSpec, shape: ModelShape) -> list[Finding]:
     if not (spec.rl.enabled or spec.eval.enabled):
         return []
-    m = rollout_memory(spec, shape)
-    if m is None or m["kv_cache_gib"] >= m["sequence_kv_gib"]:
+    plan = training_memory(spec, shape)
+    if plan is None:
         return []
     rl = spec.rl
     tokens = rl.max_prompt_length + rl.max_response_length
     device = spec.hardware.product or spec.hardware.accelerator
-    return [
-        Finding(
-            "error",
-            "spec.rl.tensorParallel",
-            f"the rollout engine does not fit one device: {m['device_gib']:.1f} GiB ({device}) x gpuMemoryUtilization {rl.gpu_memory_utilization} = {m['budget_gib']:.1f} GiB, "
-            f"minus the weights {m['parameters_billions']:.1f}B parameters x {shape.dtype_bytes} bytes / tensorParallel {rl.tensor_parallel} = {m['weights_gib']:.1f} GiB, "
-            f"leaves {m['kv_cache_gib']:.1f} GiB of KV cache, less than the {m['sequence_kv_gib']:.2f} GiB one sequence of {tokens} tokens needs: vLLM refuses to start "
-            "(raise rl.tensorParallel or rl.gpuMemoryUtilization, or shorten maxPromptLength + maxResponseLength)",
+    out: list[Finding] = []
+    if plan.kv_cache_gib < plan.sequence_kv_gib:
+        out.append(
+            Finding(
+                "error",
+                "spec.rl.tensorParallel",
+                f"the rollout engine does not fit one device: {plan.rollout.device_gib:.1f} GiB ({device}) "
+                f"x gpuMemoryUtilization {rl.gpu_memory_utilization} = {plan.budget_gib:.1f} GiB, "
+                f"minus the weights {shape.parameters / 1e9:.1f}B parameters x {shape.dtype_bytes} bytes / tensorParallel {rl.tensor_parallel} = {plan.weights_gib:.1f} GiB, "  # type: ignore[operator]
+                f"vLLM's profiling activations {plan.vllm_activation_gib:.1f} GiB and its memory outside PyTorch {VLLM_NON_TORCH_GIB} GiB, "
+                f"leaves {plan.kv_cache_gib:.1f} GiB of KV cache, less than the {plan.sequence_kv_gib:.2f} GiB one sequence of {tokens} tokens needs: vLLM refuses to start "
+                "(raise rl.tensorParallel or rl.gpuMemoryUtilization, or shorten maxPromptLength + maxResponseLength)",
+            )
         )
-    ]
+    if not plan.rollout.fits:
+        keeps_actor = rl.enabled and not rl.offload
+        out.append(
+            Finding(
+                "error",
+                "spec.rl.offload" if keeps_actor else "spec.rl.gpuMemoryUtilization",
+                f"the rollout phase does not fit one device ({device}): {plan.rollout.arithmetic()}: "
+                + ("set rl.offload: true (the actor's state then waits in host memory) or lower rl.gpuMemoryUtilization" if keeps_actor else "lower rl.gpuMemoryUtilization"),
+            )
+        )
+    if rl.enabled and not plan.update.fits:
+        out.append(
+            Finding(
+                "error",
+                "spec.hardware.nodes",
+                f"the actor update does not fit one device ({device}; verl loads parameters and optimizer back whatever the offload): {plan.update.arithmetic()}: "
+                "add nodes or devices (the actor's 16 bytes per parameter are sharded over all of them), or shorten maxPromptLength + maxResponseLength",
+            )
+        )
+    if rl.enabled and not plan.log_prob.fits:
+        out.append(
+            Finding(
+                "error",
+                "spec.rl.maxResponseLength",
+                f"computing log-probabilities does not fit one device ({device}): {plan.log_prob.arithmetic()}: "
+                "shorten maxPromptLength + maxResponseLength, set rl.offload: true, or add nodes or devices",
+            )
+        )
+    return out
 
 
 def _vocabulary(shape: ModelShape, tokenizer_size: int | None) -> list[Finding]:

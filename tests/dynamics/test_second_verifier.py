@@ -1,90 +1,154 @@
-"""The reward watch's second verifier (math-verify) against our reward on the reward's own case table.
+"""The reward watch's second verifier (math-verify) on the answer region the reward grades.
 
-The watcher re-grades every case in its verifier process, as it does a training step's sample; its
-disagreement table must hold exactly the cases where the two are known to differ, in the direction
-they differ. Most are answer shapes our reward was taught to accept (issue 15: framebox, choice
-letters, repeating decimals, vulgar fractions, invisible characters) or text it was taught to ignore
-(tool output, code fences, negated statements) - which is why the watch reports a rate to follow
-over a run, not a verdict on one response.
+Measured against the labels of the reward's own case table (the reward matches every label, so any
+verdict against a label is the verifier's own error, i.e. the benign disagreement a run shows while
+its reward is right). The sets below are math-verify's known misses; docs/recipe.md records the
+rates ("Second verifier: benign disagreement rate"), and the test checks that figure stays true.
 """
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from retool.recipe.reward.score import compute_score
-from retool.recipe.reward_watch import WatchSettings
+from retool.recipe.reward_watch import WatchSettings, answer_region, second_verdict
 from retool.recipe.verl_plugins.watch import BatchWatcher, Sample
 from tests.recipe_reward.cases import ALL
 
-REWARD_RIGHT_VERIFIER_WRONG = {
-    "last boxed wins over an earlier one",
-    "fbox is a box",
-    "boxed with space before the brace",
-    "empty last boxed falls back to the previous box",
-    "unclosed tool output at the end is ignored",
-    "python fence with boxed string is ignored",
+DOC = Path(__file__).resolve().parents[2] / "docs" / "recipe.md"
+
+# Correct answers math-verify does not credit even when handed the reward's extracted answer.
+VERIFIER_FALSE_REJECTS = {
     "whitespace inside the box",
-    "unicode degree sign",
     "thin-space thousands separator",
-    "en dash as minus",
-    "percent sign",
-    "trailing period in box",
     "scientific e notation",
     "choice letter with its value",
     "choice letter against the letter",
-    "framebox is a box",
-    "framebox with a width",
-    "repeating decimal",
     "repeating decimal after fixed digits",
     "varnothing is the empty set",
     "empty braces are the empty set",
-    "percent equals the fraction it names",
     "fraction against a percent truth",
+    "speed in metres per second",
+    "speed in kilometres per hour",
+    "acceleration with a squared unit",
+    "remark of text in parentheses",
+    "one long word is a remark",
+}
+# Responses with no answer by the reward's rules, where math-verify's own extraction of the prose finds the truth.
+VERIFIER_FALSE_ACCEPTS = {
+    "a bare number in prose is not an answer",
+    "a word ending in answer is not an answer",
+    "a list marker is not a bare answer",
+    "a number inside the last sentence is not bare",
+}
+# math-verify reads no value from the truth ("") or from the reward's answer (its parser keeps only the
+# text: percent signs, unicode fractions and signs, repeating decimals, junk; or it gives up): no verdict.
+VERIFIER_UNKNOWN = {
+    "unicode degree sign",
+    "en dash as minus",
+    "percent sign",
+    "trailing period in box",
+    "percent of the wrong size",
+    "repeating decimal",
+    "repeating decimal is not its truncation",
+    "percent equals the fraction it names",
     "unicode vulgar fraction",
     "mixed number with a vulgar fraction",
-    "zero-width space inside a number",
-    "byte-order mark inside a number",
-    "deep nesting of braces",  # math-verify gives up (its parsing timeout)
-    "thousands of boxes",
-    "zero-width characters everywhere",
-}
-REWARD_WRONG_VERIFIER_RIGHT = {
-    "a bare number in prose is not an answer",
-    "only interpreter has a box: no answer",
-    "boxed printed by code is not the answer",
-    "tool_response block is ignored",
-    "a negated statement is not the answer",
-    "many unclosed tool tags",
+    "vulgar fraction of another value",
+    "very long digit string",
+    "deep nesting of braces",
+    "long junk answer",
+    "latex garbage",
+    "answer line built to backtrack",
+    "huge answer is only compared verbatim",
+    "unclosed answer tags in long prose",
+    "zero vs empty",
 }
 
 
 @pytest.fixture(scope="module")
-def verified() -> tuple[dict, dict]:
+def verdicts() -> dict[str, str]:
+    """Every case through the watcher's verifier process, as a training step's sample is re-graded."""
     watcher = BatchWatcher(tokenizer=None, response_length=1, settings=WatchSettings(share=1.0, max_per_step=len(ALL)), use_mlflow=False)
-    samples = [
-        Sample(row=i, problem=case.id, answer=case.truth, response=case.response, reward_correct=compute_score("dapo_math", case.response, case.truth)["acc"] == 1.0)
-        for i, case in enumerate(ALL)
-    ]
     try:
-        return watcher.verify(samples)
+        raw = watcher._verdicts([(case.response, case.truth) for case in ALL])
     finally:
         watcher.close()
+    return {case.id: ("unknown" if v is None else "correct" if v else "wrong") for case, v in zip(ALL, raw, strict=True)}
 
 
-def test_the_disagreement_table_holds_exactly_the_known_differences_in_their_direction(verified: tuple[dict, dict]) -> None:
-    _, table = verified
-    rows = list(zip(table["problem"], table["reward_correct"], table["verifier_correct"], strict=True))
-    assert {p for p, reward, verifier in rows if reward and not verifier} == REWARD_RIGHT_VERIFIER_WRONG
-    assert {p for p, reward, verifier in rows if verifier and not reward} == REWARD_WRONG_VERIFIER_RIGHT
-    assert set(table) == {"row", "problem", "answer", "reward_pred", "response_tail", "reward_correct", "verifier_correct"}
-    assert all(len(tail) <= 600 for tail in table["response_tail"])
+def test_the_reward_matches_every_label_of_its_table() -> None:
+    """The premise of the measurement: a verifier verdict against a label is the verifier's error, not the reward's."""
+    assert [c.id for c in ALL if (compute_score("dapo_math", c.response, c.truth)["acc"] == 1.0) != c.correct] == []
 
 
-def test_the_rates_count_the_same_disagreements(verified: tuple[dict, dict]) -> None:
-    metrics, _ = verified
-    n = len(ALL)
-    assert metrics["reward-watch/verified"] == n
-    assert metrics["reward-watch/reward_right_verifier_wrong"] == pytest.approx(len(REWARD_RIGHT_VERIFIER_WRONG) / n)
-    assert metrics["reward-watch/reward_wrong_verifier_right"] == pytest.approx(len(REWARD_WRONG_VERIFIER_RIGHT) / n)
-    assert metrics["reward-watch/disagreement_rate"] == pytest.approx((len(REWARD_RIGHT_VERIFIER_WRONG) + len(REWARD_WRONG_VERIFIER_RIGHT)) / n)
+def test_the_verifiers_own_errors_on_the_case_table_are_exactly_the_known_ones(verdicts: dict[str, str]) -> None:
+    labels = {c.id: c.correct for c in ALL}
+    assert {k for k, v in verdicts.items() if v == "wrong" and labels[k]} == VERIFIER_FALSE_REJECTS
+    assert {k for k, v in verdicts.items() if v == "correct" and not labels[k]} == VERIFIER_FALSE_ACCEPTS
+    assert {k for k, v in verdicts.items() if v == "unknown"} == VERIFIER_UNKNOWN
+
+
+def benign_rates() -> tuple[int, int, float, int, int, float]:
+    labels = [c.correct for c in ALL]
+    graded = len(ALL) - len(VERIFIER_UNKNOWN)
+    errors = len(VERIFIER_FALSE_REJECTS) + len(VERIFIER_FALSE_ACCEPTS)
+    correct_graded = sum(labels) - len({c.id for c in ALL if c.correct} & VERIFIER_UNKNOWN)
+    return errors, graded, errors / graded, len(VERIFIER_FALSE_REJECTS), correct_graded, len(VERIFIER_FALSE_REJECTS) / correct_graded
+
+
+def test_docs_state_the_measured_benign_disagreement_rate_next_to_the_default_threshold() -> None:
+    errors, graded, rate, rejects, correct_graded, reject_rate = benign_rates()
+    text = DOC.read_text(encoding="utf-8")
+    section = text[text.index("### Second verifier: benign disagreement rate") :]
+    section = section[: section.index("\n## ")] if "\n## " in section else section
+    assert f"{errors} of {graded} graded cases ({rate:.1%})" in section
+    assert f"{rejects} of {correct_graded} correct answers ({reject_rate:.1%})" in section
+    assert f"{len(VERIFIER_UNKNOWN)} unknown" in section
+    assert re.search(r"default `threshold` of 0\.1", section)
+    assert WatchSettings().threshold == 0.1
+
+
+INTERPRETER_TRUTH = [
+    ("a response that stops after the interpreter printed the value", "Let me compute it.\n<interpreter>\n\\boxed{34}\n</interpreter>", "34", "wrong"),
+    ("a tool response holding the value, the model's box another", "<tool_response>\n34\n</tool_response>\nSo \\boxed{35}.", "34", "wrong"),
+    ("a code fence printing the answer line", "```python\nprint('Answer: 34')\n```\n```output\nAnswer: 34\n```\n", "34", "wrong"),
+    ("the model's answer after interpreter output", "<interpreter>\n35\n</interpreter>\nThus \\boxed{34}.", "34", "correct"),
+    ("framebox the reward reads", "\\framebox{34}", "34", "correct"),
+    ("two boxes: the last one is graded", "\\boxed{12} and then \\boxed{34}", "34", "correct"),
+    ("an unparsable ground truth is unknown", "\\boxed{34}", "\\frac{", "unknown"),
+    ("an empty ground truth is unknown", "\\boxed{34}", "", "unknown"),
+    ("no answer anywhere is wrong", "I could not finish.", "34", "wrong"),
+]
+
+
+@pytest.mark.parametrize(("response", "truth", "expected"), [c[1:] for c in INTERPRETER_TRUTH], ids=[c[0] for c in INTERPRETER_TRUTH])
+def test_the_second_verdict_grades_the_answer_region_the_reward_grades(response: str, truth: str, expected: str) -> None:
+    assert second_verdict(response, truth) == expected
+
+
+def test_the_answer_region_is_the_rewards_extracted_answer_else_the_prose_without_tool_output() -> None:
+    assert answer_region("<interpreter>\\boxed{9}</interpreter> so \\boxed{8}") == ("8", True)
+    region, extracted = answer_region("Let me see.\n<tool_response>\n34\n</tool_response>\nhmm")
+    assert not extracted and "34" not in region
+
+
+def test_unknown_is_its_own_count_never_a_disagreement() -> None:
+    watcher = BatchWatcher(tokenizer=None, response_length=1, settings=WatchSettings(share=1.0, max_per_step=8), use_mlflow=False)
+    samples = [
+        Sample(row=0, problem="p", answer="", response="\\boxed{34}", reward_correct=False),  # unknown: no truth to read
+        Sample(row=1, problem="p", answer="\\frac{", response="\\boxed{34}", reward_correct=True),  # unknown
+        Sample(row=2, problem="p", answer="34", response="\\boxed{34}", reward_correct=True),  # agree
+        Sample(row=3, problem="p", answer="34", response="\\boxed{35}", reward_correct=False),  # agree
+    ]
+    try:
+        metrics, table = watcher.verify(samples)
+    finally:
+        watcher.close()
+    assert metrics["reward-watch/verified"] == 2
+    assert metrics["reward-watch/disagreement_rate"] == 0.0
+    assert metrics["reward-watch/unknown"] == 0.5
+    assert table == {}

@@ -183,6 +183,71 @@ ACCURACY = [
     Case("zero-width joiner does not change the digits", f"{B}{{3\u200d4}}", "35", False),
 ]
 
+# Correct answers a careful grader credits that the reward scored -1 (issue 29), each shape with
+# the wrong answers it must still refuse.
+GRADER_SHAPES = [
+    # units with a slash
+    Case("speed in metres per second", f"{B}{{3 m/s}}", "3", True),
+    Case("speed in kilometres per hour", f"{B}{{60 km/h}}", "60", True),
+    Case("acceleration with a squared unit", f"{B}{{9.8 m/s^2}}", "9.8", True),
+    Case("slash unit inside text", f"{B}{{12\\text{{ km/h}}}}", "12", True),
+    Case("slash unit inside mathrm after a space", f"{B}{{5\\ \\mathrm{{m/s}}}}", "5", True),
+    Case("slash unit in text with a power", f"{B}{{2.5\\,\\text{{m/s}}^2}}", "2.5", True),
+    Case("miles per hour in text", f"{B}{{40 \\text{{ mi/h}}}}", "40", True),
+    Case("unit with a negative power", f"{B}{{15\\,\\mathrm{{m}}\\,\\mathrm{{s}}^{{-1}}}}", "15", True),
+    Case("a slash unit does not make a wrong speed right", f"{B}{{3 m/s}}", "4", False),
+    Case("letters over letters are not a unit", f"{B}{{3 a/b}}", "3", False),
+    Case("a slash unit is not a digit", f"{B}{{60 km/h}}", "6", False),
+    Case("a fraction is not a unit", f"{B}{{3/4}}", "3", False),
+    # "Answer:" in the middle of a line
+    Case("answer after a sentence on its line", "We add them up. Answer: 34", "34", True),
+    Case("bold answer after a sentence", "So x = 5 and y = 29, hence the sum. **Answer:** 34", "34", True),
+    Case("final answer after a semicolon", "Thus we are done; Final Answer: $\\frac{1}{2}$", "0.5", True),
+    Case("the last mid-line answer wins", "The key word is Answer: this is a trap... Answer: 12", "12", True),
+    Case("mid-line answer ends at its sentence", "Checking the cases. Answer: 34. That was quick.", "34", True),
+    Case("a wrong mid-line answer stays wrong", "Checking all cases gives the total. Answer: 35", "34", False),
+    Case("a mid-line answer inside interpreter output is ignored", "Done. <interpreter>Answer: 34</interpreter> so", "34", False),
+    Case("a word ending in answer is not an answer", "We checked the countanswer: 34 twice", "34", False),
+    # a plain final statement after intermediate boxes
+    Case("statement after two intermediate boxes", f"First, a = {B}{{12}}. Then b = {B}{{22}}.\nTherefore, the answer is 34.", "34", True),
+    Case("statement with a fraction after a box", f"Part one gives {B}{{3}}.\nSo the answer is $\\frac{{3}}{{4}}$.", "0.75", True),
+    Case("answer line after intermediate boxes", f"We get {B}{{5}} and {B}{{6}}.\nAnswer: 11", "11", True),
+    Case("the intermediate box is not the answer", f"Intermediate: {B}{{3}}.\nSo the answer is 4.", "3", False),
+    Case("a wrong statement after a box is wrong", f"We get {B}{{34}}.\nSo the answer is 35.", "34", False),
+    Case("prose statement after a box keeps the box", f"{B}{{34}}. The answer is an integer, as it must be.", "34", True),
+    # a bare final number
+    Case("bare number on the last line", "The sum of the roots is what we need.\n\n34", "34", True),
+    Case("bold bare number on the last line", "Adding everything up:\n\n**34**", "34", True),
+    Case("display math on the last line", "So the final value is\n$$\\frac{7}{2}$$", "3.5", True),
+    Case("inline math on the last line", "Hence\n$x = 17$", "17", True),
+    Case("the whole response is a number", "204", "204", True),
+    Case("a wrong bare number stays wrong", "Adding everything up:\n\n34\n", "35", False),
+    Case("a list marker is not a bare answer", "Step 1. Compute things.\n2.", "2", False),
+    Case("a number inside the last sentence is not bare", "We are done and the count is 34 overall", "34", False),
+    Case("a bare number printed by the interpreter is not the model's", "Let me compute.\n<interpreter>\n34\n</interpreter>", "34", False),
+    # tuples of decimals
+    Case("tuple of decimals against fractions", f"{B}{{(0.5, 1.25)}}", "(\\frac12, \\frac54)", True),
+    Case("tuple of decimals with trailing zeros", f"{B}{{(1.50, 2.0)}}", "(1.5,2)", True),
+    Case("tuple with a rounded third", f"{B}{{(0.333333333, 2)}}", "(\\frac13,2)", True),
+    Case("tuple of negative decimals", f"{B}{{(-0.75, 0.125)}}", "(-\\frac34,\\frac18)", True),
+    Case("triple of decimals", f"{B}{{(0.1, 0.2, 0.3)}}", "(\\frac1{10},\\frac15,\\frac3{10})", True),
+    Case("fractions against a tuple of decimals", f"{B}{{(\\frac12, \\frac54)}}", "(0.5,1.25)", True),
+    Case("tuple with a wrong decimal", f"{B}{{(0.5, 1.2)}}", "(\\frac12, \\frac54)", False),
+    Case("tuple of decimals in the wrong order", f"{B}{{(1.25, 0.5)}}", "(\\frac12, \\frac54)", False),
+    Case("half-open interval is not an open one", f"{B}{{[0.5, 1.5)}}", "(0.5,1.5)", False),
+    Case("tuple with a coarsely rounded third", f"{B}{{(0.33, 2)}}", "(\\frac13,2)", False),
+    Case("pair is not a triple", f"{B}{{(0.5, 1.5)}}", "(0.5,1.5,2)", False),
+    # a trailing parenthetical remark
+    Case("remark after an answer line", "Answer: 34 (the number of apples)", "34", True),
+    Case("remark inside the box as text", f"{B}{{34 \\text{{ (in cm)}}}}", "34", True),
+    Case("remark after a final statement", "The final answer is 17 (after simplifying).", "17", True),
+    Case("remark of text in parentheses", f"{B}{{12 (\\text{{dozen eggs}})}}", "12", True),
+    Case("one long word is a remark", f"{B}{{3.14 (approximately)}}", "3.14", True),
+    Case("a remark does not fix a wrong answer", "Answer: 34 (not 35)", "35", False),
+    Case("a product is not a remark", f"{B}{{2(x+1)}}", "2", False),
+    Case("short letters in parentheses are a product", f"{B}{{2(ab)}}", "2", False),
+]
+
 ADVERSARIAL = [
     Case("power tower of nines", f"{B}{{9^{{9^{{9^9}}}}}}", "5", False),
     Case("power tower of tens", f"{B}{{10^{{10^{{10}}}}}}", "7", False),
@@ -218,4 +283,4 @@ WRONG = [
     Case("zero vs empty", f"{B}{{0}}", "", False),
 ]
 
-ALL = EXTRACTION + TOOL_OUTPUT + NORMALISATION + NUMERIC + SYMBOLIC + ACCURACY + ADVERSARIAL + WRONG
+ALL = EXTRACTION + TOOL_OUTPUT + NORMALISATION + NUMERIC + SYMBOLIC + ACCURACY + GRADER_SHAPES + ADVERSARIAL + WRONG

@@ -24,6 +24,7 @@ from tests.conftest import repo_env
 from tests.recipe_reward.cases import ALL, SYMBOLIC
 
 REWARD_FILE = Path(reward_module.__file__)
+ENTRY_FILE = REWARD_FILE.parents[1] / "verl_plugins" / "reward.py"  # by path: importing it here would start workers in the test process
 
 
 @pytest.fixture
@@ -106,6 +107,36 @@ def test_verl_loads_the_reward_file_by_path(tmp_path: Path) -> None:
         {"score": 1.0, "acc": 1.0, "pred": "\\sqrt{8}", "source": "aime_2024", "reward_note": ""},
         {"score": pytest.approx(-0.8), "acc": 0.0, "pred": "3", "source": "dapo", "reward_note": ""},
     ]
+
+
+WARM_LOADER = textwrap.dedent(
+    """
+    import json, sys, time
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+    from retool.recipe.reward.symbolic import default_pool
+    config = OmegaConf.create({"custom_reward_function": {"path": sys.argv[1], "name": "compute_score"}})
+    get_custom_reward_fn(config)
+    pool = default_pool()
+    started = len(pool._idle) + pool._busy
+    deadline = time.monotonic() + 200
+    while pool.ready_workers() < pool.size and time.monotonic() < deadline:
+        time.sleep(0.05)
+    print(json.dumps({"started": started, "size": pool.size, "ready": pool.ready_workers()}))
+    """
+)
+
+
+@pytest.mark.slow
+def test_loading_the_reward_entry_file_warms_the_symbolic_workers_before_any_comparison(tmp_path: Path) -> None:
+    """verl loads the entry file when its reward manager starts: the workers start there, not at the first rollout's reward."""
+    script = tmp_path / "warm.py"
+    script.write_text(WARM_LOADER)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(ENTRY_FILE)], cwd=tmp_path, env=repo_env(RETOOL_SYMBOLIC_WORKERS="1"), capture_output=True, text=True, timeout=240, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"started": 1, "size": 1, "ready": 1}
 
 
 @pytest.mark.slow

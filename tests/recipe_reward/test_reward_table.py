@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 
 from retool.data.schema import RL_SCHEMA
+from retool.recipe.reward import equivalence
 from retool.recipe.reward.answer import extract_answer, normalize_answer, numbers_equal, parse_number
 from retool.recipe.reward.equivalence import looks_explosive
 from retool.recipe.reward.score import compute_score, is_equivalent
+from tests.recipe_reward import cases
 from tests.recipe_reward.cases import ALL, Case
 
 
@@ -168,3 +170,17 @@ def test_results_never_repeat_a_column_of_the_rl_data_and_keep_one_type_per_key(
     types = [{key: type(value) for key, value in r.items()} for r in (right, wrong, shaped)]
     assert types[0] == types[1] == types[2]
     assert bool not in types[0].values(), "numpy booleans break verl's validation dump (json)"
+
+
+TUPLES = [c for c in cases.GRADER_SHAPES if c.response.startswith(("\\boxed{(", "\\boxed{[")) and "." in c.response]
+
+
+@pytest.mark.parametrize("case", TUPLES, ids=[c.id for c in TUPLES])
+def test_tuples_of_numbers_are_decided_without_the_symbolic_stage(case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cold, busy or timed-out symbolic worker must not turn a tuple of decimals into -1: items are numbers, compared as numbers."""
+
+    def no_symbolic_stage() -> None:
+        raise AssertionError("a tuple of plain numbers reached the symbolic stage")
+
+    monkeypatch.setattr(equivalence, "default_pool", no_symbolic_stage)
+    assert compute_score("dapo_math", case.response, case.truth)["acc"] == float(case.correct)

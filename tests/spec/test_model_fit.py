@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from retool.spec.model_fit import model_fit_findings, model_shape, read_model_config, rollout_memory
+from retool.spec.model_fit import model_fit_findings, model_shape, read_model_config, rollout_memory, training_memory
 from retool.spec.validate import parse_run
 from tests.conftest import REPO, repo_env
 
@@ -28,6 +28,9 @@ QWEN_32B = {"hidden_size": 5120, "num_hidden_layers": 64, "num_attention_heads":
             "vocab_size": 152064, "tie_word_embeddings": False, "max_position_embeddings": 32768, "torch_dtype": "bfloat16"}  # fmt: skip
 ULYSSES = "verl's Ulysses sequence parallelism needs the head count to be a multiple of it"
 VLLM_TP = "vLLM's tensor parallelism needs the head count to be a multiple of it"
+MEMORY = "does not fit one device"
+QWEN_72B = {"hidden_size": 8192, "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8, "intermediate_size": 29568,
+            "vocab_size": 152064, "tie_word_embeddings": False, "max_position_embeddings": 32768, "torch_dtype": "bfloat16"}  # fmt: skip
 YARN = {"rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}
 
 
@@ -48,12 +51,15 @@ def messages(findings: list) -> list[str]:
         pytest.param("qwen32b-h200", {}, QWEN_32B, [], id="the 32B example fits Qwen2.5-32B on H200"),
         pytest.param("qwen7b-ascend", {}, QWEN_7B, [], id="the 7B Ascend example fits Qwen2.5-7B"),
         pytest.param(
-            "qwen32b-h200", {"rl": {"maxPromptLength": 1024, "maxResponseLength": 40000}}, QWEN_32B,
+            "qwen32b-h200", {"rl": {"maxPromptLength": 1024, "maxResponseLength": 40000}, "hardware": {"nodes": 4}}, QWEN_32B,
             ["error spec.rl.maxResponseLength: maxPromptLength + maxResponseLength = 1024 + 40000 = 41024 tokens exceeds the model's context window of 32768 "
              "(max_position_embeddings in config.json): vLLM refuses max_model_len 41024; lower them to a sum of at most 32768"],
             id="prompt plus response above the context window is refused as vLLM refuses it",
         ),
-        pytest.param("qwen32b-h200", {"rl": {"maxPromptLength": 1024, "maxResponseLength": 40000}}, {**QWEN_32B, **YARN}, [], id="YaRN scaling x4 extends the window to 131072"),
+        pytest.param(
+            "qwen32b-h200", {"rl": {"maxPromptLength": 1024, "maxResponseLength": 40000}, "hardware": {"nodes": 4}}, {**QWEN_32B, **YARN}, [],
+            id="YaRN scaling x4 extends the window to 131072 (41k-token micro-batches of 32B need four nodes)",
+        ),
         pytest.param(
             "qwen7b-ascend", {"rl": {"tensorParallel": 8, "sequenceParallel": 4}}, QWEN_7B,
             ["error spec.rl.tensorParallel: 8 does not split the model's 28 attention heads (config.json): vLLM's tensor parallelism needs the head count to be a multiple of it"],
@@ -78,7 +84,8 @@ def messages(findings: list) -> list[str]:
     ],
 )  # fmt: skip
 def test_model_fit(example: str, sections: dict[str, Any], config: dict[str, Any], expected: list[str]) -> None:
-    assert messages(model_fit_findings(spec_of(example, **sections), config)) == expected
+    """Context, heads and vocabulary; memory has its own tables below (a 41k-token sequence of 32B is a memory question too)."""
+    assert [m for m in messages(model_fit_findings(spec_of(example, **sections), config)) if MEMORY not in m] == expected
 
 
 def test_kv_heads_fewer_than_tensor_parallel_are_replicated_when_they_divide_it() -> None:
@@ -112,15 +119,99 @@ def test_a_rollout_engine_that_leaves_no_kv_cache_for_one_sequence_fails_with_th
     spec = spec_of("qwen32b-h200", hardware={"product": "NVIDIA-H100-80GB-HBM3"}, rl={"tensorParallel": 1, "sequenceParallel": 8, "gpuMemoryUtilization": 0.5})
     memory = rollout_memory(spec, model_shape(QWEN_32B))
     assert memory is not None and memory["weights_gib"] > memory["budget_gib"]
-    (finding,) = model_fit_findings(spec, QWEN_32B)
-    assert finding.path == "spec.rl.tensorParallel" and finding.severity == "error"
+    (finding,) = [f for f in model_fit_findings(spec, QWEN_32B) if f.path == "spec.rl.tensorParallel"]
+    assert finding.severity == "error"
     assert finding.message.startswith(
         "the rollout engine does not fit one device: 79.6 GiB (NVIDIA-H100-80GB-HBM3) x gpuMemoryUtilization 0.5 = 39.8 GiB, "
-        "minus the weights 32.8B parameters x 2 bytes / tensorParallel 1 = 61.0 GiB, leaves -21.2 GiB of KV cache"
+        "minus the weights 32.8B parameters x 2 bytes / tensorParallel 1 = 61.0 GiB, vLLM's profiling activations 3.2 GiB and its memory outside PyTorch 0.5 GiB, "
+        "leaves -24.9 GiB of KV cache"
     ), finding.message
     # the example's own shape on H200: tensorParallel 4 leaves room for many sequences
     fits = rollout_memory(spec_of("qwen32b-h200"), model_shape(QWEN_32B))
     assert fits is not None and fits["kv_cache_gib"] > 10 * fits["sequence_kv_gib"]
+
+
+# Every example with a known device, with the model it names, and the public recipes' shapes: no false refusal.
+ACCEPTED = [
+    pytest.param("qwen32b-h200", {}, QWEN_32B, id="the 32B example on 8 H200 (verl recipe/retool run_qwen2-32b: the paper's setting)"),
+    pytest.param("qwen32b-h200-text-only", {}, QWEN_32B, id="the 32B text-only example on 8 H200"),
+    pytest.param("qwen32b-kueue", {}, QWEN_32B, id="the 32B Kueue example on 2x8 H200"),
+    pytest.param("qwen32b-volcano", {}, QWEN_32B, id="the 32B Volcano example on 2x8 H200"),
+    pytest.param("qwen7b-ascend", {}, QWEN_7B, id="the 7B Ascend example on 8 910 (the Ascend ReTool best practice)"),
+    pytest.param("qwen32b-h200", {"hardware": {"product": "NVIDIA-H100-80GB-HBM3", "nodes": 2}}, QWEN_32B, id="32B on 2x8 H100 with offload"),
+    pytest.param(
+        "qwen32b-h200", {"model": {"base": "Qwen/Qwen2.5-7B-Instruct"}, "hardware": {"product": "NVIDIA-H100-80GB-HBM3"}, "rl": {"tensorParallel": 2, "sequenceParallel": 4}},
+        QWEN_7B, id="7B on 8 H100",
+    ),
+    pytest.param(
+        "qwen32b-h200", {"model": {"base": "Qwen/Qwen2.5-72B-Instruct"}, "hardware": {"nodes": 2}, "rl": {"tensorParallel": 8}}, QWEN_72B, id="72B on 2x8 H200 with offload"
+    ),
+    pytest.param(
+        "qwen32b-h200", {"rl": {"useKlLoss": True, "klLossCoef": 0.001}}, QWEN_32B, id="32B on 8 H200 with a KL loss (the reference model is offloaded by the profile)"
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("example", "sections", "config"), ACCEPTED)
+def test_runs_that_fit_are_not_refused_for_memory(example: str, sections: dict[str, Any], config: dict[str, Any]) -> None:
+    spec = spec_of(example, **sections)
+    assert [m for m in messages(model_fit_findings(spec, config)) if MEMORY in m] == []
+    plan = training_memory(spec, model_shape(config))
+    assert plan is not None and all(phase.fits for phase in plan.phases)
+
+
+H100 = "NVIDIA-H100-80GB-HBM3"
+REFUSED = [
+    pytest.param(
+        "qwen32b-h200", {"model": {"base": "Qwen/Qwen2.5-72B-Instruct"}, "hardware": {"product": "NVIDIA-A100-SXM4-80GB"}, "rl": {"tensorParallel": 8, "offload": False}}, QWEN_72B,
+        {"spec.rl.offload", "spec.hardware.nodes", "spec.rl.maxResponseLength"}, "16 B x 72.7B params / 8 devices = 135.4 GiB",
+        id="72B on 8x80 GB with offload off: the actor alone is 135 GiB a device",
+    ),
+    pytest.param(
+        "qwen32b-h200", {"model": {"base": "Qwen/Qwen2.5-72B-Instruct"}, "hardware": {"product": "NVIDIA-A100-SXM4-80GB"}, "rl": {"tensorParallel": 8}}, QWEN_72B,
+        {"spec.hardware.nodes"}, "16 B x 72.7B params / 8 devices = 135.4 GiB",
+        id="72B on 8x80 GB with offload on: the update loads it all back",
+    ),
+    pytest.param(
+        "qwen32b-h200", {"hardware": {"product": H100}, "rl": {"offload": False}}, QWEN_32B,
+        {"spec.rl.offload", "spec.hardware.nodes", "spec.rl.maxResponseLength"}, "vLLM gpuMemoryUtilization 0.9 x 79.6 GiB = 71.6 GiB + vLLM CUDA graphs",
+        id="32B at gpuMemoryUtilization 0.9 with offload off on 8 H100",
+    ),
+    pytest.param(
+        "qwen32b-h200", {"hardware": {"product": H100}}, QWEN_32B,
+        {"spec.hardware.nodes"}, "checkpointed layer inputs 64 layers x 18432 tokens x 5120 x 2 B",
+        id="32B on one node of H100 even with offload: the update is over",
+    ),
+    pytest.param(
+        "smoke-qwen0.5b", {"hardware": {"product": "NVIDIA-L4"}, "rl": {"maxResponseLength": 20000, "useKlLoss": True}}, QWEN_0_5B,
+        {"spec.hardware.nodes", "spec.rl.maxResponseLength"}, "reference model (bf16, KL on)",
+        id="0.5B on one L4 with 21k-token sequences and KL: the update and the log-probabilities hold the reference model too",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("example", "sections", "config", "paths", "arithmetic"), REFUSED)
+def test_impossible_shapes_are_refused_with_the_arithmetic(example: str, sections: dict[str, Any], config: dict[str, Any], paths: set[str], arithmetic: str) -> None:
+    findings = [f for f in model_fit_findings(spec_of(example, **sections), config) if MEMORY in f.message]
+    assert {f.path for f in findings} == paths
+    assert all(f.severity == "error" for f in findings)
+    assert any(arithmetic in f.message for f in findings), [f.message for f in findings]
+    for finding in findings:  # each refusal shows its sum against the device
+        assert "GiB of " in finding.message or "KV cache" in finding.message
+
+
+def test_the_reference_model_counts_only_when_kl_is_on_and_the_profile_keeps_it() -> None:
+    base = {"hardware": {"product": "NVIDIA-L4"}}
+    off = training_memory(spec_of("smoke-qwen0.5b", **base), model_shape(QWEN_0_5B))
+    on = training_memory(spec_of("smoke-qwen0.5b", rl={"useKlLoss": True}, **base), model_shape(QWEN_0_5B))
+    assert off is not None and on is not None
+    ref = 2 * model_shape(QWEN_0_5B).parameters / 1 / 2**30
+    assert on.update.total_gib - off.update.total_gib == pytest.approx(ref)  # the small profile keeps the reference model on the device
+    assert on.rollout.total_gib - off.rollout.total_gib == pytest.approx(ref)
+    big_off = training_memory(spec_of("qwen32b-h200"), model_shape(QWEN_32B))
+    big_on = training_memory(spec_of("qwen32b-h200", rl={"useKlLoss": True}), model_shape(QWEN_32B))
+    assert big_on.update.total_gib == pytest.approx(big_off.update.total_gib)  # the large profile offloads it between its passes
+    assert big_on.log_prob.total_gib > big_off.log_prob.total_gib
 
 
 def test_no_memory_verdict_without_a_known_device() -> None:
@@ -168,3 +259,10 @@ def test_retool_validate_reads_the_config_of_a_local_base_model(tmp_path: Path) 
     result = validate(str(tmp_path / "run.yaml"))
     assert result.returncode == 1 and "spec.rl.maxResponseLength: maxPromptLength + maxResponseLength = 2048 + 40000 = 42048 tokens exceeds" in result.stdout
     assert "spec.sft.maxLength: warning: 40000 tokens is longer than the model's context window" in result.stderr
+
+
+def test_the_docs_table_of_what_fits_where_is_what_the_code_computes() -> None:
+    from retool.spec.memory_fit import fit_table
+
+    doc = (REPO / "docs" / "recipe.md").read_text(encoding="utf-8")
+    assert fit_table() in doc, "docs/recipe.md's training memory table is stale: paste `python -m retool.spec.memory_fit`"

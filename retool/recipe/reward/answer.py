@@ -7,11 +7,15 @@ out before anything is searched.
 
 Precedence (last occurrence wins within each rule):
   1. ``\\boxed{...}`` / ``\\boxed 5`` / ``\\fbox{...}`` / ``\\framebox{...}`` -- unless the model
-     corrects itself AFTER its last box with a final statement (an ``Answer: ...`` line or "the final
-     answer is ...") whose answer is math, not prose;
+     states an answer AFTER its last box (an ``Answer: ...``, "the final answer is ...", or a plain
+     "so the answer is 34") whose answer is math, not prose: the boxes were intermediate values;
   2. ``<answer>...</answer>`` (the ReTool SFT format, when it holds no box);
-  3. an ``Answer: ...`` line (the DAPO prompt format);
-  4. a plain statement "The (final) answer is 34." when nothing above is there.
+  3. ``Answer: ...`` (the DAPO prompt format), at a line start or after a sentence on the same line;
+  4. a plain statement "The (final) answer is 34." when nothing above is there;
+  5. a bare final line: the response's last line of prose is a value alone (``34``, ``**34**``,
+     ``$$\\frac{7}{2}$$``), not a list marker (``2.``) and no prose.
+
+A trailing parenthetical remark in prose (``34 (the number of apples)``) is not part of the answer.
 
 Every pass over the text is a regex scan or a single loop, so extraction time is linear in the
 input, and only the last ``MAX_RESPONSE_CHARS`` of a response are read at all.
@@ -44,6 +48,17 @@ _ANSWER_LINE = re.compile(r"[ \t>*#_`-]*(?:the[ \t]+)?(?P<final>final[ \t]+)?ans
 # long line costs at most STATEMENT_CHARS per statement.
 STATEMENT_CHARS = 300
 _ANSWER_STATEMENT = re.compile(r"answer[ \t]+is[ \t]*[:：]?[ \t*_]*(?=(?P<ans>[^\n]{0,%s}))".replace("%s", str(STATEMENT_CHARS)), re.I)
+# "Answer:" after a sentence on the same line ("We add them up. Answer: 34"): what may end that sentence.
+_MIDLINE_ANSWER = re.compile(r"answer[ \t*_]*[:：][ \t*_]*(?=(?P<ans>[^\n]{0,%s}))".replace("%s", str(STATEMENT_CHARS)), re.I)
+_MIDLINE_LEAD = re.compile(r"(?:^|[.!?;:,)\]$])[ \t*_]*(?:the[ \t]+)?(?:final[ \t]+)?$", re.I)
+# A trailing remark in parentheses that holds a word ("(the number of apples)", "(\text{dozen eggs})").
+_TRAILING_REMARK = re.compile(r"\s*(?:\\text\s*\{\s*)?\(([^()\n]{1,120})\)(?:\s*\})?\s*\.?\s*$")
+# A bare final line: a value with at most math delimiters and emphasis around it.
+_BARE_DECORATION = re.compile(r"^(?:\$\$|\$|\\\[|\\\(|\*\*|__|\*)?(?P<value>.*?)(?:\$\$|\$|\\\]|\\\)|\*\*|__|\*)?[ \t]*$", re.S)
+_REMARK_WORD = re.compile(r"(?<![A-Za-z])[A-Za-z]{2,}(?![A-Za-z])")
+_LIST_MARKER = re.compile(r"^\(?\d{1,3}[.)]$")
+_HAS_VALUE = re.compile(r"\d|\\[A-Za-z]")
+MAX_BARE_CHARS = 80
 _FINAL_BEFORE = re.compile(r"(?<![a-z0-9_])final[ \t]+$", re.I)
 _SENTENCE_END = re.compile(r"\.(?:\s|$)|[;!?](?:\s|$)")
 _PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}")
@@ -150,8 +165,26 @@ class _Statement(NamedTuple):
     """Says "final answer" or is an ``Answer:`` line: strong enough to correct an earlier box."""
 
 
+def strip_trailing_remark(answer: str) -> str:
+    """``34 (the number of apples)`` -> ``34``: a parenthetical holding prose is a remark, not the value.
+
+    A remark is words: two of two letters or more (``(in cm)``), or one of four or more
+    (``(approximately)``). ``2(x+1)``, ``2(ab)``, ``2(abc)`` (products), ``\\sin(x)`` and a choice
+    ``(C)`` stay, and nothing goes when the remark is all there is.
+    """
+    match = _TRAILING_REMARK.search(answer)
+    if match is None or not answer[: match.start()].strip():
+        return answer
+    words = _REMARK_WORD.findall(_LATEX_COMMAND.sub(" ", match.group(1)))
+    if len(words) < 2 and not any(len(w) >= 4 for w in words):
+        return answer
+    if answer[: match.start()].rstrip().endswith(("\\text{", "\\text {")):
+        return answer
+    return answer[: match.start()].rstrip()
+
+
 def _clean_statement(answer: str) -> str:
-    return answer.strip().strip("*_").strip().rstrip(".").strip()
+    return strip_trailing_remark(answer.strip().strip("*_").strip().rstrip(".").strip()).rstrip(" .,;")
 
 
 def _answer_positions(prose: str) -> tuple[str, list[int]]:
@@ -191,6 +224,12 @@ def _statements(prose: str) -> list[_Statement]:
             continue  # "Answer is: 5" on its own line is already an answer line
         if pos and (lower[pos - 1].isalnum() or lower[pos - 1] == "_"):
             continue  # "...answer" inside a longer word
+        midline = _MIDLINE_ANSWER.match(prose, pos)
+        if midline is not None and _MIDLINE_LEAD.search(prose, max(line_start, pos - 40), pos) is not None:
+            rest = midline.group("ans")
+            end = _SENTENCE_END.search(rest)
+            found.append(_Statement(pos, _clean_statement(rest[: end.start()] if end else rest), True))
+            continue
         match = _ANSWER_STATEMENT.match(prose, pos)
         if match is None:
             continue
@@ -205,6 +244,26 @@ def is_math_answer(answer: str) -> bool:
     """True when ``answer`` reads as a mathematical value rather than prose ("an integer", "not 5")."""
     bare = _LATEX_COMMAND.sub(" ", answer)
     return bool(answer.strip()) and len(answer) <= 200 and _PROSE_WORD.search(bare) is None
+
+
+def bare_final_line(prose: str) -> str | None:
+    """The value on the last non-empty line of ``prose`` when that line holds nothing else, else None.
+
+    A careful grader reads a response that ends "...so the total is\\n\\n34" as answering 34; a number
+    inside a sentence ("The result is 5") is not that, nor is a list marker ("2.") a response was cut at.
+    """
+    end = len(prose.rstrip())
+    if not end:
+        return None
+    start = prose.rfind("\n", 0, end) + 1
+    if end - start > MAX_BARE_CHARS + 8:
+        return None
+    line = prose[start:end].strip()
+    value = _BARE_DECORATION.match(line)
+    answer = value.group("value").strip() if value else line
+    if not answer or _LIST_MARKER.match(answer) or _HAS_VALUE.search(answer) is None or not is_math_answer(answer):
+        return None
+    return answer.rstrip(".").strip() or None
 
 
 def clip_response(text: str) -> str:
@@ -230,7 +289,7 @@ def extract_answer(text: str) -> str | None:
     boxed = _last_box(prose)
     if boxed is not None:
         answer, start = boxed
-        corrections = [s for s in statements if s.start > start and s.final and "\\boxed" not in s.answer and is_math_answer(s.answer)]
+        corrections = [s for s in statements if s.start > start and "\\boxed" not in s.answer and is_math_answer(s.answer)]
         return corrections[-1].answer if corrections else answer
     tags = answer_tags(prose)
     if tags:
@@ -238,7 +297,9 @@ def extract_answer(text: str) -> str | None:
     finals = [s.answer for s in statements if s.final]
     if finals:
         return finals[-1]
-    return statements[-1].answer if statements else None
+    if statements:
+        return statements[-1].answer
+    return bare_final_line(prose)
 
 
 # --- normalisation -----------------------------------------------------------------------------
@@ -284,8 +345,9 @@ _BRACKET_MATRIX = re.compile(r"\\(begin|end)\{bmatrix\}")
 _ROW_END = re.compile(r"\\\\\s*(?=\\end\{pmatrix\})")
 
 _TEXT_COMMANDS = re.compile(r"\\(?:text|textrm|textnormal|mbox|mathrm|textbf|mathbf|textit|mathit|operatorname)\s*\{")
-_UNIT_WORDS = re.compile(r"^[\sA-Za-z.]*$")
-_UNIT_TAIL = re.compile(r"\s*(?:\^\s*\{?\s*\d\s*\}?|(?P<den>(?:/|\\cdot|\\,)\s*\\(?:text|mathrm|mbox)\s*\{))")
+# Words, or a compound unit written inside one group ("m/s", "km/h", "m/s^2", "m s^{-1}").
+_UNIT_WORDS = re.compile(r"^[\sA-Za-z.]*(?:(?:/[\sA-Za-z.]*[A-Za-z]|\^\s*\{?\s*-?\d\s*\}?)[\sA-Za-z.]*)*$")
+_UNIT_TAIL = re.compile(r"\s*(?:\^\s*\{?\s*-?\d\s*\}?|(?P<den>(?:/|\\cdot|\\,|\\ |~)?\s*\\(?:text|mathrm|mbox)\s*\{))")
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ\b|\\degree\b|\\textdegree\b|\s*degrees?\b\.?")
 # Thin spaces and quads go; a matrix row break "\\\\" is kept (its second backslash is not "\\ ").
 _SPACING = re.compile(r"\\\\|\\[!,;:> ]|~|\\quad\b|\\qquad\b")
@@ -301,7 +363,17 @@ _LEADING_ZEROS = re.compile(r"^([+-]?)0+(\d+)$")
 _WHITESPACE = re.compile(r"\s+")
 _COMMAND_SPACE = re.compile(r"(\\[A-Za-z]+) (?=[A-Za-z0-9])")
 # What a unit can follow: a number, a group, a parenthesis or a constant such as \pi ("36\pi \text{ cm}^2").
-_UNIT_FOLLOWS = re.compile(r"(?:\d|\}|\)|\\[A-Za-z]+)\s*$")
+_UNIT_FOLLOWS = re.compile(r"(?:\d|\}|\)|\\[A-Za-z]+)(?:\s|\\[,;: ]|~)*$")
+# Unit symbols a compound unit is written with in plain text ("3 m/s", "60 km/h", "9.8 m/s^2"): a
+# closed list, so that "3 a/b" (three a over b) is never read as 3 with a unit.
+_UNIT_SYMBOLS = (
+    "m|s|km|cm|mm|nm|h|hr|hrs|min|mins|sec|secs|kg|g|mg|L|l|mL|ml|ft|mi|yd|lb|lbs|oz|N|J|W|kW|Pa|kPa|K|mol|"
+    "day|days|hour|hours|minute|minutes|second|seconds|meter|meters|metre|metres|mile|miles|gal|rev|rad"
+)
+_UNIT_POWER = r"(?:\^\{?-?\d\}?)?"
+_COMPOUND_UNIT = re.compile(
+    rf"^([+-]?[\d.]+(?:/\d+)?)\s*(?:{_UNIT_SYMBOLS}){_UNIT_POWER}(?:\s*(?:/|\\cdot|\*|\s)\s*(?:{_UNIT_SYMBOLS}){_UNIT_POWER})*\s*/\s*(?:{_UNIT_SYMBOLS}){_UNIT_POWER}$"
+)
 
 
 def _vulgar(match: re.Match[str]) -> str:
@@ -388,11 +460,12 @@ def normalize_answer(answer: str) -> str:
     s = _FRAC_HALF2.sub(r"\\frac\1{\2}", s)
     s = _SQRT_SHORT.sub(r"\\sqrt{\1}", s)
     s = _WHITESPACE.sub(" ", s).strip()
+    s = strip_trailing_remark(s)
     s = _strip_outer_braces(s)
     if s.count("=") == 1:
         s = _ASSIGNMENT.sub("", s)
     s = s.rstrip(".").strip()
-    unit = _TRAILING_UNIT.match(s)
+    unit = _TRAILING_UNIT.match(s) or _COMPOUND_UNIT.match(s)
     if unit:
         s = unit.group(1)
     s = _COMMAND_SPACE.sub("\\1\x00", s).replace(" ", "").replace("\x00", " ")

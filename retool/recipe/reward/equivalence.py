@@ -5,7 +5,8 @@ normalised text is correct; two plain numbers are compared exactly (a decimal ma
 value rounded at its last digit, to 1e-6 relative), and when both sides are plain numbers that
 comparison is final. A few answer shapes are read structurally first: a multiple-choice letter
 with or without its value (``\\textbf{(C)}\\ 34``), a percentage against the fraction it stands
-for (``50\\%`` and ``0.5``), and matrices cell by cell. Only answers that are not both plain
+for (``50\\%`` and ``0.5``), tuples and intervals of numbers item by item (``(0.5, 1.25)``), and
+matrices cell by cell. Only answers that are not both plain
 numbers reach math-verify/sympy, in a worker process with a hard deadline
 (:mod:`retool.recipe.reward.symbolic`); running out of time means "not equivalent".
 
@@ -89,6 +90,49 @@ def _decided(pred: str, truth: str) -> bool | None:
     return None
 
 
+def tuple_items(norm: str) -> tuple[str, list[str], str] | None:
+    """A normalised tuple or interval as (opening bracket, items, closing bracket); None for anything else.
+
+    Items are split at the commas outside any group, so ``(\\frac{1}{2},3)`` has two.
+    """
+    if len(norm) < 3 or norm[0] not in "([" or norm[-1] not in ")]" or len(norm) > MAX_ANSWER_CHARS:
+        return None
+    items, depth, start = [], 0, 1
+    for i in range(1, len(norm) - 1):
+        ch = norm[i]
+        if ch in "({[":
+            depth += 1
+        elif ch in ")}]":
+            depth -= 1
+            if depth < 0:
+                return None  # "(1)(2)": the outer brackets are not one pair
+        elif ch == "," and depth == 0:
+            items.append(norm[start:i])
+            start = i + 1
+    if depth != 0:
+        return None
+    items.append(norm[start:-1])
+    return (norm[0], items, norm[-1]) if len(items) >= 2 and all(items) else None
+
+
+def _tuples(pred: str, truth: str) -> bool | None:
+    """Tuples and intervals of plain numbers, item by item (``(0.5,1.25)`` is ``(\\frac12,\\frac54)``).
+
+    Decides only when every item on both sides is a number: then the brackets, the item count and
+    each item must match. Anything else (symbols, sets) is left to the symbolic stage.
+    """
+    tuple_pred, tuple_truth = tuple_items(pred), tuple_items(truth)
+    if tuple_pred is None or tuple_truth is None:
+        return None
+    numbers_pred = [parse_number(item) for item in tuple_pred[1]]
+    numbers_truth = [parse_number(item) for item in tuple_truth[1]]
+    if None in numbers_pred or None in numbers_truth:
+        return None
+    if (tuple_pred[0], tuple_pred[2]) != (tuple_truth[0], tuple_truth[2]) or len(numbers_pred) != len(numbers_truth):
+        return False
+    return all(numbers_equal(a, b) for a, b in zip(numbers_pred, numbers_truth, strict=True))  # type: ignore[arg-type]
+
+
 def _structural(pred: str, truth: str, pred_percent: bool, truth_percent: bool) -> bool | None:
     """Choice letters, percentages and matrices: True/False when the shape decides, None otherwise."""
     (letter_pred, value_pred), (letter_truth, value_truth) = split_choice(pred), split_choice(truth)
@@ -107,6 +151,9 @@ def _structural(pred: str, truth: str, pred_percent: bool, truth_percent: bool) 
             scaled = num_pred._replace(value=num_pred.value / 100) if pred_percent else num_truth._replace(value=num_truth.value / 100)
             other = num_truth if pred_percent else num_pred
             return numbers_equal(num_pred, num_truth) or numbers_equal(scaled, other)
+    tuples = _tuples(pred, truth)
+    if tuples is not None:
+        return tuples
     cells_pred, cells_truth = matrix_cells(pred), matrix_cells(truth)
     if cells_pred is not None and cells_truth is not None:
         if [len(r) for r in cells_pred] != [len(r) for r in cells_truth]:

@@ -265,6 +265,7 @@ class BatchWatcher:
             sample.verifier_correct = verdict
         graded = [s for s in samples if s.verifier_correct is not None]
         metrics = disagreement_metrics([s.reward_correct for s in graded], [bool(s.verifier_correct) for s in graded])
+        metrics[f"{WATCH_PREFIX}/unknown"] = float(len(samples) - len(graded)) / len(samples)
         metrics[f"{WATCH_PREFIX}/several_boxed"] = float(np.mean([count_boxed(s.response) > 1 for s in samples]))
         differing = [s for s in graded if s.reward_correct != s.verifier_correct]
         table = {
@@ -285,7 +286,8 @@ class BatchWatcher:
         verdicts: list[bool | None] = []
         for future in futures:
             try:
-                verdicts.append(future.result(timeout=VERIFY_TIMEOUT_S))
+                verdict = future.result(timeout=VERIFY_TIMEOUT_S)
+                verdicts.append(None if verdict == "unknown" else verdict == "correct")  # unknown is no verdict, never a disagreement
             except Exception:  # a verdict that cannot be had is left out of the rates
                 logger.warning("the second verifier could not grade a sample", exc_info=True)
                 verdicts.append(None)
