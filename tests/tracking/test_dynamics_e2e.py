@@ -6,7 +6,7 @@ it (our agent loop registered as ``tool_agent``, our trainer), and run on CPU: t
 the code runs in our real sandbox, and verl's agent loop, reward loop and ``RayPPOTrainer`` code do
 the rest. Of the 8 responses 3 run code (4 calls: 2 succeed, 1 raises, 1 times out), one reaches
 ``maxTurns`` and 4 are correct. The reward watch re-grades all 8 with math-verify, which rejects the
-one answer written in a ``\\framebox``: a disagreement rate of 1/8, above the threshold for one step,
+one answer with its unit (``\\boxed{2 m/s}``, which math-verify does not credit): a disagreement rate of 1/8, above the threshold for one step,
 so the disagreement table is logged and the rl run is tagged RewardSuspect.
 """
 
@@ -49,8 +49,9 @@ SCRIPTS: dict[str, tuple[str, list[str]]] = {
     "Problem one: what is 6 times 7?": ("42", ["Let me multiply the two numbers with code.\n" + call("print(6 * 7)"), "The interpreter says 42, so \\boxed{42}."]),
     "Problem two: what is 2 to the 10th?": ("1024", [call("x = 1 / 0"), call("x = 2 ** 10\nprint(x)"), "So \\boxed{1024}."]),
     "Problem three: how many primes below 10?": ("4", [call("while True:\n    pass"), "It ran too long; I guess \\boxed{3}."]),
-    # Our reward reads a framebox as the answer; math-verify does not: the one disagreement of the step.
-    "Problem four: what is 1 plus 1?": ("2", ["Clearly \\framebox{2}."]),
+    # Our reward credits a number with its unit; math-verify, given the same answer region, does not:
+    # the one disagreement of the step (reward right, verifier wrong).
+    "Problem four: a car covers 10 m in 5 s; what is its speed?": ("2", ["It moves at \\boxed{2 m/s}."]),
     "Problem five: what is 3 squared?": ("9", ["It is \\boxed{9}."]),
     "Problem six: what is 10 minus 4?": ("6", ["It is \\boxed{5}."]),
     "Problem seven: what is 8 divided by 2?": ("4", ["It is \\boxed{3}."]),
@@ -183,8 +184,9 @@ def test_dynamics_of_scripted_rollouts_reach_mlflow_at_the_trainers_step(stage: 
     assert watched == dict(zip(names, ([(7, 8.0)], [(7, 1 / 8)], [(7, 1 / 8)], [(7, 0.0)]), strict=True))
     table = json.loads(Path(client.download_artifacts(run_id, "reward-watch/step_000007.json")).read_text())
     rows = [dict(zip(table["columns"], row, strict=True)) for row in table["data"]]
-    assert [(r["problem"], r["answer"], r["reward_correct"], r["verifier_correct"]) for r in rows] == [("Problem four: what is 1 plus 1?", "2", True, False)]
-    assert rows[0]["response_tail"].endswith("Clearly \\framebox{2}.")
+    disagreement = ("Problem four: a car covers 10 m in 5 s; what is its speed?", "2", True, False)  # the answer as the reward normalized it
+    assert [(r["problem"], r["answer"], r["reward_correct"], r["verifier_correct"]) for r in rows] == [disagreement]
+    assert rows[0]["response_tail"].endswith("It moves at \\boxed{2 m/s}.")
     assert "for 1 steps in a row (step 7: 12%)" in client.get_run(run_id).data.tags["retool.rewardSuspect"]
     correct_without_success = client.get_metric_history(run_id, "reward-watch/correct_without_success")[0].value
     assert correct_without_success == pytest.approx(2 / 4), "problems four and five are correct without running code"

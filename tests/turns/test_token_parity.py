@@ -33,7 +33,6 @@ from retool.recipe.turns import missing_turn_end, token_mismatch, turn_end_ids
 from tests.preflight.conftest import sandbox  # noqa: F401  (session fixture)
 from tests.turns.harness import ScriptedChat, ScriptedModel, Turn, as_vllm_renders, loop_config, run_agent_loop, write_tool_config
 
-pytest.importorskip("verl")
 pytestmark = pytest.mark.slow
 
 LONG_THOUGHT = "<think>\n" + " ".join(f"Step {i}: the sum of the first {i} odd numbers is {i * i}." for i in range(1, 40)) + "\n</think>\n\n"
