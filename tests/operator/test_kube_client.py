@@ -185,3 +185,33 @@ async def test_a_refusal_is_not_retried() -> None:
             assert (refused.value.refused, refused.value.transient, len(given), client.retries) == (True, False, 1, 0)
         finally:
             await client.close()
+
+
+# ---------------------------------------------------------------- the apply cache
+
+
+async def test_the_apply_cache_is_keyed_by_content_and_re_reads_after_verify_seconds() -> None:
+    """``ensure`` skips an object applied with the same content less than ``verify_seconds`` ago (no
+    request at all); different content is applied at once, and after ``verify_seconds`` the object is
+    read again, which repairs an edit made behind the operator's back."""
+    async with ScalableEmulator() as k8s, kmock.Server(k8s) as server:
+        declare(k8s)
+        client = KubeClient(Credentials(server=str(server.url).rstrip("/"), token="t"), verify_seconds=3600)
+        obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "ml"}, "data": {"k": "1"}}
+        try:
+            assert await client.ensure(obj) == "created"
+            sent = len(k8s.requests)
+            assert await client.ensure({**obj, "metadata": dict(obj["metadata"])}) == "cached"  # an equal copy: same key
+            assert len(k8s.requests) == sent
+            assert await client.ensure({**obj, "data": {"k": "2"}}) == "patched"  # new content is never taken from the cache
+            assert (await client.get(CONFIGMAPS, "ml", "c"))["data"] == {"k": "2"}
+            await client.patch(CONFIGMAPS, "ml", "c", {"data": {"k": "edited"}})  # behind the operator's back
+            assert await client.ensure({**obj, "data": {"k": "2"}}) == "cached"  # within verify_seconds: trusted
+            client.verify_seconds = 0
+            assert await client.ensure({**obj, "data": {"k": "2"}}) == "patched"  # verified: the edit is repaired
+            assert (await client.get(CONFIGMAPS, "ml", "c"))["data"] == {"k": "2"}
+            client.forget("ml", {"c"})
+            client.verify_seconds = 3600
+            assert await client.ensure({**obj, "data": {"k": "2"}}) == "unchanged"  # forgotten: read again, nothing to do
+        finally:
+            await client.close()

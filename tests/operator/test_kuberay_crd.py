@@ -14,7 +14,6 @@ from retool_operator.kuberay_crd import kuberay_problems, read_crd
 
 from tests.operator.helpers import CONFIG, run_of
 
-
 PRESERVE = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
 
 
