@@ -195,6 +195,28 @@ MUTATIONS: tuple[Mutation, ...] = (
         "paths = []",
         ("tests/preflight/test_failures.py::test_rl_rows_without_reward_model_are_a_data_finding_not_a_crash",),
     ),
+    # Named in issue 34.
+    Mutation(
+        "the operator's API client takes a 429 (throttling) for a refusal shown on the run",
+        "operator/retool_operator/kube.py",
+        "return 400 <= self.status < 500 and self.status != 429",
+        "return 400 <= self.status < 500",
+        ("tests/operator/test_kube_client.py",),
+    ),
+    Mutation(
+        "a pass stopped by an unwell API server is not requeued",
+        "operator/retool_operator/runner.py",
+        "self._requeue(key, delay)",
+        "pass",
+        ("tests/operator/test_pass_requeue.py",),
+    ),
+    Mutation(
+        "KubeRay 1.7's JobStatusCheckTimeoutExceeded uses a retry like a training failure",
+        "operator/retool_operator/attempts.py",
+        "failed_attempts = entry.attempt - (entry.preempted_attempts or 0) - (entry.status_check_timeouts or 0)",
+        "failed_attempts = entry.attempt - (entry.preempted_attempts or 0)",
+        ("tests/operator/test_status_check_timeout.py",),
+    ),
 )
 
 

@@ -69,7 +69,8 @@ def failed_attempt(run: RetoolRun, entry: StageStatus, reason: str, now: dt.date
     """A failed attempt: Retrying with backoff while retries are left, else Failed; a permanent
     failure (one every attempt would repeat) fails the stage at once."""
     name = entry.name
-    failed_attempts = entry.attempt - (entry.preempted_attempts or 0)  # attempts a queue preempted use no retry
+    # attempts a queue preempted, and those KubeRay lost track of (``status_check_timeout``), use no retry
+    failed_attempts = entry.attempt - (entry.preempted_attempts or 0) - (entry.status_check_timeouts or 0)
     retries_left = run.spec.failure_policy.max_retries - (failed_attempts - 1)
     if permanent:
         text = f"attempt {entry.attempt} failed: {reason}; not retried (it would fail the same way)"
@@ -84,3 +85,36 @@ def failed_attempt(run: RetoolRun, entry: StageStatus, reason: str, now: dt.date
     text = f"attempt {entry.attempt} failed: {reason}; no retries left (maxRetries {run.spec.failure_policy.max_retries})"
     updated = entry.model_copy(update={"state": "Failed", "completion_time": rfc3339(now), "message": text})
     return updated, f"stage {name} failed: {text}", Event("Warning", c.REASON_STAGE_FAILED, f"stage {name} failed: {text}"), None
+
+
+STATUS_CHECK_TIMEOUT = "JobStatusCheckTimeoutExceeded"
+"""KubeRay >= 1.7 fails a RayJob whose Ray dashboard could not be polled for
+``RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS`` (default 300): ``checkJobStatusCheckTimeoutAndUpdateStatusIfNeeded``
+in ray-operator/controllers/ray/rayjob_controller.go (v1.7.0, ray-project/kuberay PR #4916) sets
+jobDeploymentStatus Failed, this reason, and a message "Job status checks have been failing since ...";
+the constant is ``rayv1.JobStatusCheckTimeoutExceeded`` in ray-operator/apis/ray/v1/rayjob_types.go. KubeRay
+itself never retries such a RayJob (its backoffLimit skips it: "not eligible for retry")."""
+MAX_STATUS_CHECK_TIMEOUTS = 3
+"""Status-check timeouts one stage may have without using a retry: a dashboard that can never be polled
+(a NetworkPolicy, a head that cannot serve it) must not hold accelerators forever."""
+
+
+def status_check_timeout(run: RetoolRun, entry: StageStatus, detail: str, now: dt.datetime) -> tuple[StageStatus, str, Event, float] | None:
+    """A RayJob KubeRay failed because it could not poll the Ray dashboard (``STATUS_CHECK_TIMEOUT``):
+    nobody knows whether the training failed, so the stage goes Retrying on a fresh Ray cluster (the
+    next attempt resumes from the last checkpoint: resume_mode auto in the sft and rl recipes) after
+    the first-retry backoff, using no retry; None once the stage has had ``MAX_STATUS_CHECK_TIMEOUTS``
+    (the failure is then counted as any other)."""
+    seen = entry.status_check_timeouts or 0
+    if seen >= MAX_STATUS_CHECK_TIMEOUTS:
+        return None
+    wait = backoff_seconds(run, 1)
+    due = now + dt.timedelta(seconds=wait)
+    text = (
+        f"attempt {entry.attempt}: KubeRay could not poll its Ray job's status and gave up ({STATUS_CHECK_TIMEOUT}: {detail}); "
+        f"this is not counted as a training failure: retrying on a fresh Ray cluster in {wait}s, resuming from the last checkpoint "
+        f"(no retry used; {seen + 1} of {MAX_STATUS_CHECK_TIMEOUTS} such retries)"
+    )
+    updated = entry.model_copy(update={"state": "Retrying", "next_attempt_time": rfc3339(due), "message": text, "status_check_timeouts": seen + 1})
+    message = f"stage {entry.name} {text}"
+    return updated, message, Event("Warning", c.REASON_STATUS_CHECK_TIMEOUT, message), float(wait)

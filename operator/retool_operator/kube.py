@@ -5,7 +5,8 @@ kopf keeps its own client private; this one reuses the credentials kopf logged i
 kubeconfig. HTTP, TLS and the bearer header are kubernetes_asyncio's ``ApiClient`` (the maintained
 client, on the aiohttp kopf already uses); what stays here is what that client does not do for us:
 paths for the kinds we own, a token re-read when the kubelet rotates it (and once on a 401), the
-API server's refusal text, and the apply cache. What to send is decided by the pure modules.
+API server's refusal text, bounded back-off on throttling and server errors (``Backoff``), and the
+apply cache. What to send is decided by the pure modules.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import hashlib
 import json
 import logging
 import os
+import random
 import re
 import tempfile
 import time
@@ -77,13 +79,27 @@ def kind_of(obj: dict[str, Any]) -> Kind:
     return KINDS[key]
 
 
-class ApiError(Exception):
-    """A non-2xx answer; ``reason`` is the API server's own message (Status.message) when it sent one."""
+RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+"""Answers that say "not now" rather than "no": 429 from API Priority and Fairness or the max-in-flight
+filter (both send ``Retry-After``), 500 while etcd elects a leader or times out, 502-504 from a load
+balancer in front of a restarting API server, 503 while it starts (``/readyz`` not yet ok)."""
 
-    def __init__(self, status: int, message: str, reason: str | None = None):
+
+class ApiError(Exception):
+    """A non-2xx answer; ``reason`` is the API server's own message (Status.message) when it sent one.
+
+    ``retry_after``: the seconds its ``Retry-After`` header asked for, when it sent one."""
+
+    def __init__(self, status: int, message: str, reason: str | None = None, retry_after: float | None = None):
         self.status = status
         self.reason = reason or message
+        self.retry_after = retry_after
         super().__init__(f"HTTP {status}: {message}")
+
+    @property
+    def transient(self) -> bool:
+        """Throttled or a server error: the same request may succeed later unchanged (never a refusal)."""
+        return self.status in RETRYABLE_STATUSES
 
     @property
     def refused(self) -> bool:
@@ -103,6 +119,45 @@ def _status_message(text: str) -> str | None:
         return None
     message = body.get("message") if isinstance(body, dict) else None
     return str(message)[:1000] if message else None
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """``Retry-After`` in seconds: kube-apiserver sends delta-seconds (``"1"`` from its APF and
+    max-in-flight filters, k8s.io/apiserver/pkg/server/filters, v0.36); an HTTP date or garbage is None."""
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 else None
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """How one request waits out throttling (429) and server errors (5xx) before its caller sees them.
+
+    Try ``attempts`` times in all; wait before try n+1 with full jitter in [0, min(cap, base * 2**n)]
+    (many passes throttled together do not come back together), never less than the server's
+    ``Retry-After`` (it knows its queue) and never more than ``cap``; stop once the waits would pass
+    ``budget`` seconds, so a pass never hangs on an unwell server: the error then goes up as
+    ``ApiError.transient`` and the reconciler requeues the pass (``Reconciler._pass_loop``), it is
+    never shown on the run as a refusal. Connection failures (a restarting API server) are retried
+    the same way: a create that reached the server before the connection dropped answers 409 on
+    the retry, which ``KubeClient.create`` takes as "already there".
+    """
+
+    attempts: int = 6
+    base: float = 0.25
+    cap: float = 8.0
+    budget: float = 20.0
+
+    def delay(self, retry: int, retry_after: float | None, rng: random.Random) -> float:
+        """Seconds to wait before retry number ``retry`` (0-based)."""
+        wait = rng.uniform(0, min(self.cap, self.base * 2**retry))
+        if retry_after is not None:
+            wait = max(wait, retry_after)
+        return min(wait, self.cap)
 
 
 QUANTITY_KEYS = frozenset({"requests", "limits", "sizeLimit", "capacity"})
@@ -283,8 +338,15 @@ class JsonApiClient(ApiClient):
 class KubeClient:
     """One kubernetes_asyncio ApiClient for the operator's lifetime; bounded concurrency to spare the API server."""
 
-    def __init__(self, creds: Credentials, *, concurrency: int = 32, timeout: float = 30.0, verify_seconds: float = 300.0):
+    def __init__(
+        self, creds: Credentials, *, concurrency: int = 32, timeout: float = 30.0, verify_seconds: float = 300.0, backoff: Backoff | None = None
+    ):
         self._creds = creds
+        self.backoff = backoff or Backoff()
+        self.retries = 0
+        """Requests sent again after a 429, a 5xx or a dropped connection (for logs and benchmarks)."""
+        self._sleep = asyncio.sleep
+        self._rng = random.Random()
         self._applied: dict[tuple[str, str, str], tuple[str, float]] = {}
         self.verify_seconds = verify_seconds
         self._concurrency = concurrency
@@ -309,6 +371,26 @@ class KubeClient:
             await self._api.close()
 
     async def _request(self, method: str, path: str, *, json: Any = None, content_type: str = "application/json", query: list[tuple[str, str]] | None = None) -> Any:
+        """One API call; 401 re-reads the token once, 429/5xx and dropped connections back off (``Backoff``)."""
+        waited, retry = 0.0, 0
+        while True:
+            try:
+                return await self._call(method, path, json=json, content_type=content_type, query=query)
+            except (ApiError, aiohttp.ClientConnectionError) as err:
+                if isinstance(err, ApiError) and not err.transient:
+                    raise
+                retry_after = err.retry_after if isinstance(err, ApiError) else None
+                delay = self.backoff.delay(retry, retry_after, self._rng)
+                if retry + 1 >= self.backoff.attempts or waited + delay > self.backoff.budget:
+                    raise
+                what = f"HTTP {err.status}" if isinstance(err, ApiError) else type(err).__name__
+                log.warning("%s %s: %s; trying again in %.2f s (retry %d of %d)", method, path, what, delay, retry + 1, self.backoff.attempts - 1)
+                self.retries += 1
+                retry += 1
+                waited += delay
+                await self._sleep(delay)  # outside the concurrency limit: a throttled call holds no slot
+
+    async def _call(self, method: str, path: str, *, json: Any, content_type: str, query: list[tuple[str, str]] | None) -> Any:
         api = self._get_api()
         for attempt in (1, 2):
             if attempt == 2:
@@ -324,7 +406,8 @@ class KubeClient:
                 if err.status == 401 and attempt == 1 and self._creds.token_path:
                     continue
                 text = err.body if isinstance(err.body, str) else (err.body or b"").decode("utf-8", "replace")
-                raise ApiError(err.status, f"{method} {path}: {text[:300]}", reason=_status_message(text)) from None
+                retry_after = parse_retry_after((err.headers or {}).get("Retry-After"))
+                raise ApiError(err.status, f"{method} {path}: {text[:300]}", reason=_status_message(text), retry_after=retry_after) from None
         raise AssertionError("unreachable")
 
     async def get(self, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:

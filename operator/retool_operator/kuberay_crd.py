@@ -29,19 +29,26 @@ class KubeRayCRD:
     """Whether the head group's schema has ``resources`` (KubeRay >= 1.5)."""
 
 
+def _keeps_field(node: dict[str, Any], path: tuple[str, ...]) -> bool:
+    """Whether a structural schema ``node`` keeps a field at ``path`` below it: declared there, or an
+    object on the way preserves unknown fields (``x-kubernetes-preserve-unknown-fields``) and does not
+    declare the next step (trimmed CRDs, e.g. applied without their large pod templates, do that high up)."""
+    for step in path:
+        props = node.get("properties") or {}
+        if step not in props:
+            return bool(node.get("x-kubernetes-preserve-unknown-fields"))
+        node = props[step] or {}
+    return True
+
+
 def read_crd(crd: dict[str, Any] | None) -> KubeRayCRD:
     if not crd:
         return KubeRayCRD(found=False, group_resources=True)
     for version in (crd.get("spec") or {}).get("versions") or []:
         if version.get("name") != "v1":
             continue
-        schema = ((version.get("schema") or {}).get("openAPIV3Schema") or {}).get("properties") or {}
-        spec = (schema.get("spec") or {}).get("properties") or {}
-        cluster = (spec.get("rayClusterSpec") or {}).get("properties") or {}
-        head = (cluster.get("headGroupSpec") or {}).get("properties") or {}
-        if head.get("x-kubernetes-preserve-unknown-fields"):
-            return KubeRayCRD(found=True, group_resources=True)
-        return KubeRayCRD(found=True, group_resources="resources" in head)
+        schema = (version.get("schema") or {}).get("openAPIV3Schema") or {}
+        return KubeRayCRD(found=True, group_resources=_keeps_field(schema, ("spec", "rayClusterSpec", "headGroupSpec", "resources")))
     return KubeRayCRD(found=True, group_resources=False)
 
 

@@ -26,7 +26,7 @@ from retool.spec.names import RAY_STAGES, STAGES, sandbox_url, stage_child_name
 from retool.spec.status import Condition, MLflowStatus, RetoolRunStatus, SandboxIsolationStatus, SandboxStatus, StageStatus
 from retool_operator import constants as c
 from retool_operator.actions import CreateChild, Event, SetSuspend, SetWorkloadActive
-from retool_operator.attempts import RELEASE_POLL_SECONDS, blocking_pods, claim_permission_hint, failed_attempt, waiting_text
+from retool_operator.attempts import RELEASE_POLL_SECONDS, STATUS_CHECK_TIMEOUT, blocking_pods, claim_permission_hint, failed_attempt, status_check_timeout, waiting_text
 from retool_operator.builders import queued, run_namespace, uses_sandbox
 from retool_operator.claims import ClaimCheck, ClaimObservation, check_claim, check_extra_claims, storage_status
 from retool_operator.isolation import IsolationObservation, isolation_condition
@@ -82,6 +82,18 @@ def rayjob_outcome(obj: dict[str, Any] | None) -> ChildOutcome:
     if deployment in ("Suspended", "Suspending"):
         return ChildOutcome("suspended", f"RayJob {deployment.lower()}")
     return ChildOutcome("running", f"RayJob {deployment or 'submitted'}" + (f", job {job}" if job else ""))
+
+
+def rayjob_detail(obj: dict[str, Any] | None) -> str:
+    """KubeRay's message on a RayJob (its ``status.message``), or what it left instead."""
+    st = (obj or {}).get("status") or {}
+    return str(st.get("message") or st.get("reason") or "no message")
+
+
+def status_check_timed_out(stage: str, obj: dict[str, Any] | None) -> bool:
+    """A RayJob KubeRay failed because its Ray dashboard could not be polled (``attempts.STATUS_CHECK_TIMEOUT``)."""
+    st = (obj or {}).get("status") or {}
+    return stage in RAY_STAGES and st.get("jobDeploymentStatus") == "Failed" and st.get("reason") == STATUS_CHECK_TIMEOUT
 
 
 def job_outcome(obj: dict[str, Any] | None) -> ChildOutcome:
@@ -423,6 +435,10 @@ def _follow_child(run: RetoolRun, entry: StageStatus, observed: Observed, now: d
         )
         message = f"stage {name}: {text} ({new_child})"
         return Step(updated, message, [Event("Warning", c.REASON_STAGE_PREEMPTED, message)], create=[CreateChild(name, attempt)])
+    lost = status_check_timeout(run, entry, rayjob_detail(obj), now) if outcome.state == "failed" and status_check_timed_out(name, obj) else None
+    if lost is not None:
+        updated, message, event, requeue = lost
+        return Step(updated, message, [event], requeue=requeue)
     if outcome.state == "failed":
         reason = outcome.message
         detail = observed.failure_details.get(child)

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+import aiohttp
+
 from retool.preflight.checks import WARNINGS_PREFIX
 from retool.spec.model import RetoolRun
 from retool.spec.names import RAY_STAGES, sandbox_name, stage_child_name
@@ -153,6 +155,8 @@ class Reconciler:
         self._kuberay: KubeRayCRD | None = None
         self._events_read: dict[tuple[str, str, str], tuple[float, list[dict[str, Any]]]] = {}
         self._workload_kind: Kind = WORKLOAD_VERSIONS[0]
+        self._unwell: dict[tuple[str, str], int] = {}
+        """(namespace, run) -> passes in a row that a transient API error stopped (``_retry_delay``)."""
         self._finished: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
         """(namespace, run) -> child name -> the last state a watch event showed of a finished child."""
 
@@ -179,12 +183,31 @@ class Reconciler:
                 self._again.discard(key)
                 try:
                     await self.reconcile(*key)
-                except Exception:
-                    log.exception("reconciling %s/%s failed; the next event or resync retries", *key)
+                except Exception as err:
+                    delay = self._retry_delay(key, err)
+                    if delay is None:
+                        log.exception("reconciling %s/%s failed; the next event or resync retries", *key)
+                    else:
+                        log.warning("reconciling %s/%s: the API server is unwell (%s); the pass runs again in %.1f s", *key, err, delay)
+                        self._requeue(key, delay)
+                else:
+                    self._unwell.pop(key, None)
                 if key not in self._again:
                     return
         finally:
             self._running.pop(key, None)
+
+    def _retry_delay(self, key: tuple[str, str], err: Exception) -> float | None:
+        """When to run a pass again that the API server's state stopped (429 or 5xx past the client's
+        back-off, a dropped connection, a timeout), else None. Doubles per failed pass of the run from
+        1 s, at most the resync interval, and never before the server's ``Retry-After``: the pass is
+        requeued, the run shows nothing (throttling is no refusal)."""
+        if not (isinstance(err, ApiError) and err.transient) and not isinstance(err, aiohttp.ClientError | asyncio.TimeoutError):
+            return None
+        failures = self._unwell[key] = self._unwell.get(key, 0) + 1
+        delay = min(float(2 ** (failures - 1)), max(self.config.resync_seconds, 1.0))
+        retry_after = err.retry_after if isinstance(err, ApiError) else None
+        return max(delay, retry_after or 0.0)
 
     def _requeue(self, key: tuple[str, str], delay: float) -> None:
         old = self._timers.pop(key, None)
@@ -223,6 +246,7 @@ class Reconciler:
         if timer is not None:
             timer.cancel()
         self._mlflow_down_since.pop(key, None)
+        self._unwell.pop(key, None)
         self.isolation.forget(namespace, name)
         self.client.forget(namespace, {sandbox_name(name), f"{name}-spec"})
 

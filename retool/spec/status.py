@@ -41,6 +41,15 @@ class StageStatus(SpecModel):
     preempted_attempts: int | None = Field(
         None, ge=0, description="Attempts that a preemption ended (a batch Job cannot resume) and a new attempt replaced; they use no retry."
     )
+    status_check_timeouts: int | None = Field(
+        None,
+        ge=0,
+        description=(
+            "Attempts whose RayJob KubeRay (>= 1.7) failed with JobStatusCheckTimeoutExceeded (the Ray dashboard could not be polled "
+            "for its timeout, 300 s by default): retried on a fresh Ray cluster, resuming from the last checkpoint, without using a "
+            "retry; past 3 in one stage they count as failed attempts."
+        ),
+    )
 
 
 class Condition(SpecModel):

@@ -98,6 +98,12 @@ class Operator:
                 self.process.kill()
                 self.process.wait(5)
 
+    def kill(self) -> None:
+        """SIGKILL, as the kubelet does past the grace period or the kernel's OOM killer: no cleanup runs."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
     def tail(self, lines: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""
 

@@ -54,7 +54,8 @@ RAYJOBS = KINDS[("ray.io/v1", "RayJob")]
 DEPLOYMENTS = KINDS[("apps/v1", "Deployment")]
 
 
-Refusal = Callable[[Any], "tuple[int, str] | None"]
+Refusal = Callable[[Any], "tuple[int, str] | tuple[int, str, dict[str, str]] | None"]
+"""(HTTP status, message) or (status, message, response headers: a ``Retry-After``), or None to let the request through."""
 
 
 def selector_matches(selector: str, labels: dict[str, str]) -> bool:
@@ -122,9 +123,10 @@ class ScalableEmulator(kmock.KubernetesEmulator):
         for refusal in list(self.refusals):
             answer = refusal(request) if request.resource is not None else None
             if answer is not None:
-                code, message = answer
-                body = {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure", "message": message, "reason": "Forbidden", "code": code}
-                return aiohttp.web.json_response(body, status=code)
+                code, message, headers = (*answer, {}) if len(answer) == 2 else answer
+                reason = {429: "TooManyRequests"}.get(code, "InternalError" if code >= 500 else "Forbidden")
+                body = {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code}
+                return aiohttp.web.json_response(body, status=code, headers=headers)
         self.in_flight.append(request)
         self._requests[:] = self.in_flight
         try:

@@ -414,6 +414,31 @@ async def test_a_refused_create_is_a_warning_event_and_a_condition_with_the_api_
         assert {c["type"]: c["status"] for c in status["conditions"]}["Stalled"] == "False"
 
 
+async def test_a_throttled_create_is_retried_and_requeued_never_shown_as_a_refusal(cluster: Cluster) -> None:
+    """API Priority and Fairness answers 429 with Retry-After: 1. Twelve throttled creates outlast the
+    client's back-off (six tries) twice, so two passes fail; a later pass creates the RayJob and the run
+    never says "refused" (the requeue itself: tests/operator/test_pass_requeue.py)."""
+    throttled: list[str] = []
+
+    def throttle(r: Any) -> Any:
+        if r.resource.plural == "rayjobs" and r.action is not None and r.action.value == "CREATE" and len(throttled) < 12:
+            throttled.append(r.resource.plural)
+            return 429, "Too many requests, please try again later.", {"Retry-After": "1"}
+        return None
+
+    cluster.k8s.refusals = [throttle]
+    async with running_operator(CONFIG):
+        await cluster.api.create(spec_doc("busy"))
+        await cluster.finish(JOBS, "busy-prepare-1", job_status("Complete"))
+        await cluster.child(RAYJOBS, "busy-sft-1", timeout=22)
+        status = await cluster.phase_is("busy", "SFT")
+    assert len(throttled) == 12
+    assert stage_of(status, "sft")["attempt"] == 1 and cluster.creates("rayjobs") == 13
+    conds = {c["type"]: c for c in status["conditions"]}
+    assert conds["Stalled"]["status"] == "False" and "refused" not in str(status) and "429" not in str(status)
+    assert not await _warned(cluster, {"ChildRefused"})
+
+
 async def test_children_edited_behind_the_operators_back_are_repaired_and_an_hpa_keeps_the_replicas(cluster: Cluster) -> None:
     hpa = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "tidy-sandbox", "namespace": NS}}
     hpa["spec"] = {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "tidy-sandbox"}, "minReplicas": 3, "maxReplicas": 9}

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from retool_operator import constants as c
 
 from tests.operator.emulator import JOBS, RAYJOBS, RUNS, eventually, operator_requests, running_operator
 from tests.operator.helpers import job_status, rayjob_status
@@ -170,3 +171,45 @@ async def test_a_missing_claim_holds_the_run_until_it_exists(cluster: Cluster, m
         assert status["phase"] == "Pending" and await cluster.names(JOBS) == []
         await cluster.api.create(claim_object("later", ["ReadWriteOnce"]))
         await cluster.child(JOBS, "patient-prepare-1")
+
+
+async def test_the_operator_knows_the_workloads_it_deactivated_from_those_kueue_deactivated(cluster: Cluster) -> None:
+    """spec.suspend deactivates the Workload with the operator's mark; resuming reactivates it and removes
+    the mark, so when Kueue later deactivates the same Workload itself (waitForPodsReady's requeue limit)
+    the operator takes it as Kueue's verdict (the attempt ends with Kueue's reason), never as its own
+    deactivation to undo."""
+    kueue = FakeKueue(cluster.api, NS)
+    async with running_operator(cluster.config):
+        await cluster.api.create(spec_doc("marks", scheduling={"queueName": "team-a"}))
+        await cluster.child(JOBS, "marks-prepare-1")
+        await kueue.admit(JOBS, "marks-prepare-1")
+        await cluster.finish(JOBS, "marks-prepare-1", job_status("Complete"))
+        await cluster.child(RAYJOBS, "marks-sft-1")
+        await kueue.admit(RAYJOBS, "marks-sft-1")
+        await stage_state(cluster, "marks", "sft", "Running")
+        name = (await kueue.workload_of(RAYJOBS, "marks-sft-1"))["metadata"]["name"]
+
+        async def workload_is(active: bool) -> dict[str, Any] | None:
+            current = await cluster.api.get(WORKLOADS, NS, name)
+            return current if current is not None and current["spec"]["active"] is active else None
+
+        await cluster.api.patch(RUNS, NS, "marks", {"spec": {"suspend": True}})
+        ours = await eventually(lambda: workload_is(False), what="the workload deactivated by the operator")
+        assert ours["metadata"]["annotations"][c.ANNOTATION_DEACTIVATED] == "retool-operator"
+        await cluster.api.patch(RUNS, NS, "marks", {"spec": {"suspend": False}})
+        again = await eventually(lambda: workload_is(True), what="the workload reactivated")
+        assert c.ANNOTATION_DEACTIVATED not in (again["metadata"].get("annotations") or {})  # the mark goes with the reactivation
+        await kueue.admit(RAYJOBS, "marks-sft-1")
+        await stage_state(cluster, "marks", "sft", "Running")
+
+        await kueue.give_up(RAYJOBS, "marks-sft-1")
+        status = await stage_state(cluster, "marks", "sft", "Retrying")
+        sft = next(s for s in status["stages"] if s["name"] == "sft")
+        assert "Kueue deactivated its workload" in sft["message"] and "re-queuing retries" in sft["message"]
+        assert await workload_is(False) is not None  # left as Kueue set it
+    reactivations = [
+        r for r in cluster.k8s.requests
+        if r.headers.get("User-Agent") == "retool-operator" and r.resource is not None and r.resource.plural == "workloads"
+        and str(r.method.value).upper() == "PATCH" and ((r.data or {}).get("spec") or {}).get("active") is True
+    ]  # fmt: skip
+    assert len(reactivations) == 1, "the operator reactivated a workload Kueue deactivated"
