@@ -38,7 +38,12 @@ def pending_claim(name: str = "demo-data") -> dict[str, Any]:
 
 CLAIM_CASES = [
     ("no default StorageClass: a Normal FailedBinding names it", pending_claim(), [event("FailedBinding", NO_CLASS, "Normal")], ("FailedBinding", NO_CLASS)),
-    ("a provisioner's refusal comes first", pending_claim(), [event("FailedBinding", NO_CLASS, "Normal"), event("ProvisioningFailed", "class gone")], ("ProvisioningFailed", "class gone")),
+    (
+        "a provisioner's refusal comes first",
+        pending_claim(),
+        [event("FailedBinding", NO_CLASS, "Normal"), event("ProvisioningFailed", "class gone")],
+        ("ProvisioningFailed", "class gone"),
+    ),
     ("waiting for the first consumer is no failure", pending_claim(), [event("WaitForFirstConsumer", "waiting for first consumer", "Normal")], None),
     ("a bound claim has no failure", {**pending_claim(), "status": {"phase": "Bound"}}, [event("FailedBinding", NO_CLASS, "Normal")], None),
 ]
@@ -67,7 +72,10 @@ def test_a_claim_that_cannot_bind_holds_the_first_stage_and_is_the_runs_reason()
 
 def sft_running(job: str = "demo-sft-1") -> RetoolRunStatus:
     return RetoolRunStatus(
-        stages=[StageStatus(name="prepare", state="Succeeded", attempt=1, job="demo-prepare-1"), StageStatus(name="sft", state="Running", attempt=1, job=job, message="attempt 1 started")]
+        stages=[
+            StageStatus(name="prepare", state="Succeeded", attempt=1, job="demo-prepare-1"),
+            StageStatus(name="sft", state="Running", attempt=1, job=job, message="attempt 1 started"),
+        ]
     )
 
 
@@ -107,7 +115,8 @@ def test_an_unschedulable_pod_is_named_once_it_stays_so() -> None:
     assert below.unschedulable([unschedulable_pod(fresh)], T0) is None  # a nominated preemption may still place it
     scheduled = {"metadata": {"name": "p"}, "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}}
     assert below.unschedulable([scheduled], T0) is None
-    status, texts = stalls_below(sft_running(), Observed(children={"demo-sft-1": rayjob("Initializing")}, unschedulable={"demo-sft-1": below.unschedulable([unschedulable_pod()], T0) or ""}))
+    seen = below.unschedulable([unschedulable_pod()], T0) or ""
+    status, texts = stalls_below(sft_running(), Observed(children={"demo-sft-1": rayjob("Initializing")}, unschedulable={"demo-sft-1": seen}))
     assert texts == [f"pod demo-sft-1-head-x cannot be scheduled: {NO_NODE}"]
     assert "cannot start" in status.stages[1].message
 
