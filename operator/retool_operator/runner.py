@@ -266,6 +266,7 @@ class Reconciler:
         if not problems and accepted is not None:
             normalized = {**body, "spec": run_document(parse_run(document))["spec"]}
             held, held_reason = immutability.refused_edits(accepted, normalized), c.REASON_IMMUTABLE_FIELD
+        rescheduled = immutability.scheduling_change(accepted, body) if accepted is not None and not held else None
         if held:
             document = accepted or document  # act on the accepted spec; observe the running children with it
         run = parse_run(document)
@@ -370,6 +371,8 @@ class Reconciler:
             decision.status = with_refusals(decision.status, refusals, previous=current.conditions, now=now, generation=meta.get("generation"))
             decision.events.append(Event("Warning", c.REASON_CHILD_REFUSED, "; ".join(refusals)))
             decision.requeue_after = min(decision.requeue_after or self.config.mlflow_retry_seconds, self.config.mlflow_retry_seconds)
+        if rescheduled and current.observed_generation != meta.get("generation"):
+            decision.events.append(Event("Normal", c.REASON_SCHEDULING_CHANGED, rescheduled))
         if await self._write_status(body, old_status, decision.status):
             for event in decision.events:
                 self.post_event(body, event)
