@@ -41,6 +41,10 @@ EVENTS_AFTER_SECONDS = 10.0
 """Events are read only for a Job or claim at least this old: a fresh Job has no pod and a fresh claim is
 Pending for a moment anyway, and a run's first passes then cost no extra requests (the resync comes
 back for what stays that way)."""
+CLAIM_SETTLE_SECONDS = 2.0
+"""A Pending claim younger than this holds the first stage: the PV controller reports a claim it cannot
+bind (``FailedBinding``) on its first sync of it, but not before the operator's pass that created it
+reads it back; a claim it binds or provisions, or leaves to its first consumer, lets the stage start."""
 JOB_FAILED_CREATE = "FailedCreate"
 CLAIM_PROVISIONING_FAILED = "ProvisioningFailed"
 CLAIM_FAILED_BINDING = "FailedBinding"
@@ -158,10 +162,17 @@ def pods_pending(kind: str, obj: dict[str, Any] | None) -> bool:
     return int(status.get("active") or 0) > int(status.get("ready") or 0)
 
 
-def old_enough(obj: dict[str, Any] | None, now: dt.datetime) -> bool:
-    """Whether ``obj`` was created at least ``EVENTS_AFTER_SECONDS`` ago (no timestamp: yes)."""
+def old_enough(obj: dict[str, Any] | None, now: dt.datetime, seconds: float = EVENTS_AFTER_SECONDS) -> bool:
+    """Whether ``obj`` was created at least ``seconds`` ago (no timestamp: yes)."""
     stamp = ((obj or {}).get("metadata") or {}).get("creationTimestamp")
     if not stamp:
         return True
     created = dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
-    return (now - created).total_seconds() >= EVENTS_AFTER_SECONDS
+    return (now - created).total_seconds() >= seconds
+
+
+def claim_settling(obj: dict[str, Any] | None, now: dt.datetime) -> bool:
+    """A Pending claim the volume controller may not have looked at yet (``CLAIM_SETTLE_SECONDS``)."""
+    if obj is None or ((obj.get("status") or {}).get("phase") or "Pending") != "Pending":
+        return False
+    return not old_enough(obj, now, CLAIM_SETTLE_SECONDS)

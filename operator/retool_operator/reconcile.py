@@ -360,7 +360,7 @@ def _next_attempt(run: RetoolRun, entry: StageStatus, observed: Observed, now: d
         if claim_check.state == "failed":
             failed = entry.model_copy(update={"state": "Failed", "completion_time": stamp, "message": f"not started: {claim_check.message}"})
             return Step(failed, f"stage {name} not started: {claim_check.message}", [Event("Warning", claim_check.reason, claim_check.message)])
-        return Step(entry.model_copy(update={"message": claim_check.message}), claim_check.message, requeue=CLAIM_RECHECK_SECONDS)
+        return Step(entry.model_copy(update={"message": claim_check.message}), claim_check.message, requeue=claim_check.recheck_seconds or CLAIM_RECHECK_SECONDS)
     if not first:
         due = parse_time(entry.next_attempt_time) or now
         if now < due:
@@ -479,6 +479,10 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
             # PV, a provisioner's refusal): no stage starts on it; the cause is the run's message.
             text = below.claim_refusal(observed.claim.claim.name, observed.claim.obj, observed.claim_events) or unbound[1]
             claim_check = ClaimCheck("waiting", unbound[0], below.short(text))
+        elif claim_check.state == "ready" and below.claim_settling(observed.claim.obj, now):
+            name = observed.claim.claim.name
+            text = f"waiting for the volume controller to look at PersistentVolumeClaim {name}"
+            claim_check = ClaimCheck("waiting", c.REASON_CLAIM_PENDING, text, recheck_seconds=below.CLAIM_SETTLE_SECONDS)
 
     for i, entry in enumerate(stages):
         if entry.state in ("Succeeded", "Skipped"):
@@ -594,5 +598,5 @@ def stalls_below(status: RetoolRunStatus, observed: Observed) -> tuple[RetoolRun
     if observed.claim is not None:
         text = below.claim_refusal(observed.claim.claim.name, observed.claim.obj, observed.claim_events)
         if text:
-            out.append(text)
+            out.insert(0, text)  # the cause: pods that wait for an unbound claim say only that
     return status.model_copy(update={"stages": stages}), out

@@ -560,7 +560,9 @@ class Reconciler:
             if not any(s.attempt > 0 for s in status.stages):
                 for extra, _ in extra_claim_names(run):
                     extra_claims[extra] = await self.client.get(CLAIMS, namespace, extra)
-            if claim.obj is not None and ((claim.obj.get("status") or {}).get("phase") or "Pending") == "Pending" and below.old_enough(claim.obj, self.now()):
+            first = not any(s.attempt > 0 for s in status.stages)  # before the first stage a settled claim is asked at once
+            wait = below.CLAIM_SETTLE_SECONDS if first else below.EVENTS_AFTER_SECONDS
+            if claim.obj is not None and ((claim.obj.get("status") or {}).get("phase") or "Pending") == "Pending" and below.old_enough(claim.obj, self.now(), wait):
                 claim_events = await self._events(namespace, "PersistentVolumeClaim", spec.name)
         details = await self._failure_details(namespace, run.metadata.name, status, children)
         notes = await self._stage_notes(namespace, run.metadata.name, status, children)

@@ -151,3 +151,14 @@ def test_a_queued_preflight_keeps_its_sandbox() -> None:
     decision = decide(run, status, Observed(children={"demo-preflight-1": child}, workloads={"demo-preflight-1": []}), T0)
     assert decision.status.stages[1].state == "Queued"
     assert decision.sandbox_replicas == 1
+
+
+def test_a_claim_created_a_moment_ago_holds_the_first_stage_until_the_volume_controller_saw_it() -> None:
+    """The pass that creates the claim reads it back Pending with no Event yet: the first stage waits
+    ``CLAIM_SETTLE_SECONDS`` so that a claim that cannot bind is named before anything starts."""
+    run = run_of()
+    fresh = {**pending_claim(), "metadata": {"name": "demo-data", "creationTimestamp": T0.strftime("%Y-%m-%dT%H:%M:%SZ")}}
+    decision = decide(run, RetoolRunStatus(), Observed(claim=ClaimObservation(run_claim(run, CONFIG), fresh)), T0)
+    assert decision.create == [] and decision.requeue_after == below.CLAIM_SETTLE_SECONDS
+    later = T0 + dt.timedelta(seconds=below.CLAIM_SETTLE_SECONDS)
+    assert [a.stage for a in decide(run, RetoolRunStatus(), Observed(claim=ClaimObservation(run_claim(run, CONFIG), fresh)), later).create] == ["prepare"]
