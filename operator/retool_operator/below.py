@@ -14,7 +14,17 @@ own place, and this module reads it there:
 - the Job controller: Warning Events with reason ``FailedCreate`` on the Job
   (``FailedCreatePodReason``, pkg/controller/controller_utils.go, Kubernetes v1.36.3);
 - the volume controller: Warning Events with reason ``ProvisioningFailed`` on a Pending claim
-  (pkg/controller/volume/events/event.go, Kubernetes v1.36.3).
+  (pkg/controller/volume/events/event.go, Kubernetes v1.36.3), and Events with reason
+  ``FailedBinding`` — of type *Normal* for "no persistent volumes available for this claim and no
+  storage class is set" (a cluster without a default StorageClass; pv_controller.go
+  ``syncUnboundClaim``, v1.36.3), Warning for a volume bound elsewhere;
+- KubeRay's submitter Job of a RayJob in K8sJobMode (named as the RayJob,
+  ``rayjob_controller.go`` ``createK8sJobIfNeed``, v1.6.1/v1.7.0): its ``FailedCreate`` Events when the
+  Job controller cannot create the submitter pod (quota, LimitRange, policy). KubeRay keeps the
+  RayJob ``Running`` while the submitter has not finished, so without this the stage holds its GPUs
+  and says nothing;
+- the scheduler: a pod's ``PodScheduled=False`` condition with reason ``Unschedulable`` and the
+  scheduler's message (``handleSchedulingFailure``, pkg/scheduler/schedule_one.go, v1.36.3).
 
 The run's status then says so: Stalled=True with the refusal, a Warning Event, and for the claim
 StorageReady=False.
@@ -25,12 +35,25 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from retool_operator.status import short_message
+
 EVENTS_AFTER_SECONDS = 10.0
 """Events are read only for a Job or claim at least this old: a fresh Job has no pod and a fresh claim is
 Pending for a moment anyway, and a run's first passes then cost no extra requests (the resync comes
 back for what stays that way)."""
+CLAIM_SETTLE_SECONDS = 2.0
+"""A Pending claim younger than this holds the first stage: the PV controller reports a claim it cannot
+bind (``FailedBinding``) on its first sync of it, but not before the operator's pass that created it
+reads it back; a claim it binds or provisions, or leaves to its first consumer, lets the stage start."""
 JOB_FAILED_CREATE = "FailedCreate"
 CLAIM_PROVISIONING_FAILED = "ProvisioningFailed"
+CLAIM_FAILED_BINDING = "FailedBinding"
+POD_UNSCHEDULABLE = "Unschedulable"
+
+
+def short(text: str) -> str:
+    """``text`` on one line, cut for the run's columns (``status.short_message``); the full text goes in an Event."""
+    return short_message(text)
 
 
 def rayjob_replica_failure(obj: dict[str, Any] | None) -> str | None:
@@ -52,9 +75,11 @@ def job_without_pods(obj: dict[str, Any] | None) -> bool:
     return not any(cond.get("type") in ("Complete", "Failed", "SuccessCriteriaMet", "FailureTarget") for cond in status.get("conditions") or [])
 
 
-def latest_warning(events: list[dict[str, Any]], reason: str) -> str | None:
-    """The message of the most recent Warning Event with ``reason`` (by lastTimestamp / eventTime), or None."""
-    matching = [e for e in events if e.get("reason") == reason and e.get("type", "Warning") == "Warning"]
+def latest_warning(events: list[dict[str, Any]], reason: str, *, any_type: bool = False) -> str | None:
+    """The message of the most recent Warning Event with ``reason`` (by lastTimestamp / eventTime), or None.
+
+    ``any_type``: Normal Events count too (the volume controller reports a missing StorageClass as Normal)."""
+    matching = [e for e in events if e.get("reason") == reason and (any_type or e.get("type", "Warning") == "Warning")]
     if not matching:
         return None
 
@@ -74,17 +99,80 @@ def child_refusal(kind: str, name: str, obj: dict[str, Any] | None, events: list
 
 
 def claim_refusal(name: str, obj: dict[str, Any] | None, events: list[dict[str, Any]] | None) -> str | None:
-    """Why a Pending claim is not provisioned, in one line; None when it is bound or nothing failed."""
+    """Why a Pending claim is not provisioned or bound, in one line; None when it is bound or nothing failed."""
+    found = claim_failure(obj, events)
+    if found is None:
+        return None
+    reason, message = found
+    verb = "cannot be provisioned" if reason == CLAIM_PROVISIONING_FAILED else "cannot bind"
+    return f"PersistentVolumeClaim {name} {verb}: {message}"
+
+
+def claim_failure(obj: dict[str, Any] | None, events: list[dict[str, Any]] | None) -> tuple[str, str] | None:
+    """(event reason, message) of why a Pending claim has no volume: ProvisioningFailed first, else FailedBinding."""
     if obj is None or ((obj.get("status") or {}).get("phase") or "Pending") != "Pending":
         return None
-    message = latest_warning(events or [], CLAIM_PROVISIONING_FAILED)
-    return f"PersistentVolumeClaim {name} cannot be provisioned: {message}" if message else None
+    for reason in (CLAIM_PROVISIONING_FAILED, CLAIM_FAILED_BINDING):
+        message = latest_warning(events or [], reason, any_type=reason == CLAIM_FAILED_BINDING)
+        if message:
+            return reason, message
+    return None
 
 
-def old_enough(obj: dict[str, Any] | None, now: dt.datetime) -> bool:
-    """Whether ``obj`` was created at least ``EVENTS_AFTER_SECONDS`` ago (no timestamp: yes)."""
+def submitter_refusal(rayjob: str, rayjob_obj: dict[str, Any] | None, submitter: dict[str, Any] | None, events: list[dict[str, Any]] | None) -> str | None:
+    """Why KubeRay's submitter pod of a Running RayJob does not exist, in one line; None when nothing refuses it."""
+    if rayjob_obj is None or submitter is None or not job_without_pods(submitter):
+        return None
+    message = latest_warning(events or [], JOB_FAILED_CREATE)
+    return f"the Job controller cannot create the submitter pod of RayJob {rayjob}: {message}" if message else None
+
+
+def wants_submitter(rayjob_obj: dict[str, Any] | None) -> bool:
+    """A RayJob whose submitter should be running but whose job has not started: worth reading its submitter Job."""
+    status = (rayjob_obj or {}).get("status") or {}
+    return status.get("jobDeploymentStatus") == "Running" and (status.get("jobStatus") or "PENDING") == "PENDING"
+
+
+def unschedulable(pods: list[dict[str, Any]], now: dt.datetime) -> str | None:
+    """The scheduler's words for the first pod it could not place for ``EVENTS_AFTER_SECONDS`` (``pod: message``), or None.
+
+    A pod the scheduler marked Unschedulable a moment ago may still be placed by a preemption it
+    nominated; one that stays so is named."""
+    for pod in pods:
+        status = pod.get("status") or {}
+        if status.get("phase") not in (None, "Pending"):
+            continue
+        for cond in status.get("conditions") or []:
+            if (cond.get("type"), cond.get("status"), cond.get("reason")) != ("PodScheduled", "False", POD_UNSCHEDULABLE):
+                continue
+            since = cond.get("lastTransitionTime")
+            if since and (now - dt.datetime.fromisoformat(str(since).replace("Z", "+00:00"))).total_seconds() < EVENTS_AFTER_SECONDS:
+                continue
+            name = (pod.get("metadata") or {}).get("name", "?")
+            return f"pod {name} cannot be scheduled: {cond.get('message') or POD_UNSCHEDULABLE}"
+    return None
+
+
+def pods_pending(kind: str, obj: dict[str, Any] | None) -> bool:
+    """A running child whose pods may not all be up yet: a Job with an active pod not ready, a RayJob whose cluster is not ready."""
+    status = (obj or {}).get("status") or {}
+    if kind == "RayJob":
+        cluster = status.get("rayClusterStatus") or {}
+        return status.get("jobDeploymentStatus") in (None, "", "Initializing", "Running") and cluster.get("state") != "ready"
+    return int(status.get("active") or 0) > int(status.get("ready") or 0)
+
+
+def old_enough(obj: dict[str, Any] | None, now: dt.datetime, seconds: float = EVENTS_AFTER_SECONDS) -> bool:
+    """Whether ``obj`` was created at least ``seconds`` ago (no timestamp: yes)."""
     stamp = ((obj or {}).get("metadata") or {}).get("creationTimestamp")
     if not stamp:
         return True
     created = dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
-    return (now - created).total_seconds() >= EVENTS_AFTER_SECONDS
+    return (now - created).total_seconds() >= seconds
+
+
+def claim_settling(obj: dict[str, Any] | None, now: dt.datetime) -> bool:
+    """A Pending claim the volume controller may not have looked at yet (``CLAIM_SETTLE_SECONDS``)."""
+    if obj is None or ((obj.get("status") or {}).get("phase") or "Pending") != "Pending":
+        return False
+    return not old_enough(obj, now, CLAIM_SETTLE_SECONDS)

@@ -35,6 +35,8 @@ class ClaimCheck:
     state: Literal["ready", "waiting", "failed"]
     reason: str
     message: str
+    recheck_seconds: float | None = None
+    """How soon a waiting check looks again (None: the default claim recheck)."""
 
 
 def access_modes(obj: dict[str, Any]) -> list[str]:

@@ -111,6 +111,7 @@ REASON_CLAIM_READY = "ClaimReady"
 REASON_CLAIM_PENDING = "ClaimPending"
 REASON_CLAIM_NOT_FOUND = "ClaimNotFound"
 REASON_CLAIM_NOT_SHARED = "ClaimNotShared"
+REASON_SCHEDULING_CHANGED = "SchedulingChanged"
 
 # Kueue: the Workload it makes for each queued Job/RayJob (found by the job's uid), and our mark on a
 # Workload the operator deactivated for spec.suspend (only those are reactivated on resume).

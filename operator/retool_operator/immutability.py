@@ -74,3 +74,22 @@ def held_status(status: RetoolRunStatus, problems: list[str], *, reason: str, no
     conds = set_condition(conds, type_=c.COND_READY, status=False, reason=reason, message=message, now=now, generation=generation)
     conds = set_condition(conds, type_=c.COND_RECONCILING, status=False, reason=reason, message="", now=now, generation=generation)
     return status.model_copy(update={"conditions": conds, "message": message[:1024]})
+
+
+def scheduling_change(accepted: Mapping[str, Any], body: Mapping[str, Any]) -> str | None:
+    """What an edit of ``spec.scheduling`` after a child exists does, in one line; None when it did not change.
+
+    ``spec.scheduling`` is not frozen (a queue can be renamed or a priority raised while a run waits),
+    but a child keeps the queue label, priority and gang settings it was created with: Kueue's
+    webhook refuses a change of ``kueue.x-k8s.io/queue-name`` on a job that is not suspended
+    (``ValidateJobOnUpdate``, pkg/controller/jobframework/validation.go, Kueue v0.19.0), and the
+    operator never patches a child's scheduling. So the edit reaches only the children created
+    afterwards (the next stage, the next attempt), and the run says so in an Event.
+    """
+    before = (accepted.get("spec") or {}).get("scheduling") or {}
+    after = (body.get("spec") or {}).get("scheduling") or {}
+    if before == after:
+        return None
+    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+    fields = ", ".join(f"spec.scheduling.{k}" for k in changed)
+    return f"{fields} changed after a stage started: the existing child keeps what it was created with; the next stage or attempt uses the new value"

@@ -71,6 +71,24 @@ def kueue_deactivation(workloads: list[dict[str, Any]] | None) -> Deactivation |
     return None
 
 
+EVICTION_CONDITIONS = frozenset({"Evicted", "Preempted"})
+"""Workload conditions Kueue sets only on a Workload it had admitted and then took back (``SetEvictedCondition``,
+``SetPreemptedCondition``, pkg/workload/workload.go, Kueue v0.19.0)."""
+
+
+def was_evicted(workloads: list[dict[str, Any]] | None) -> bool:
+    """Whether Kueue took an admission back from the child (a preemption), rather than holding it since its creation.
+
+    A child Kueue captured at creation (the namespace's ``default`` LocalQueue, or
+    ``manageJobsWithoutQueueName``) is suspended before it ever ran: its Workload has never been
+    evicted, and that is no preemption. Without Kueue's Workload API (None) nothing can be told apart
+    and the suspension of a running child counts as one.
+    """
+    if workloads is None:
+        return True
+    return any(cond.get("type") in EVICTION_CONDITIONS for wl in workloads for cond in (wl.get("status") or {}).get("conditions") or [])
+
+
 def queue_message(queue: str | None, workloads: list[dict[str, Any]] | None) -> str:
     """Why a queued child waits: Kueue's own words from its Workload when there is one."""
     where = f"Kueue queue {queue}" if queue else "Kueue"

@@ -24,6 +24,7 @@ from retool.runtime.paths import run_paths
 from retool.spec.model import RetoolRun
 from retool.spec.names import RAY_STAGES, STAGES, sandbox_url, stage_child_name
 from retool.spec.status import Condition, MLflowStatus, RetoolRunStatus, SandboxIsolationStatus, SandboxStatus, StageStatus
+from retool_operator import below
 from retool_operator import constants as c
 from retool_operator.actions import CreateChild, Event, SetSuspend, SetWorkloadActive
 from retool_operator.attempts import RELEASE_POLL_SECONDS, STATUS_CHECK_TIMEOUT, blocking_pods, claim_permission_hint, failed_attempt, status_check_timeout, waiting_text
@@ -37,6 +38,7 @@ from retool_operator.queueing import (
     kueue_owns,
     queue_message,
     suspended_by_operator,
+    was_evicted,
 )
 from retool_operator.sandbox_gate import REASON_PULL_FAILING, SandboxGate
 from retool_operator.sandbox_sizing import sandbox_replicas
@@ -163,6 +165,12 @@ class Observed:
     """What the sandbox pods' /readyz said this pass; None when there were no pods to ask."""
     reward_suspect: str | None = None
     """The rl stage's reward watch: a message while suspect, "" once cleared; None when not read this pass."""
+    submitter_jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """RayJob name -> KubeRay's submitter Job (read while the RayJob is Running and its job has not started)."""
+    submitter_events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """RayJob name -> the Events of its submitter Job while that Job has no pod."""
+    unschedulable: dict[str, str] = field(default_factory=dict)
+    """Running child name -> the scheduler's words for a pod of it it cannot place (``below.unschedulable``)."""
 
 
 @dataclass
@@ -238,7 +246,7 @@ def _queued_child(
     ]
     if bool(((obj or {}).get("spec") or {}).get("suspend")):
         update: dict[str, Any] = {"state": "Queued", "message": queue_message(queue, workloads)}
-        if entry.state == "Running":
+        if entry.state == "Running" and was_evicted(workloads):
             update["preemptions"] = (entry.preemptions or 0) + 1
             message = f"stage {name} preempted by its queue; waiting for re-admission ({child})"
             events.append(Event("Warning", c.REASON_STAGE_PREEMPTED, message))
@@ -364,7 +372,7 @@ def _next_attempt(run: RetoolRun, entry: StageStatus, observed: Observed, now: d
         if claim_check.state == "failed":
             failed = entry.model_copy(update={"state": "Failed", "completion_time": stamp, "message": f"not started: {claim_check.message}"})
             return Step(failed, f"stage {name} not started: {claim_check.message}", [Event("Warning", claim_check.reason, claim_check.message)])
-        return Step(entry.model_copy(update={"message": claim_check.message}), claim_check.message, requeue=CLAIM_RECHECK_SECONDS)
+        return Step(entry.model_copy(update={"message": claim_check.message}), claim_check.message, requeue=claim_check.recheck_seconds or CLAIM_RECHECK_SECONDS)
     if not first:
         due = parse_time(entry.next_attempt_time) or now
         if now < due:
@@ -481,6 +489,16 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
         claim_check = check_claim(run, observed.claim)
         if claim_check.state == "ready":
             claim_check = check_extra_claims(run, observed.extra_claims) or claim_check
+        unbound = below.claim_failure(observed.claim.obj, observed.claim_events) if claim_check.state == "ready" else None
+        if unbound is not None:
+            # The volume controller says the claim gets no volume (no default StorageClass, no matching
+            # PV, a provisioner's refusal): no stage starts on it; the cause is the run's message.
+            text = below.claim_refusal(observed.claim.claim.name, observed.claim.obj, observed.claim_events) or unbound[1]
+            claim_check = ClaimCheck("waiting", unbound[0], below.short(text))
+        elif claim_check.state == "ready" and below.claim_settling(observed.claim.obj, now):
+            name = observed.claim.claim.name
+            text = f"waiting for the volume controller to look at PersistentVolumeClaim {name}"
+            claim_check = ClaimCheck("waiting", c.REASON_CLAIM_PENDING, text, recheck_seconds=below.CLAIM_SETTLE_SECONDS)
 
     for i, entry in enumerate(stages):
         if entry.state in ("Succeeded", "Skipped"):
@@ -568,3 +586,33 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
     return Decision(
         status=next_status, sandbox_replicas=replicas, create=create, suspend=suspend_actions, workloads=workload_actions, events=events, requeue_after=requeue
     )
+
+
+def stalls_below(status: RetoolRunStatus, observed: Observed) -> tuple[RetoolRunStatus, list[str]]:
+    """What the controllers below refuse or cannot place for the running stage and the run's claim (``below``):
+    the texts for Stalled=True and the Warning Event, and ``status`` with the stage's message saying it
+    (short: the stage whose pods cannot start is never shown as "started").
+    """
+    out: list[str] = []
+    stages = list(status.stages)
+    for i, entry in enumerate(stages):
+        if entry.state != "Running" or not entry.job:
+            continue
+        kind = "RayJob" if entry.name in RAY_STAGES else "Job"
+        obj = observed.children.get(entry.job)
+        found = [
+            below.child_refusal(kind, entry.job, obj, observed.child_events.get(entry.job)),
+            below.submitter_refusal(entry.job, obj, observed.submitter_jobs.get(entry.job), observed.submitter_events.get(entry.job))
+            if kind == "RayJob"
+            else None,
+            observed.unschedulable.get(entry.job),
+        ]
+        texts = [t for t in found if t]
+        if texts:
+            out += texts
+            stages[i] = entry.model_copy(update={"message": below.short(f"attempt {entry.attempt} cannot start: {texts[0]}")})
+    if observed.claim is not None:
+        text = below.claim_refusal(observed.claim.claim.name, observed.claim.obj, observed.claim_events)
+        if text:
+            out.insert(0, text)  # the cause: pods that wait for an unbound claim say only that
+    return status.model_copy(update={"stages": stages}), out

@@ -11,7 +11,7 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
@@ -45,7 +45,7 @@ from retool_operator.kube import KINDS, ApiError, Kind, KubeClient
 from retool_operator.kuberay_crd import RAYJOB_CRD, KubeRayCRD, kuberay_problems, read_crd
 from retool_operator.queueing import ANNOTATION_SUSPENDED, SUSPENDED_BY, child_queue
 from retool_operator.readyz import IsolationReader
-from retool_operator.reconcile import Decision, Event, Observed, child_outcome, decide
+from retool_operator.reconcile import Decision, Event, Observed, child_outcome, decide, stalls_below
 from retool_operator.sandbox_gate import SandboxGate, sandbox_gate
 from retool_operator.status import dump, invalid_spec_status, load, phase_of, replica_failure, set_condition, with_refusals, with_spec_warnings
 from retool_operator.tracking import ensure_parent_run, eval_results, reward_suspect, same_tracker, tracking_target
@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 RUNS = KINDS[(c.RUN_API_VERSION, c.RUN_KIND)]
 DEPLOYMENTS = KINDS[("apps/v1", "Deployment")]
 PODS = KINDS[("v1", "Pod")]
+JOBS = KINDS[("batch/v1", "Job")]
 HPAS = KINDS[("autoscaling/v2", "HorizontalPodAutoscaler")]
 TERMINATED_POD_PHASES = frozenset({"Succeeded", "Failed"})
 CLAIMS = KINDS[("v1", "PersistentVolumeClaim")]
@@ -67,6 +68,15 @@ WORKLOAD_VERSIONS = (KINDS[("kueue.x-k8s.io/v1beta2", "Workload")], KINDS[("kueu
 deprecated: apis/kueue/v1beta1/workload_types.go, v0.19.0), v1beta1 for older releases."""
 DEACTIVATED_BY = "retool-operator"
 EventSink = Callable[[dict[str, Any], Event], None]
+
+
+@dataclass
+class _Stalls:
+    """What ``_observe_start`` read about the pods of running stages this pass."""
+
+    submitter_jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    submitter_events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    unschedulable: dict[str, str] = field(default_factory=dict)
 
 
 def stage_kind(stage: str) -> Kind:
@@ -280,6 +290,7 @@ class Reconciler:
         if not problems and accepted is not None:
             normalized = {**body, "spec": run_document(parse_run(document))["spec"]}
             held, held_reason = immutability.refused_edits(accepted, normalized), c.REASON_IMMUTABLE_FIELD
+        rescheduled = immutability.scheduling_change(accepted, body) if accepted is not None and not held else None
         if held:
             document = accepted or document  # act on the accepted spec; observe the running children with it
         run = parse_run(document)
@@ -304,9 +315,24 @@ class Reconciler:
         if wait is not None and decision.create:
             # MLflow is not answering yet: hold new stages for the grace period, retry soon.
             self._hold(decision, current)
-            decision.status = decision.status.model_copy(update={"message": wait})
+            detail = wait
+            unbound = await self._mlflow_claim_refusal(run)
+            if unbound:
+                refusals.append(unbound)
+                wait = f"waiting for MLflow: {unbound}"
+            short = below.short(wait)
+            conds = decision.status.conditions
+            for type_, value in ((c.COND_READY, False), (c.COND_RECONCILING, True)):
+                conds = set_condition(conds, type_=type_, status=value, reason=c.REASON_MLFLOW_UNAVAILABLE, message=short, now=now, generation=meta.get("generation"))
+            decision.status = decision.status.model_copy(update={"message": short, "conditions": conds})
+            if current.message != short:
+                decision.events.append(Event("Warning", c.REASON_MLFLOW_UNAVAILABLE, detail[:1024]))
             decision.requeue_after = self.config.mlflow_retry_seconds
-        refusals += self._refused_below(decision.status, observed)
+        decision.status, stalls = stalls_below(decision.status, observed)
+        refusals += stalls
+        sandbox_refused = self._sandbox_refused(run, decision, observed)
+        if sandbox_refused:
+            refusals.append(sandbox_refused)
         if self._waiting_below(decision.status, observed):
             # Nothing changes on a Job whose pods its controller cannot create (no watch event reaches
             # the operator): read its Events again after the read interval, not at the next resync.
@@ -314,12 +340,13 @@ class Reconciler:
             decision.requeue_after = min(decision.requeue_after or poll, poll)
         if observed.claim is not None:
             failed = below.claim_refusal(observed.claim.claim.name, observed.claim.obj, observed.claim_events)
-            if failed:
+            cause = below.claim_failure(observed.claim.obj, observed.claim_events)
+            if failed and cause:
                 conds = set_condition(
                     decision.status.conditions,
                     type_=c.COND_STORAGE_READY,
                     status=False,
-                    reason=below.CLAIM_PROVISIONING_FAILED,
+                    reason=cause[0],
                     message=failed,
                     now=now,
                     generation=meta.get("generation"),
@@ -368,6 +395,8 @@ class Reconciler:
             decision.status = with_refusals(decision.status, refusals, previous=current.conditions, now=now, generation=meta.get("generation"))
             decision.events.append(Event("Warning", c.REASON_CHILD_REFUSED, "; ".join(refusals)))
             decision.requeue_after = min(decision.requeue_after or self.config.mlflow_retry_seconds, self.config.mlflow_retry_seconds)
+        if rescheduled and current.observed_generation != meta.get("generation"):
+            decision.events.append(Event("Normal", c.REASON_SCHEDULING_CHANGED, rescheduled))
         if await self._write_status(body, old_status, decision.status):
             for event in decision.events:
                 self.post_event(body, event)
@@ -386,28 +415,32 @@ class Reconciler:
 
     @staticmethod
     def _waiting_below(status: RetoolRunStatus, observed: Observed) -> bool:
-        """A running stage's Job has no pod yet: the controllers below may be refusing it (``below``)."""
-        return any(
-            entry.state == "Running" and entry.job and entry.name not in RAY_STAGES and below.job_without_pods(observed.children.get(entry.job))
-            for entry in status.stages
-        )
-
-    @staticmethod
-    def _refused_below(status: RetoolRunStatus, observed: Observed) -> list[str]:
-        """What the controllers below refuse for the running stage's child and the run's claim (``below``)."""
-        out: list[str] = []
+        """A running stage's pods are not all up yet: the controllers below may be refusing or unable to place them (``below``)."""
         for entry in status.stages:
             if entry.state != "Running" or not entry.job:
                 continue
+            obj = observed.children.get(entry.job)
             kind = "RayJob" if entry.name in RAY_STAGES else "Job"
-            text = below.child_refusal(kind, entry.job, observed.children.get(entry.job), observed.child_events.get(entry.job))
-            if text:
-                out.append(text)
-        if observed.claim is not None:
-            text = below.claim_refusal(observed.claim.claim.name, observed.claim.obj, observed.claim_events)
-            if text:
-                out.append(text)
-        return out
+            if (kind == "Job" and below.job_without_pods(obj)) or below.pods_pending(kind, obj) or (kind == "RayJob" and below.wants_submitter(obj)):
+                return True
+        return False
+
+    async def _mlflow_claim_refusal(self, run: RetoolRun) -> str | None:
+        """Why the managed MLflow's claim has no volume (read only while MLflow does not answer), or None."""
+        if not tracking_target(run, self.config).managed:
+            return None
+        namespace = run.metadata.namespace or "default"
+        claim = await self.client.get(CLAIMS, namespace, c.MLFLOW_NAME)
+        if claim is None or ((claim.get("status") or {}).get("phase") or "Pending") != "Pending" or not below.old_enough(claim, self.now()):
+            return None
+        return below.claim_refusal(c.MLFLOW_NAME, claim, await self._events(namespace, "PersistentVolumeClaim", c.MLFLOW_NAME))
+
+    @staticmethod
+    def _sandbox_refused(run: RetoolRun, decision: Decision, observed: Observed) -> str | None:
+        """The sandbox's pods refused at creation (Pod Security, quota) while a stage needs it: a stall nothing below will resolve."""
+        if not uses_sandbox(run) or not observed.sandbox_pods_refused or observed.sandbox_ready_replicas > 0 or decision.sandbox_replicas == 0:
+            return None
+        return f"the pods of the sandbox Deployment {sandbox_name(run.metadata.name)} are refused: {observed.sandbox_pods_refused}"
 
     @staticmethod
     def _hold(decision: Decision, before: RetoolRunStatus) -> None:
@@ -507,6 +540,7 @@ class Reconciler:
         children: dict[str, dict[str, Any]] = {}
         child_events: dict[str, list[dict[str, Any]]] = {}
         workloads: dict[str, list[dict[str, Any]] | None] = {}
+        stalls = _Stalls()
         finished = self._finished.get((namespace, run.metadata.name), {})
         current_jobs = {entry.job for entry in status.stages if entry.state in ("Running", "Queued", "Suspended") and entry.job}
         for gone in set(finished) - current_jobs:
@@ -518,6 +552,8 @@ class Reconciler:
                     children[entry.job] = obj
                     if entry.name not in RAY_STAGES and below.job_without_pods(obj) and below.old_enough(obj, self.now()):
                         child_events[entry.job] = await self._events(namespace, "Job", entry.job)
+                    if entry.state == "Running":
+                        await self._observe_start(namespace, run.metadata.name, entry, obj, stalls)
                     if child_queue(obj) or (obj.get("spec") or {}).get("suspend") or run.spec.suspend:
                         # Kueue may own it (queued, or managed without a queue name): its Workloads say.
                         workloads[entry.job] = await self._workloads(namespace, obj)
@@ -548,7 +584,9 @@ class Reconciler:
             if not any(s.attempt > 0 for s in status.stages):
                 for extra, _ in extra_claim_names(run):
                     extra_claims[extra] = await self.client.get(CLAIMS, namespace, extra)
-            if claim.obj is not None and ((claim.obj.get("status") or {}).get("phase") or "Pending") == "Pending" and below.old_enough(claim.obj, self.now()):
+            first = not any(s.attempt > 0 for s in status.stages)  # before the first stage a settled claim is asked at once
+            wait = below.CLAIM_SETTLE_SECONDS if first else below.EVENTS_AFTER_SECONDS
+            if claim.obj is not None and ((claim.obj.get("status") or {}).get("phase") or "Pending") == "Pending" and below.old_enough(claim.obj, self.now(), wait):
                 claim_events = await self._events(namespace, "PersistentVolumeClaim", spec.name)
         details = await self._failure_details(namespace, run.metadata.name, status, children)
         notes = await self._stage_notes(namespace, run.metadata.name, status, children)
@@ -570,8 +608,30 @@ class Reconciler:
             extra_claims=extra_claims,
             sandbox_isolation=isolation,
             sandbox_gate=gate,
+            submitter_jobs=stalls.submitter_jobs,
+            submitter_events=stalls.submitter_events,
+            unschedulable=stalls.unschedulable,
         )
         return observed, autoscaled
+
+    async def _observe_start(self, namespace: str, run_name: str, entry: StageStatus, obj: dict[str, Any], stalls: _Stalls) -> None:
+        """Whether a running stage's pods can start: KubeRay's submitter Job, and the scheduler's verdict on
+        its pods, read only while they are not all up and the child is old enough (``below``)."""
+        now, child = self.now(), entry.job or ""
+        if not below.old_enough(obj, now):
+            return
+        kind = "RayJob" if entry.name in RAY_STAGES else "Job"
+        if kind == "RayJob" and below.wants_submitter(obj):
+            submitter = await self.client.get(JOBS, namespace, child)
+            if submitter is not None:
+                stalls.submitter_jobs[child] = submitter
+                if below.job_without_pods(submitter) and below.old_enough(submitter, now):
+                    stalls.submitter_events[child] = await self._events(namespace, "Job", child)
+        if below.pods_pending(kind, obj):
+            selector = f"{c.LABEL_RUN}={run_name},{c.LABEL_STAGE}={entry.name},{c.LABEL_ATTEMPT}={entry.attempt}"
+            text = below.unschedulable(await self.client.list(PODS, namespace, label_selector=selector), now)
+            if text:
+                stalls.unschedulable[child] = text
 
     async def _events(self, namespace: str, kind: str, name: str) -> list[dict[str, Any]]:
         """The Events about one object (what its controller reported), read at most every

@@ -6,6 +6,12 @@ preempted and waiting to be re-admitted, or suspended, calls nothing, and a sand
 then sits outside the queue's quota (16 replicas of the 32B recipe are 128 CPUs and 320 GiB). It is
 zero before, after and between those stages and once the run is over.
 
+One exception: a *preflight* waiting for admission keeps its sandbox. The operator creates the
+preflight child only once a sandbox replica is ready (``sandbox_gate``); scaling the sandbox down
+while the child waits in the queue would undo that gate, and on admission the preflight pod and a
+cold sandbox pod would start in the same second (the preflight then spends its own timeout on the
+sandbox's image pull). The preflight's sandbox is its smallest size (``desired_sandbox_replicas``).
+
 With an HorizontalPodAutoscaler on the sandbox the operator still writes ``replicas: 0`` whenever
 no stage needs it: the HPA controller stops scaling a target at zero (``ScalingDisabled``,
 pkg/controller/podautoscaler/horizontal.go, Kubernetes v1.36.3), so without it the sandbox would
@@ -33,7 +39,7 @@ def sandbox_replicas(
 ) -> int | None:
     """The Deployment's ``replicas`` to apply; None leaves the field to the HPA."""
     wanted = desired_sandbox_replicas(run, stage=current.name if current else None, finished=finished)
-    if current is not None and current.state in WAITING_STATES:
+    if current is not None and current.state in WAITING_STATES and not (current.name == "preflight" and current.state == "Queued"):
         wanted = 0
     if not autoscaled:
         return wanted

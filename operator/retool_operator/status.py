@@ -172,7 +172,16 @@ def with_refusals(status: RetoolRunStatus, refusals: list[str], *, previous: lis
         before = [cond for cond in previous if cond.type == type_]
         (cond,) = set_condition(before, type_=type_, status=value, reason=c.REASON_CHILD_REFUSED, message=text, now=now, generation=generation)
         conds = [cond if x.type == type_ else x for x in conds] if any(x.type == type_ for x in conds) else [*conds, cond]
-    return status.model_copy(update={"conditions": conds, "message": message[:1024]})
+    return status.model_copy(update={"conditions": conds, "message": short_message(message)})
+
+
+SHORT_MESSAGE_CHARS = 200
+"""``status.message`` (the ``kubectl get rr`` column) is cut here; the conditions and the Event keep the full text."""
+
+
+def short_message(text: str) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= SHORT_MESSAGE_CHARS else line[: SHORT_MESSAGE_CHARS - 1] + "…"
 
 
 def with_spec_warnings(status: RetoolRunStatus, warnings: list[str], *, now: dt.datetime, generation: int | None) -> RetoolRunStatus:

@@ -115,3 +115,14 @@ def test_a_held_edit_is_looked_at_again_until_it_is_reverted() -> None:
     assert immutability.needs_check(2, held)
     conds = {c.type: (c.status, c.reason) for c in held.conditions}
     assert conds["SpecValid"] == ("False", "ImmutableFieldChanged") and conds["Stalled"] == ("True", "ImmutableFieldChanged")
+
+
+def test_a_scheduling_edit_after_a_stage_started_is_explained() -> None:
+    """spec.scheduling is not frozen; the run says the existing child keeps its queue (Kueue refuses relabelling it)."""
+    from retool_operator.immutability import scheduling_change
+
+    accepted = {"spec": {"scheduling": {"queueName": "team-a"}}}
+    assert scheduling_change(accepted, {"spec": {"scheduling": {"queueName": "team-a"}}}) is None
+    text = scheduling_change(accepted, {"spec": {"scheduling": {"queueName": "team-b", "priorityClassName": "high"}}})
+    assert text is not None and text.startswith("spec.scheduling.priorityClassName, spec.scheduling.queueName changed after a stage started")
+    assert "existing child keeps" in text

@@ -138,9 +138,29 @@ def test_kueue_owns_suspend_of_a_queued_child(status, obj, workloads, suspend: b
     assert decision.status.phase == ("Suspended" if suspend else "SFT")
 
 
+def evicted(wl: dict[str, Any]) -> dict[str, Any]:
+    """``wl`` as Kueue leaves it after taking its admission back (SetEvictedCondition, pkg/workload/workload.go, v0.19.0)."""
+    return {**wl, "status": {"conditions": [{"type": "Evicted", "status": "True", "reason": "Preempted", "message": "Preempted to accommodate a workload"}]}}
+
+
+def test_a_stage_captured_by_a_queue_before_it_ran_is_not_preempted() -> None:
+    """The namespace's ``default`` LocalQueue labels and suspends a child at creation (the run named no
+    queue, so the stage was recorded Running): waiting for admission, no preemption counted, no Warning."""
+    run = run_of()
+    status = sft("Running")
+    captured = child(rayjob_status("Suspended"), suspend=True, queue="default")
+    decision = decide(run, status, Observed(children={"demo-sft-1": captured}, workloads={"demo-sft-1": [workload()]}), T0)
+    entry = sft_entry(decision)
+    assert (entry.state, entry.preemptions) == ("Queued", None)
+    assert c.REASON_STAGE_PREEMPTED not in [e.reason for e in decision.events]
+    # Its Workload not created yet (the webhook suspends first): the same.
+    early = decide(run, status, Observed(children={"demo-sft-1": captured}, workloads={"demo-sft-1": []}), T0)
+    assert (sft_entry(early).state, sft_entry(early).preemptions) == ("Queued", None)
+
+
 def test_a_preemption_is_counted_and_is_no_failed_attempt() -> None:
     run = queued_run()
-    decision = decide(run, sft("Running"), Observed(children={"demo-sft-1": child(rayjob_status("Suspended"), suspend=True)}, workloads={"demo-sft-1": [workload()]}), T0)
+    decision = decide(run, sft("Running"), Observed(children={"demo-sft-1": child(rayjob_status("Suspended"), suspend=True)}, workloads={"demo-sft-1": [evicted(workload())]}), T0)
     entry = sft_entry(decision)
     assert (entry.state, entry.attempt, entry.preemptions) == ("Queued", 1, 1)
     assert [e.reason for e in decision.events] == [c.REASON_STAGE_PREEMPTED]

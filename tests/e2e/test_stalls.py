@@ -1,0 +1,62 @@
+"""Stalls below the operator, named on the run within one resync, played by the real programs: the PV
+controller on a control plane without a StorageClass (its FailedBinding Event), and the scheduler with
+every node cordoned (PodScheduled=False/Unschedulable)."""
+
+from __future__ import annotations
+
+from tests.e2e.conftest import Cluster, eventually, run_manifest
+
+NO_CLASS = "no storage class is set"
+
+
+def _condition(status: dict, type_: str) -> dict:
+    return next((c for c in status.get("conditions", []) if c["type"] == type_), {})
+
+
+def test_a_claim_that_cannot_bind_is_the_runs_reason_and_no_stage_starts(kube: Cluster, namespace: str) -> None:
+    """The control plane has no StorageClass and no provisioner: the claim the operator creates stays Pending."""
+    assert kube.apply(run_manifest("nosc", namespace, storage={"pvc": {"size": "10Gi"}})).returncode == 0
+
+    def named() -> dict | None:
+        status = kube.run_status("nosc", namespace)
+        return status if NO_CLASS in (status.get("message") or "") and _condition(status, "Stalled").get("status") == "True" else None
+
+    status = eventually("the unbound claim as the run's reason", named, timeout=45, show=lambda: kube.run_status("nosc", namespace))
+    assert len(status["message"]) <= 200
+    storage = _condition(status, "StorageReady")
+    assert (storage.get("status"), storage.get("reason")) == ("False", "FailedBinding") and "nosc-data" in storage["message"]
+    assert all(s.get("attempt", 0) == 0 for s in status.get("stages", []))
+    assert "started" not in _condition(status, "Ready").get("message", "")
+    assert not kube.get("job", "nosc-prepare-1", namespace)
+    printed = kube.kubectl("get", "retoolrun", "nosc", "-n", namespace).stdout
+    assert NO_CLASS in printed or "nosc-data" in printed or "Pending" in printed, printed
+    described = kube.kubectl("describe", "retoolrun", "nosc", "-n", namespace).stdout
+    assert NO_CLASS in described
+    assert any(e["reason"] == "ChildRefused" and NO_CLASS in e["message"] for e in kube.events(namespace, "nosc"))
+
+
+def test_a_stage_pod_the_scheduler_cannot_place_is_named_and_clears_once_placed(kube: Cluster, namespace: str) -> None:
+    nodes = [n["metadata"]["name"] for n in kube.items("nodes", "default")]
+    for node in nodes:
+        kube.kubectl("cordon", node)
+    try:
+        assert kube.apply(run_manifest("cordoned", namespace)).returncode == 0
+
+        def named() -> dict | None:
+            status = kube.run_status("cordoned", namespace)
+            stalled = _condition(status, "Stalled")
+            return status if stalled.get("status") == "True" and "cannot be scheduled" in stalled.get("message", "") else None
+
+        status = eventually("the unschedulable prepare pod on the run", named, timeout=45, show=lambda: kube.run_status("cordoned", namespace))
+        prepare = next(s for s in status["stages"] if s["name"] == "prepare")
+        assert prepare["message"].startswith("attempt 1 cannot start: pod cordoned-prepare-1-") and "unschedulable" in prepare["message"]
+        assert len(status["message"]) <= 200
+    finally:
+        for node in nodes:
+            kube.kubectl("uncordon", node, check=False)
+
+    def cleared() -> bool:
+        status = kube.run_status("cordoned", namespace)
+        return _condition(status, "Stalled").get("status") == "False" and "cannot" not in (status.get("message") or "")
+
+    eventually("Stalled cleared once the pod is placed", cleared, timeout=45, show=lambda: kube.run_status("cordoned", namespace))
