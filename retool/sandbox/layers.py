@@ -81,8 +81,9 @@ class Plan:
 
     @property
     def deny_chmod(self) -> bool:
-        """Nothing confines the filesystem: keep the scratch directory's permissions as they are."""
-        return not self.private_tmp and self.landlock_abi < 1
+        """Executions share the replica's uid (they own its scratch root), or nothing confines the
+        filesystem: no execution may change a mode (a scratch root at 000 breaks every later worker)."""
+        return not self.uid_per_execution or (not self.private_tmp and self.landlock_abi < 1)
 
     @property
     def needs_sweep(self) -> bool:

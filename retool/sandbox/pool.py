@@ -152,6 +152,7 @@ class ExecutionPool:
         self._tmp_root: str | None = None  # this replica's directory for per-execution dirs (no mount namespace)
         self._slot_dirs: dict[int, str] = {}  # each worker's own directory in it, swept when the worker goes
         self._cgroups: cgroups.Subtree | None = None  # where executions' cgroups are made, when the replica may
+        self._no_worker_since: float | None = None  # monotonic time the last live worker went, while none is back
 
     # ---- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -313,6 +314,7 @@ class ExecutionPool:
             raise PoolUnavailable(f"worker {slot} died while starting") from None
         asyncio.get_running_loop().add_reader(worker.pidfd, self._on_exit, worker)
         self._workers[slot] = worker
+        self._no_worker_since = None
         self.metrics.live_workers.set(len(self._workers))
         self._idle.put_nowait(worker)
         return worker
@@ -357,6 +359,8 @@ class ExecutionPool:
         self._kill(worker)
         if self._workers.get(worker.slot) is worker:
             del self._workers[worker.slot]
+        if not self._workers and self._no_worker_since is None:
+            self._no_worker_since = time.monotonic()
         self.metrics.live_workers.set(len(self._workers))
         self.metrics.worker_restarts.inc()
         self.restarts += 1
@@ -466,6 +470,10 @@ class ExecutionPool:
     @property
     def ready(self) -> bool:
         return not self._closed and not self.draining and not self.refusing and bool(self._workers)
+
+    def workerless_for(self) -> float:
+        """Seconds since the replica last had a live worker (0 while it has one, or never had one yet)."""
+        return 0.0 if self._no_worker_since is None or self._closed else time.monotonic() - self._no_worker_since
 
     def snapshot(self) -> dict[str, Any]:
         return {

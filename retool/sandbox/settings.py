@@ -68,6 +68,9 @@ class SandboxSettings(BaseSettings):
     max_connections: int = Field(512, ge=1, description="Open HTTP connections; beyond that the oldest with no request being handled is closed (refused only when none is).")
     max_inflight_body_bytes: int = Field(64 << 20, ge=1024, description="Request body bytes held across all connections at once; a body that does not fit is a 503.")
     max_request_files: int = Field(1000, ge=0, description="Entries of a request's files; more is answered 413.")
+    liveness_no_worker_s: float = Field(
+        60.0, gt=0, description="/healthz fails once the replica has had no live worker this long (workers keep failing to start): Kubernetes restarts it."
+    )
     drain_timeout_s: float = Field(20.0, ge=0, description="On SIGTERM: stop accepting, let running requests finish this long, then stop.")
     pod_name: str = Field(default_factory=lambda: os.environ.get("POD_NAME") or os.environ.get("HOSTNAME") or "local")
 
