@@ -146,6 +146,7 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
         on_reject=lambda reason: metrics.http_rejected.labels(reason).inc(),
         budget=InflightBudget(settings.max_inflight_body_bytes),
         retry_after_s=settings.retry_after_s,
+        max_json_tokens=settings.max_body_json_tokens,
     )
 
     def refuse(status_code: int, message: str, retry_after: int | None = None) -> JSONResponse:

@@ -67,6 +67,11 @@ class SandboxSettings(BaseSettings):
     idle_timeout_s: float = Field(15.0, gt=0, description="An open connection with no request in progress is closed after this long.")
     max_connections: int = Field(512, ge=1, description="Open HTTP connections; beyond that the oldest with no request being handled is closed (refused only when none is).")
     max_inflight_body_bytes: int = Field(64 << 20, ge=1024, description="Request body bytes held across all connections at once; a body that does not fit is a 503.")
+    max_body_json_tokens: int = Field(
+        250_000,
+        ge=1000,
+        description="JSON values a request body may open (its '[', '{', '\"' and ',' bytes, strings included); more is answered 413 before the body is parsed.",
+    )
     max_request_files: int = Field(1000, ge=0, description="Entries of a request's files; more is answered 413.")
     liveness_no_worker_s: float = Field(
         60.0, gt=0, description="/healthz fails once the replica has had no live worker this long (workers keep failing to start): Kubernetes restarts it."

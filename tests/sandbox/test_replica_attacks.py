@@ -12,6 +12,7 @@ import signal
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -208,5 +209,49 @@ def test_liveness_fails_once_no_worker_can_be_replaced() -> None:
         assert body["status"] == "failing" and "no live worker" in body["reason"]
         roots[0].chmod(0o700)
         wait_until(lambda: httpx.get(f"{server.url}/healthz", timeout=10).status_code == 200, what="/healthz to recover with a worker back")
+    finally:
+        stop_server(server)
+
+
+def _peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+LIST_SHAPED = b'{"code": "print(1)", "language": "python", "extra": [' + b"[]," * (9_500_000) + b"[]]}"
+MANY_FILES = b'{"code": "print(1)", "language": "python", "files": {' + b",".join(b'"f%d": ""' % i for i in range(1_500_000)) + b"}}"
+
+
+@pytest.mark.parametrize("body", [LIST_SHAPED, MANY_FILES], ids=["list-shaped extra field", "1.5M files"])
+def test_a_body_shaped_to_expand_is_refused_before_it_is_parsed(body: bytes) -> None:
+    """Item 4: two ~29 MB bodies whose extra field is ``[[],[],...]`` took the server from 58 MB to
+    1.6 GB and blocked its event loop (/healthz after 25 s); a 1.5M-file body was refused only after
+    a 13 s parse. Now both are 413 as their bytes arrive, /healthz keeps answering within 1 s, and
+    the server's peak memory grows by the bodies' bytes, not by the objects they would expand to."""
+    assert len(body) < 32 << 20
+    server = start_server(1, kind="pod")
+    try:
+        before = _peak_rss_mb(server.pid)
+        statuses: list[int] = []
+
+        def attack() -> None:
+            statuses.append(httpx.post(f"{server.url}/run_code", content=body, headers={"content-type": "application/json"}, timeout=120).status_code)
+
+        attackers = [threading.Thread(target=attack) for _ in range(2)]
+        for thread in attackers:
+            thread.start()
+        worst = 0.0
+        while any(thread.is_alive() for thread in attackers):
+            started = time.monotonic()
+            assert httpx.get(f"{server.url}/healthz", timeout=30).status_code == 200
+            worst = max(worst, time.monotonic() - started)
+        for thread in attackers:
+            thread.join()
+        assert statuses == [413, 413]
+        assert worst < 1.0, f"/healthz took {worst:.2f} s while the bodies were refused"
+        assert _peak_rss_mb(server.pid) - before < 200, (before, _peak_rss_mb(server.pid))
+        assert stdout(run(server, "print(6 * 7)")) == "42\n"
     finally:
         stop_server(server)
