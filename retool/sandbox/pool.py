@@ -121,6 +121,7 @@ def worker_config(settings: SandboxSettings, slot: int, plan: layers.Plan, tmp_r
         "max_scratch_files": settings.max_scratch_files,
         "tmp_root": tmp_root or settings.tmp_root,
         "uid_base": settings.uid_base,
+        "cgroup_failure": settings.cgroup_failure,
         "plan": plan.as_dict(),
     }
 
@@ -143,6 +144,7 @@ class ExecutionPool:
         self.plan: layers.Plan | None = None
         self.isolation: dict[str, Any] = {}
         self.restarts = 0
+        self.cgroup_failures = 0  # executions whose cgroup could not be made (refused or run without)
         self.draining = False
         self._failures: dict[int, int] = {}  # consecutive failures of each slot
         self._running_since: dict[int, float] = {}  # wall-clock start of each running execution, by slot
@@ -424,6 +426,9 @@ class ExecutionPool:
             self.metrics.busy_workers.set(self._busy)
             worker.busy = False
             self._request_sweep()
+        if result.get("cgroup_missing"):
+            self.cgroup_failures += 1
+            self.metrics.cgroup_failures.labels("refused" if result.get("sandbox_error") else "ran").inc()
         if not result.get("sandbox_error"):
             self._failures.pop(worker.slot, None)
         if worker.dead:  # exited right after answering
@@ -484,6 +489,7 @@ class ExecutionPool:
             "queue_depth": self._waiting,
             "queue_size": self.queue_size,
             "worker_restarts": self.restarts,
+            "cgroup_failures": self.cgroup_failures,
             "template": self._template_info,
             "isolation": self.isolation,
         }

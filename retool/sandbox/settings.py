@@ -54,6 +54,13 @@ class SandboxSettings(BaseSettings):
     cgroups: Literal["auto", "off"] = Field(
         "auto", description="auto: a memory and pids cgroup per execution where the replica can write its cgroup subtree (not inside a user namespace); off: never."
     )
+    cgroup_failure: Literal["refuse", "run"] = Field(
+        "refuse",
+        description=(
+            "When an execution's cgroup cannot be made on a replica that has the layer: refuse the execution (SandboxError)"
+            " or run it with the memory watch only. Counted either way (/readyz, /metrics)."
+        ),
+    )
     require_isolation: bool = Field(False, description="Strict: stay not-ready (and refuse executions) unless the isolation is strong (spec.sandbox.isolation: strict).")
     runtime_class: str | None = Field(None, description="RuntimeClass the pod runs under (gVisor, Kata), reported in /readyz.")
     uid_base: int = Field(60000, ge=1, description="When started with the privilege to, execution slot i runs as uid/gid uid_base + i.")
