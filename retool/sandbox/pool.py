@@ -491,8 +491,17 @@ class ExecutionPool:
             "worker_restarts": self.restarts,
             "cgroup_failures": self.cgroup_failures,
             "template": self._template_info,
-            "isolation": self.isolation,
+            "isolation": self._isolation_now(),
         }
+
+    def _isolation_now(self) -> dict[str, Any]:
+        """The isolation report, with the cgroup layer's failures among its problems once there are
+        any (the operator copies the problems into the run's status.sandbox.isolation)."""
+        if not self.cgroup_failures or not self.isolation:
+            return self.isolation
+        what = "refused" if self.settings.cgroup_failure == "refuse" else "run with the memory watch only"
+        problem = f"the cgroup layer is degraded: {self.cgroup_failures} executions' cgroups could not be made ({what})"
+        return {**self.isolation, "problems": [*self.isolation.get("problems", []), problem]}
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from retool_operator.isolation import parse_readyz
 
 from retool.sandbox import cgroups, layers
 from tests.sandbox.conftest import RunningServer, start_server, stop_server
@@ -286,7 +287,10 @@ def test_an_execution_cgroup_that_cannot_be_made_is_counted_and_refused_or_run(s
             assert answer["status"] == "SandboxError" and "cgroup" in answer["message"], answer
         else:
             assert answer["status"] == "Success", answer
-        assert server.readyz()["cgroup_failures"] >= 1
+        report = server.readyz()
+        assert report["cgroup_failures"] >= 1
+        replica = parse_readyz("sandbox-0", report)  # what the operator puts in the run's status
+        assert any("cgroup layer is degraded" in problem for problem in replica.problems), replica
         assert server.metric("retool_sandbox_cgroup_failures_total") >= 1
     finally:
         stop_server(server)
