@@ -255,3 +255,28 @@ def test_a_body_shaped_to_expand_is_refused_before_it_is_parsed(body: bytes) -> 
         assert stdout(run(server, "print(6 * 7)")) == "42\n"
     finally:
         stop_server(server)
+
+
+def test_execution_uids_fit_the_mapped_ids_for_any_worker_count() -> None:
+    """Issue 31: uids were ``60000 + 1500 x worker``, so from the fifth xdist worker on every
+    ``k8s-userns`` server failed to start (EINVAL: uid outside the namespace's map). Every band of
+    every worker now lies inside 0..65535 and no two overlap, for 8 workers and far beyond."""
+    from tests.conftest import MAPPED_IDS, SANDBOX_UID_BAND, SANDBOX_UID_BANDS, sandbox_uid_base
+
+    for workers in (8, 64, 133):
+        bands = [range(base, base + SANDBOX_UID_BAND) for base in (sandbox_uid_base(b, w) for w in range(workers) for b in range(SANDBOX_UID_BANDS))]
+        assert all(band[0] > 10099 and band[-1] < MAPPED_IDS for band in bands)
+        assert len({uid for band in bands for uid in band}) == len(bands) * SANDBOX_UID_BAND
+    with pytest.raises(ValueError, match="no execution uids left"):
+        sandbox_uid_base(0, 133)
+
+
+def test_a_k8s_userns_server_of_the_eighth_xdist_worker_runs_code() -> None:
+    from tests.conftest import sandbox_uid_base
+
+    base = sandbox_uid_base(2, worker=7)
+    server = start_server(2, kind="k8s-userns", RETOOL_SANDBOX_UID_BASE=str(base))
+    try:
+        assert stdout(run(server, "import os; print(os.getuid())")) in (f"{base}\n", f"{base + 1}\n")
+    finally:
+        stop_server(server)
