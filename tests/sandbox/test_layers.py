@@ -173,6 +173,8 @@ def test_plan(found: layers.Probes, settings: dict, strong: bool, expected_layer
 
 def test_plan_explains_what_is_missing() -> None:
     plan = layers.decide(probes(landlock_abi=4))
+    assert any("command lines" in problem for problem in plan.problems)  # one uid, no private /proc
+    assert not any("command lines" in p for p in layers.decide(probes(namespaces="user-namespaces", private_proc=True)).problems)
     assert any("no signal scope" in problem for problem in plan.problems)
     assert plan.signals_scoped is False and plan.deny_chmod is True and plan.needs_sweep is False  # one uid: no mode changes
     weak = layers.decide(probes(landlock_abi=0))
