@@ -87,14 +87,27 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 XDIST_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
 """This pytest-xdist worker's index (0 without xdist)."""
-SANDBOX_UID_STRIDE = 1500
+SANDBOX_UID_FIRST = 40000
+SANDBOX_UID_BAND = 64
+"""Execution uids one test server may use (its slots: no test server has more workers)."""
+SANDBOX_UID_BANDS = 3
+"""Bands per xdist worker: the default servers, the ``server`` fixture's, the fallback tests'."""
+MAPPED_IDS = 65536
+"""The ids the ``k8s-userns`` test shape maps (0..65535), as a pod with ``hostUsers: false`` gets."""
 
 
-def sandbox_uid_base(base: int = 60000) -> int:
-    """Execution uids for a sandbox server this worker starts. The kernel counts RLIMIT_NPROC per uid
-    and the scratch sweep removes files by uid, so servers of two workers running at once must not
-    share execution uids (in a cluster every replica has its own user namespace or pod)."""
-    return base + SANDBOX_UID_STRIDE * XDIST_WORKER
+def sandbox_uid_base(band: int = 0, worker: int | None = None) -> int:
+    """Execution uids for a sandbox server this xdist worker starts. The kernel counts RLIMIT_NPROC
+    per uid and the scratch sweep removes files by uid, so servers of two workers running at once
+    must not share execution uids (in a cluster every replica has its own user namespace or pod);
+    and every uid stays inside the ids a ``hostUsers: false`` pod maps, for up to 133 workers."""
+    if not 0 <= band < SANDBOX_UID_BANDS:
+        raise ValueError(f"uid band {band} is not one of 0..{SANDBOX_UID_BANDS - 1}")
+    index = XDIST_WORKER if worker is None else worker
+    base = SANDBOX_UID_FIRST + SANDBOX_UID_BAND * (SANDBOX_UID_BANDS * index + band)
+    if base + SANDBOX_UID_BAND > MAPPED_IDS:
+        raise ValueError(f"xdist worker {index} has no execution uids left below {MAPPED_IDS}")
+    return base
 
 
 os.environ.setdefault("RETOOL_SANDBOX_UID_BASE", str(sandbox_uid_base()))

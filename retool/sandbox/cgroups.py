@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import time
 from dataclasses import dataclass
@@ -206,8 +207,11 @@ class Subtree:
             _write(own / "cgroup.subtree_control", "+memory +pids")
             return cls(2, (own,))
         made = []
+        # Unique per replica: the server is pid 1 in every pod, and replicas may share a v1 hierarchy
+        # (one replica's shutdown must not empty another's subtree).
+        name = f"retool-sandbox-{server_pid}-{secrets.token_hex(6)}"
         for directory in layout.dirs:
-            mine = directory / f"retool-sandbox-{server_pid}"
+            mine = directory / name
             try:
                 mine.mkdir(exist_ok=True)
             except OSError as err:

@@ -81,8 +81,9 @@ class Plan:
 
     @property
     def deny_chmod(self) -> bool:
-        """Nothing confines the filesystem: keep the scratch directory's permissions as they are."""
-        return not self.private_tmp and self.landlock_abi < 1
+        """Executions share the replica's uid (they own its scratch root), or nothing confines the
+        filesystem: no execution may change a mode (a scratch root at 000 breaks every later worker)."""
+        return not self.uid_per_execution or (not self.private_tmp and self.landlock_abi < 1)
 
     @property
     def needs_sweep(self) -> bool:
@@ -117,6 +118,8 @@ def decide(probes: Probes, *, namespaces: str = "auto", landlock_max_abi: int | 
     private_proc = mode is not None and probes.private_proc
     if mode is not None and not private_proc:
         problems.append("could not mount a private /proc: executions can list (not signal or read) the replica's processes")
+    if mode is None:
+        problems.append("no private /proc: executions can read the command lines (not the memory, environment or files) of the replica's other processes")
     abi = probes.landlock_abi
     if landlock_max_abi is not None and landlock_max_abi < abi:
         problems.append(f"Landlock limited to ABI {landlock_max_abi} by configuration (kernel: {abi})")

@@ -26,6 +26,12 @@ class SandboxMetrics:
         self.truncated = Counter("retool_sandbox_output_truncated", "Executions whose output went over the cap.", registry=r)
         self.limit_kills = Counter("retool_sandbox_limit_kills", "Executions ended because all their processes together went over a limit.", ["limit"], registry=r)
         self.http_rejected = Counter("retool_sandbox_http_rejected", "HTTP requests or connections refused before reaching the sandbox, by reason.", ["reason"], registry=r)
+        self.cgroup_failures = Counter(
+            "retool_sandbox_cgroup_failures",
+            "Executions whose own cgroup could not be made on a replica with the cgroup layer, by what happened (refused, ran).",
+            ["outcome"],
+            registry=r,
+        )
         self.isolation_layer = Gauge("retool_sandbox_isolation_layer", "1 for each isolation layer in force on this replica.", ["layer"], registry=r)
         self.isolation_guard = Gauge("retool_sandbox_isolation_guarded", "1 when some layer closes this way out of an execution, else 0.", ["way"], registry=r)
         self.isolation_strong = Gauge("retool_sandbox_isolation_strong", "1 when every way out of an execution is closed by a kernel-enforced layer.", registry=r)

@@ -121,6 +121,7 @@ def worker_config(settings: SandboxSettings, slot: int, plan: layers.Plan, tmp_r
         "max_scratch_files": settings.max_scratch_files,
         "tmp_root": tmp_root or settings.tmp_root,
         "uid_base": settings.uid_base,
+        "cgroup_failure": settings.cgroup_failure,
         "plan": plan.as_dict(),
     }
 
@@ -143,6 +144,7 @@ class ExecutionPool:
         self.plan: layers.Plan | None = None
         self.isolation: dict[str, Any] = {}
         self.restarts = 0
+        self.cgroup_failures = 0  # executions whose cgroup could not be made (refused or run without)
         self.draining = False
         self._failures: dict[int, int] = {}  # consecutive failures of each slot
         self._running_since: dict[int, float] = {}  # wall-clock start of each running execution, by slot
@@ -152,6 +154,7 @@ class ExecutionPool:
         self._tmp_root: str | None = None  # this replica's directory for per-execution dirs (no mount namespace)
         self._slot_dirs: dict[int, str] = {}  # each worker's own directory in it, swept when the worker goes
         self._cgroups: cgroups.Subtree | None = None  # where executions' cgroups are made, when the replica may
+        self._no_worker_since: float | None = None  # monotonic time the last live worker went, while none is back
 
     # ---- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -313,6 +316,7 @@ class ExecutionPool:
             raise PoolUnavailable(f"worker {slot} died while starting") from None
         asyncio.get_running_loop().add_reader(worker.pidfd, self._on_exit, worker)
         self._workers[slot] = worker
+        self._no_worker_since = None
         self.metrics.live_workers.set(len(self._workers))
         self._idle.put_nowait(worker)
         return worker
@@ -357,6 +361,8 @@ class ExecutionPool:
         self._kill(worker)
         if self._workers.get(worker.slot) is worker:
             del self._workers[worker.slot]
+        if not self._workers and self._no_worker_since is None:
+            self._no_worker_since = time.monotonic()
         self.metrics.live_workers.set(len(self._workers))
         self.metrics.worker_restarts.inc()
         self.restarts += 1
@@ -420,6 +426,9 @@ class ExecutionPool:
             self.metrics.busy_workers.set(self._busy)
             worker.busy = False
             self._request_sweep()
+        if result.get("cgroup_missing"):
+            self.cgroup_failures += 1
+            self.metrics.cgroup_failures.labels("refused" if result.get("sandbox_error") else "ran").inc()
         if not result.get("sandbox_error"):
             self._failures.pop(worker.slot, None)
         if worker.dead:  # exited right after answering
@@ -467,6 +476,10 @@ class ExecutionPool:
     def ready(self) -> bool:
         return not self._closed and not self.draining and not self.refusing and bool(self._workers)
 
+    def workerless_for(self) -> float:
+        """Seconds since the replica last had a live worker (0 while it has one, or never had one yet)."""
+        return 0.0 if self._no_worker_since is None or self._closed else time.monotonic() - self._no_worker_since
+
     def snapshot(self) -> dict[str, Any]:
         return {
             "draining": self.draining,
@@ -476,9 +489,19 @@ class ExecutionPool:
             "queue_depth": self._waiting,
             "queue_size": self.queue_size,
             "worker_restarts": self.restarts,
+            "cgroup_failures": self.cgroup_failures,
             "template": self._template_info,
-            "isolation": self.isolation,
+            "isolation": self._isolation_now(),
         }
+
+    def _isolation_now(self) -> dict[str, Any]:
+        """The isolation report, with the cgroup layer's failures among its problems once there are
+        any (the operator copies the problems into the run's status.sandbox.isolation)."""
+        if not self.cgroup_failures or not self.isolation:
+            return self.isolation
+        what = "refused" if self.settings.cgroup_failure == "refuse" else "run with the memory watch only"
+        problem = f"the cgroup layer is degraded: {self.cgroup_failures} executions' cgroups could not be made ({what})"
+        return {**self.isolation, "problems": [*self.isolation.get("problems", []), problem]}
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -17,12 +17,16 @@ and ``0`` ("myself" / "my group"):
 - calls that change another process by pid (prlimit64, sched_setaffinity/-scheduler/-param/-attr,
   setpriority, ioprio_set, migrate_pages, move_pages) may target only ``0`` and ``P``: a sibling's
   memory limit or priority is not the execution's to change;
-- only ``AF_UNIX`` sockets: no TCP/UDP at all, loopback included (the server's own port), no raw
-  or netlink sockets; io_uring (which could open sockets behind seccomp's back) is refused;
+- no sockets at all (``socket``, ``socketpair``, ``connect``): no TCP/UDP, loopback included (the
+  server's own port), no raw or netlink sockets, no unix sockets (kernel memory parked in their
+  buffers, pathname sockets outside the execution's directory); io_uring (which could open sockets
+  behind seccomp's back) is refused; a pipe's buffer cannot be grown (``F_SETPIPE_SZ``): pipes stay
+  at the kernel's default size, and past the uid's ``pipe-user-pages-soft`` at two pages;
 - no new namespaces (unshare, setns, clone with ``CLONE_NEW*``; clone3 answers ENOSYS so libc falls
   back to clone), no mounts, no bpf, perf_event_open, userfaultfd, keyrings, modules or kexec;
-- without any filesystem confinement (no Landlock, no mount namespace) chmod by path is refused,
-  so code cannot make the replica's scratch directory listable again.
+- wherever an execution shares the replica's uid, or nothing confines the filesystem, every call
+  that changes a mode (chmod, fchmod, fchmodat, fchmodat2, the set-xattr calls that write ACLs) is
+  refused: code can neither lock the replica out of its own scratch root nor make it listable.
 
 Calls from another architecture (the i386 ABI on x86_64) and x32 calls are refused. Filters cannot
 be removed and are inherited by every child of the execution.
@@ -65,6 +69,7 @@ CLONE_NS_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 
 
 AF_UNIX = 1
 F_SETOWN, F_SETSIG, F_SETOWN_EX = 8, 10, 15
+F_SETPIPE_SZ = 1031
 FIOSETOWN, SIOCSPGRP, TIOCSTI = 0x8901, 0x8902, 0x5412
 PRIO_PROCESS, IOPRIO_WHO_PROCESS = 0, 1
 
@@ -87,7 +92,8 @@ _SYSCALLS: dict[str, tuple[int | None, int | None]] = {
     "shmget": (29, 194), "shmat": (30, 196), "shmctl": (31, 195), "msgget": (68, 186), "msgsnd": (69, 189), "msgrcv": (70, 188),
     "msgctl": (71, 187), "semget": (64, 190), "semop": (65, 193), "semctl": (66, 191), "semtimedop": (220, 192),
     "memfd_create": (319, 279), "memfd_secret": (447, 447), "open": (2, None), "openat": (257, 56), "openat2": (437, 437),
-    "setsid": (112, 157),
+    "setsid": (112, 157), "fchmod": (91, 52), "setxattr": (188, 5), "lsetxattr": (189, 6), "fsetxattr": (190, 7),
+    "socketpair": (53, 199), "connect": (42, 203),
 }  # fmt: skip
 
 
@@ -119,7 +125,15 @@ O_TMPFILE_BIT = 0o20000000
 OPEN_FLAGS = {"open": 1, "openat": 2}
 """Where the flags are, by call (openat2 keeps them in a struct seccomp cannot read: ENOSYS, so libc falls back)."""
 PID_TARGETED = ("prlimit64", "sched_setaffinity", "sched_setscheduler", "sched_setparam", "sched_setattr", "migrate_pages", "move_pages")
-CHMOD_BY_PATH = ("chmod", "fchmodat", "fchmodat2")
+CHMOD_FAMILY = ("chmod", "fchmod", "fchmodat", "fchmodat2", "setxattr", "lsetxattr", "fsetxattr")
+"""Every call that changes a file's mode (a POSIX ACL written as an extended attribute changes it
+too). Landlock does not govern them: an execution sharing the replica's uid owns its directory and
+the replica's scratch root, and a mode of 000 on either breaks every later worker's setup."""
+SOCKETS = ("socket", "socketpair", "connect")
+"""No sockets at all: AF_INET and the rest reach the network; AF_UNIX pairs park kernel memory in
+their buffers that no RSS sample sees (bounded only by processes x open files x wmem_default), and
+a pathname ``connect`` reaches any listener on the pod's filesystem, which Landlock (up to ABI 7)
+does not cover."""
 
 
 @dataclass(frozen=True)
@@ -225,9 +239,10 @@ def build_filter(arch: str, policy: ExecutionPolicy) -> list[tuple[int, int, int
         rules.update({name: "guard_process" for name in SIGNAL_TO_PROCESS})
         rules.update({name: "guard_thread" for name in SIGNAL_TO_THREAD})
     rules.update({name: "self_only" for name in PID_TARGETED})
-    rules.update(setpriority="setpriority", ioprio_set="ioprio_set", fcntl="fcntl", ioctl="ioctl", socket="socket")
+    rules.update(setpriority="setpriority", ioprio_set="ioprio_set", fcntl="fcntl", ioctl="ioctl")
+    rules.update({name: "deny" for name in SOCKETS})
     if policy.deny_chmod:
-        rules.update({name: "deny" for name in CHMOD_BY_PATH})
+        rules.update({name: "deny" for name in CHMOD_FAMILY})
 
     p = _Program()
     p.load(ARCH)
@@ -267,9 +282,8 @@ def build_filter(arch: str, policy: ExecutionPolicy) -> list[tuple[int, int, int
     p.jump(JEQ_K, IOPRIO_WHO_PROCESS, "who", "deny")
     p.allow_only("who", 1, (0, own))
 
-    p.deny_any("fcntl", 1, (F_SETOWN, F_SETSIG, F_SETOWN_EX))
+    p.deny_any("fcntl", 1, (F_SETOWN, F_SETSIG, F_SETOWN_EX, F_SETPIPE_SZ))
     p.deny_any("ioctl", 1, (FIOSETOWN, SIOCSPGRP, TIOCSTI))
-    p.allow_only("socket", 0, (AF_UNIX,))
 
     p.exits()
     return p.assemble()

@@ -146,6 +146,7 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
         on_reject=lambda reason: metrics.http_rejected.labels(reason).inc(),
         budget=InflightBudget(settings.max_inflight_body_bytes),
         retry_after_s=settings.retry_after_s,
+        max_json_tokens=settings.max_body_json_tokens,
     )
 
     def refuse(status_code: int, message: str, retry_after: int | None = None) -> JSONResponse:
@@ -160,9 +161,14 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
         return refuse(status, message)
 
     @app.get("/healthz")
-    async def healthz() -> dict:
-        """Liveness: the event loop answers. Dead workers are replaced by the pool, not by a restart."""
-        return {"status": "ok"}
+    async def healthz() -> JSONResponse:
+        """Liveness: the event loop answers, and the replica has not been without a live worker for
+        ``liveness_no_worker_s``. Dead workers are replaced by the pool; a replica that cannot
+        replace any for that long (its scratch root unusable, the template failing) is restarted."""
+        workerless = pool.workerless_for()
+        if workerless > settings.liveness_no_worker_s:
+            return JSONResponse({"status": "failing", "reason": f"no live worker for {workerless:.0f} s"}, status_code=503)
+        return JSONResponse({"status": "ok"})
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:

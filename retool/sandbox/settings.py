@@ -54,6 +54,13 @@ class SandboxSettings(BaseSettings):
     cgroups: Literal["auto", "off"] = Field(
         "auto", description="auto: a memory and pids cgroup per execution where the replica can write its cgroup subtree (not inside a user namespace); off: never."
     )
+    cgroup_failure: Literal["refuse", "run"] = Field(
+        "refuse",
+        description=(
+            "When an execution's cgroup cannot be made on a replica that has the layer: refuse the execution (SandboxError)"
+            " or run it with the memory watch only. Counted either way (/readyz, /metrics)."
+        ),
+    )
     require_isolation: bool = Field(False, description="Strict: stay not-ready (and refuse executions) unless the isolation is strong (spec.sandbox.isolation: strict).")
     runtime_class: str | None = Field(None, description="RuntimeClass the pod runs under (gVisor, Kata), reported in /readyz.")
     uid_base: int = Field(60000, ge=1, description="When started with the privilege to, execution slot i runs as uid/gid uid_base + i.")
@@ -67,7 +74,15 @@ class SandboxSettings(BaseSettings):
     idle_timeout_s: float = Field(15.0, gt=0, description="An open connection with no request in progress is closed after this long.")
     max_connections: int = Field(512, ge=1, description="Open HTTP connections; beyond that the oldest with no request being handled is closed (refused only when none is).")
     max_inflight_body_bytes: int = Field(64 << 20, ge=1024, description="Request body bytes held across all connections at once; a body that does not fit is a 503.")
+    max_body_json_tokens: int = Field(
+        250_000,
+        ge=1000,
+        description="JSON values a request body may open (its '[', '{', '\"' and ',' bytes, strings included); more is answered 413 before the body is parsed.",
+    )
     max_request_files: int = Field(1000, ge=0, description="Entries of a request's files; more is answered 413.")
+    liveness_no_worker_s: float = Field(
+        60.0, gt=0, description="/healthz fails once the replica has had no live worker this long (workers keep failing to start): Kubernetes restarts it."
+    )
     drain_timeout_s: float = Field(20.0, ge=0, description="On SIGTERM: stop accepting, let running requests finish this long, then stop.")
     pod_name: str = Field(default_factory=lambda: os.environ.get("POD_NAME") or os.environ.get("HOSTNAME") or "local")
 

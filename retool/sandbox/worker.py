@@ -107,10 +107,11 @@ class WorkerConfig:
     tmp_root: str
     uid_base: int
     plan: Plan
+    cgroup_failure: str = "refuse"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> WorkerConfig:
-        values = {k: data[k] for k in cls.__dataclass_fields__}
+        values = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         values["plan"] = Plan.from_dict(data["plan"])
         return cls(**values)
 
@@ -265,6 +266,14 @@ class Worker:
         # The kernel's limits first: the process is in its own memory and pids cgroup (``_prefork``);
         # the watch below stays as a second layer.
         group = prepared.group
+        cgroup_missing = self.cgroups is not None and group is None
+        if cgroup_missing and self.config.cgroup_failure == "refuse":
+            os.close(prepared.go_w)
+            return {
+                "type": "result",
+                "cgroup_missing": True,
+                "sandbox_error": "this execution's memory and pids cgroup could not be made on this replica; refused (cgroup_failure=refuse)",
+            }
         cgroup_limit = self._cgroup_bytes(limits.memory_limit_mb, prepared.baseline_kib)
         if group is not None:
             try:
@@ -375,6 +384,7 @@ class Worker:
             "cpu_time": cpu,
             "output_truncated": out.total > len(out.kept) or err.total > len(err.kept),
             "phases": {name: round(seconds * 1000, 2) for name, seconds in phases.items()},
+            "cgroup_missing": cgroup_missing,
         }
 
     def _cgroup_bytes(self, memory_mb: int, baseline_kib: int) -> int:

@@ -128,7 +128,7 @@ def stop_server(server: RunningServer) -> None:
         kill_tree(server.process)
 
 
-SERVER_UID_BASE = sandbox_uid_base(61000)
+SERVER_UID_BASE = sandbox_uid_base(1)
 """Execution uids of the ``server`` fixture: distinct from the default (60000) that sandbox servers
 of other test packages use, so leftover-process checks see only this server's executions."""
 

@@ -4,6 +4,7 @@ run as root and may make cgroups below their own), and the server using them for
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from retool_operator.isolation import parse_readyz
 
 from retool.sandbox import cgroups, layers
 from tests.sandbox.conftest import RunningServer, start_server, stop_server
@@ -162,10 +164,15 @@ def root_server(subtree: cgroups.Subtree) -> Iterator[RunningServer]:
     stop_server(running)
 
 
+def _replica_subtrees(server: RunningServer) -> list[Path]:
+    return [mine for controller in ("memory", "pids") for mine in Path("/sys/fs/cgroup").glob(f"{controller}/**/retool-sandbox-{server.pid}-*")]
+
+
 def _execution_cgroups(server: RunningServer) -> list[Path]:
+    """The replica's execution cgroups now; one removed while we look is simply not listed."""
     found = []
-    for pattern in (f"memory/**/retool-sandbox-{server.pid}", f"pids/**/retool-sandbox-{server.pid}"):
-        for mine in Path("/sys/fs/cgroup").glob(pattern):
+    for mine in _replica_subtrees(server):
+        with contextlib.suppress(FileNotFoundError):
             found += [child for child in mine.iterdir() if child.is_dir()]
     return found
 
@@ -206,7 +213,8 @@ def test_a_root_replica_runs_every_execution_in_its_own_cgroup_and_removes_it(ro
         left = _execution_cgroups(root_server)
         assert len({group.name for group in left}) <= root_server.workers, left
         for group in left:
-            assert len((group / "cgroup.procs").read_text().split()) <= 1, group
+            with contextlib.suppress(FileNotFoundError):  # removed meanwhile: nothing left in it either
+                assert len((group / "cgroup.procs").read_text().split()) <= 1, group
 
 
 def test_cgroups_off_is_reported_with_the_reason() -> None:
@@ -217,3 +225,72 @@ def test_cgroups_off_is_reported_with_the_reason() -> None:
         stop_server(running)
     assert "memory-cgroup" not in isolation["layers"] and isolation["cgroups"] is None
     assert "RETOOL_SANDBOX_CGROUPS=off" in isolation["cgroups_note"]
+
+
+def test_two_replicas_with_the_same_pid_get_their_own_subtrees(subtree: cgroups.Subtree) -> None:
+    """v1: the subtree was named from the server's pid (1 in every pod): two replicas sharing a
+    hierarchy shared it, and one's shutdown emptied the other's. Now each gets its own."""
+    if subtree.version != 1:
+        pytest.skip("v2 uses the replica's own delegated cgroup")
+    layout = cgroups.locate(Path("/proc/self/cgroup").read_text())
+    assert layout is not None
+    first, second = cgroups.Subtree.prepare(layout, 1), cgroups.Subtree.prepare(layout, 1)
+    try:
+        assert set(first.dirs).isdisjoint(second.dirs)
+        group = second.execution("still-here", 64 << 20, 16)
+        first.remove()
+        assert all(directory.is_dir() for directory in (*second.dirs, *group.dirs))
+    finally:
+        second.remove()
+
+
+def test_v1_swap_limit_and_the_order_of_writes_when_the_limit_moves(subtree: cgroups.Subtree) -> None:
+    """v1 refuses memory.limit_in_bytes above memory.memsw.limit_in_bytes (EINVAL): growing writes
+    memsw first, shrinking the limit first; the swap limit (memsw) equals the memory limit."""
+    if subtree.version != 1 or not (subtree.dirs[0] / "memory.memsw.limit_in_bytes").exists():
+        pytest.skip("needs cgroup v1 with swap accounting")
+    group = subtree.execution("order", 64 << 20, 16)
+    try:
+        values = lambda: [int((group.dirs[0] / name).read_text()) for name in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes")]  # noqa: E731
+        assert values() == [64 << 20, 64 << 20]
+        group.set_memory(256 << 20)
+        assert values() == [256 << 20, 256 << 20]
+        group.set_memory(32 << 20)
+        assert values() == [32 << 20, 32 << 20]
+        with pytest.raises(cgroups.CgroupError):  # what the wrong order meets: the kernel's refusal
+            cgroups._write(group.dirs[0] / "memory.limit_in_bytes", str(128 << 20))
+    finally:
+        group.remove()
+
+
+@pytest.mark.parametrize("mode", ["refuse", "run"])
+def test_an_execution_cgroup_that_cannot_be_made_is_counted_and_refused_or_run(subtree: cgroups.Subtree, mode: str) -> None:
+    """The cgroup layer used to fail open in silence. The replica's subtree is moved away (v1
+    renames within a parent) so the next execution's cgroup cannot be made: /readyz and /metrics
+    count it, and ``cgroup_failure`` decides whether the execution is refused or runs without."""
+    if subtree.version != 1:
+        pytest.skip("moves a v1 subtree")
+    server = start_server(1, RETOOL_SANDBOX_CGROUP_FAILURE=mode)
+    try:
+        mine = _replica_subtrees(server)
+        assert len(mine) == 2, mine
+        moved = [path.rename(path.with_name(path.name + "-moved")) for path in mine]
+        try:
+            with httpx.Client(base_url=server.url, timeout=60) as client:
+                run = lambda: client.post("/run_code", json={"code": "print(7)", "run_timeout": 10}).json()  # noqa: E731
+                assert run()["status"] == "Success"  # pre-forked before the move: in its cgroup
+                answer = run()
+        finally:
+            for path, original in zip(moved, mine, strict=True):
+                path.rename(original)
+        if mode == "refuse":
+            assert answer["status"] == "SandboxError" and "cgroup" in answer["message"], answer
+        else:
+            assert answer["status"] == "Success", answer
+        report = server.readyz()
+        assert report["cgroup_failures"] >= 1
+        replica = parse_readyz("sandbox-0", report)  # what the operator puts in the run's status
+        assert any("cgroup layer is degraded" in problem for problem in replica.problems), replica
+        assert server.metric("retool_sandbox_cgroup_failures_total") >= 1
+    finally:
+        stop_server(server)

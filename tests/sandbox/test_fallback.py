@@ -27,14 +27,14 @@ import pytest
 from tests.conftest import sandbox_uid_base
 from tests.sandbox.conftest import RunningServer, descendants, processes_of_uids, start_server, stop_server
 from tests.sandbox.test_cross_execution import FIND_AND_TAMPER, KILL_EVERYONE, LOOPBACK, cwd_holding, post, stdout
-from tests.sandbox.waiting import until
+from tests.sandbox.waiting import until, wait_until
 
 pytestmark = pytest.mark.slow
 
 FALLBACKS = {
     "pod on Linux 6.8 (Landlock ABI 4)": ("pod", 10021, {"RETOOL_SANDBOX_LANDLOCK_MAX_ABI": "4", "RETOOL_SANDBOX_REQUIRE_ISOLATION": "true"}),
     "pod on Linux 5.10 (no Landlock)": ("pod", 10022, {"RETOOL_SANDBOX_LANDLOCK_MAX_ABI": "0"}),
-    "root without namespaces": (None, 0, {"RETOOL_SANDBOX_NAMESPACES": "off", "RETOOL_SANDBOX_UID_BASE": str(sandbox_uid_base(62000))}),
+    "root without namespaces": (None, 0, {"RETOOL_SANDBOX_NAMESPACES": "off", "RETOOL_SANDBOX_UID_BASE": str(sandbox_uid_base(2))}),
 }
 
 
@@ -69,11 +69,13 @@ def test_readyz_says_what_holds_and_what_is_missing(fallback: RunningServer) -> 
 async def test_siblings_and_the_server_cannot_be_signalled(fallback: RunningServer) -> None:
     before = fallback.readyz()
     async with httpx.AsyncClient(base_url=fallback.url) as client:
-        victim = asyncio.create_task(post(client, "import time\ntime.sleep(1.0)\nprint('victim ok')\n"))
+        victim = asyncio.create_task(post(client, "import time\ntime.sleep(6.0)\nprint('victim ok')\n", timeout=30))
         await until(lambda: fallback.metric("retool_sandbox_busy_workers") >= 1, what="the victim running")
         attacker, _ = await post(client, KILL_EVERYONE)
+        attacked_while_running = not victim.done()  # else the attack proved nothing
         answer, elapsed = await victim
-    assert stdout(answer) == "victim ok\n" and elapsed < 3.0
+    assert attacked_while_running, "the victim ended before the attacker ran: nothing was checked"
+    assert stdout(answer) == "victim ok\n" and elapsed < 12.0
     assert "signalled []" in stdout(attacker), stdout(attacker)
     after = fallback.readyz()
     assert after["template"]["pid"] == before["template"]["pid"] and after["worker_restarts"] == before["worker_restarts"]
@@ -88,13 +90,15 @@ async def test_the_servers_port_is_out_of_reach(fallback: RunningServer) -> None
 async def test_a_sibling_cannot_find_another_executions_files(fallback: RunningServer) -> None:
     """Without Landlock, names nobody can list are what keeps siblings apart: the attacker is not told the path."""
     secret = uuid.uuid4().hex
-    victim = f"import time\nopen('answer.txt', 'w').write({secret!r})\ntime.sleep(1.0)\nprint(open('answer.txt').read())\n"
+    victim = f"import time\nopen('answer.txt', 'w').write({secret!r})\ntime.sleep(6.0)\nprint(open('answer.txt').read())\n"
     weak = fallback.readyz()["isolation"]["landlock_abi_used"] == 0
     async with httpx.AsyncClient(base_url=fallback.url) as client:
-        victim_run = asyncio.create_task(post(client, victim))
+        victim_run = asyncio.create_task(post(client, victim, timeout=30))
         known = await asyncio.to_thread(cwd_holding, fallback, "answer.txt", secret)
         attacker, _ = await post(client, FIND_AND_TAMPER.format(KNOWN="/nonexistent" if weak else known))
+        attacked_while_running = not victim_run.done()
         answer, _ = await victim_run
+    assert attacked_while_running, "the victim ended before the attacker ran: nothing was checked"
     assert stdout(answer) == secret + "\n" and secret not in stdout(attacker), stdout(attacker)
 
 
@@ -113,12 +117,13 @@ async def test_executions_end_completely(fallback: RunningServer, code: str) -> 
     expected = 3 * fallback.workers  # each worker, its zygote and its one pre-forked process
     # Exactly that many: nothing the execution started is left, and its worker has pre-forked the
     # next process again (which a loaded machine may take a moment to do).
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and len(descendants(template)) != expected:
-        await asyncio.sleep(0.05)
-    assert len(descendants(template)) == expected
-    await asyncio.sleep(0.5)  # and it stays so (a survivor standing in for a late pre-fork would show now)
-    assert len(descendants(template)) == expected
+    await until(lambda: len(descendants(template)) == expected, what=f"{expected} processes under the template")
+    # And it stays so through a full cycle of every worker: a survivor standing in for a late
+    # pre-fork would leave one process too many once every worker has pre-forked again.
+    async with httpx.AsyncClient(base_url=fallback.url) as client:
+        await asyncio.gather(*(post(client, "print(1)") for _ in range(fallback.workers)))
+    await until(lambda: len(descendants(template)) == expected, what=f"{expected} processes under the template after a cycle")
+    assert fallback.readyz()["template"]["pid"] == template
 
 
 async def test_scratch_leftovers_do_not_reach_later_executions(fallback: RunningServer) -> None:
@@ -151,10 +156,14 @@ async def test_own_children_can_be_signalled_where_the_kernel_scopes_signals(fal
 
 async def test_zz_nothing_outlives_a_killed_server(fallback: RunningServer) -> None:
     """SIGKILL the server while an execution runs with a detached daemon: everything goes with it."""
-    daemon = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n    os._exit(0)\ntime.sleep(30)\n"
+    marker = uuid.uuid4().hex
+    daemon = (
+        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        f"        open('daemon-up', 'w').write({marker!r})\n        time.sleep(60)\n    os._exit(0)\ntime.sleep(30)\n"
+    )
     async with httpx.AsyncClient(base_url=fallback.url) as client:
         running = asyncio.create_task(post(client, daemon, timeout=60))
-        await asyncio.sleep(0.8)
+        await asyncio.to_thread(cwd_holding, fallback, "daemon-up", marker)  # the detached daemon is running
         os.kill(fallback.pid, signal.SIGKILL)
         with pytest.raises(httpx.HTTPError):
             await running
@@ -188,7 +197,7 @@ async def test_user_namespace_workers_serve_without_restarting(userns: RunningSe
         answers = [await post(client, code) for _ in range(6)]
     for answer, _ in answers:
         assert stdout(answer) == "10023 0000000000000000 True none /tmp\n", answer
-    await asyncio.sleep(1.0)
+    await until(lambda: userns.readyz()["busy_workers"] == 0, what="both workers idle again")
     state = userns.readyz()
     assert state["isolation"]["mode"] == "user-namespaces" and state["isolation"]["strong"] is True
     assert state["worker_restarts"] == 0 and state["live_workers"] == 2
@@ -204,7 +213,7 @@ async def test_zz_nothing_outlives_a_killed_user_namespace_server(userns: Runnin
 def test_a_strict_replica_without_strong_isolation_never_becomes_ready() -> None:
     weak = start_server(1, kind="pod", uid=10024, wait="/healthz", RETOOL_SANDBOX_LANDLOCK_MAX_ABI="0", RETOOL_SANDBOX_REQUIRE_ISOLATION="true")
     try:
-        time.sleep(1.0)
+        wait_until(lambda: httpx.get(f"{weak.url}/readyz", timeout=5).json().get("isolation", {}).get("layers"), what="the pool to report its isolation")
         ready = httpx.get(f"{weak.url}/readyz", timeout=5)
         refused = httpx.post(f"{weak.url}/run_code", json={"code": "print(1)"}, timeout=5)
     finally:

@@ -70,7 +70,11 @@ CASES: dict[str, tuple[str, tuple[int, ...], bool, int]] = {
     "ioctl FIOSETOWN is refused": ("ioctl", (3, seccomp.FIOSETOWN, 0), True, EPERM),
     "TCP/UDP sockets are refused": ("socket", (socket.AF_INET, socket.SOCK_STREAM, 0), True, EPERM),
     "IPv6 sockets are refused": ("socket", (socket.AF_INET6, socket.SOCK_DGRAM, 0), True, EPERM),
-    "unix sockets are allowed": ("socket", (socket.AF_UNIX, socket.SOCK_STREAM, 0), True, ALLOW),
+    "unix sockets are refused (kernel memory in their buffers, pathname egress)": ("socket", (socket.AF_UNIX, socket.SOCK_STREAM, 0), True, EPERM),
+    "unix socket pairs are refused": ("socketpair", (socket.AF_UNIX, socket.SOCK_STREAM, 0, 0), True, EPERM),
+    "connect is refused": ("connect", (3, 0, 110), True, EPERM),
+    "fcntl F_SETPIPE_SZ (a bigger pipe buffer) is refused": ("fcntl", (3, seccomp.F_SETPIPE_SZ, 1 << 20), True, EPERM),
+    "fcntl F_GETPIPE_SZ is allowed": ("fcntl", (3, 1032), True, ALLOW),
     "io_uring is refused": ("io_uring_setup", (8, 0), True, EPERM),
     "unshare is refused": ("unshare", (isolation.CLONE_NEWUSER,), True, EPERM),
     "clone with CLONE_NEWUSER is refused": ("clone", (isolation.CLONE_NEWUSER | signal.SIGCHLD,), True, EPERM),
@@ -96,6 +100,21 @@ def test_chmod_by_path_is_refused_only_without_filesystem_confinement(arch: str)
     open_fs = seccomp.build_filter(arch, seccomp.ExecutionPolicy(pid=P, deny_chmod=True))
     assert run_bpf(confined, numbers["fchmodat"], audit_arch, (-100, 0, 0o755)) == ALLOW
     assert run_bpf(open_fs, numbers["fchmodat"], audit_arch, (-100, 0, 0o755)) == EPERM
+
+
+@pytest.mark.parametrize(
+    ("plan", "denied"),
+    [
+        (layers.Plan(namespaces=None, private_proc=False, uid_per_execution=False, landlock_abi=7, seccomp=True), True),
+        (layers.Plan(namespaces="user-namespaces", private_proc=True, uid_per_execution=False, landlock_abi=7, seccomp=True), True),
+        (layers.Plan(namespaces="root-namespaces", private_proc=True, uid_per_execution=True, landlock_abi=7, seccomp=True), False),
+        (layers.Plan(namespaces=None, private_proc=False, uid_per_execution=True, landlock_abi=7, seccomp=True), False),
+        (layers.Plan(namespaces=None, private_proc=False, uid_per_execution=True, landlock_abi=0, seccomp=True), True),
+    ],
+    ids=["restricted pod (one uid)", "user namespaces, one uid", "hostUsers false, uid each", "uid each with Landlock", "uid each, nothing confines the filesystem"],
+)
+def test_mode_changes_are_refused_wherever_executions_share_the_replica_uid(plan: layers.Plan, denied: bool) -> None:
+    assert plan.deny_chmod is denied
 
 
 def test_other_abis_cannot_go_around_the_filter() -> None:
@@ -154,8 +173,10 @@ def test_plan(found: layers.Probes, settings: dict, strong: bool, expected_layer
 
 def test_plan_explains_what_is_missing() -> None:
     plan = layers.decide(probes(landlock_abi=4))
+    assert any("command lines" in problem for problem in plan.problems)  # one uid, no private /proc
+    assert not any("command lines" in p for p in layers.decide(probes(namespaces="user-namespaces", private_proc=True)).problems)
     assert any("no signal scope" in problem for problem in plan.problems)
-    assert plan.signals_scoped is False and plan.deny_chmod is False and plan.needs_sweep is False
+    assert plan.signals_scoped is False and plan.deny_chmod is True and plan.needs_sweep is False  # one uid: no mode changes
     weak = layers.decide(probes(landlock_abi=0))
     assert layers.guards(weak)["filesystem"] == [] and weak.deny_chmod and weak.needs_sweep
 
@@ -348,7 +369,7 @@ def test_seccomp_filter_holds_in_a_real_process() -> None:
         "kill the parent": "EPERM",
         "lower the parent's limits": "EPERM",
         "inet socket": "EPERM",
-        "unix socket pair": "ok",
+        "unix socket pair": "EPERM",
         "pidfd_open": "EPERM",
         "unshare": "EPERM",
         "thread": "ok",

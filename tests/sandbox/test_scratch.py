@@ -27,6 +27,40 @@ def deep_chain(root: Path, depth: int, mode: int = 0o700) -> None:
             os.chmod(level, mode)
 
 
+def test_an_unlinked_file_held_open_by_two_processes_counts_once(tmp_path: Path) -> None:
+    """The same inode open in two processes (and twice in one) is one file's blocks, not three."""
+    path = tmp_path / "shared"
+    with open(path, "wb") as handle:
+        handle.write(b"x" * (1 << 20))
+        handle.flush()
+        os.fsync(handle.fileno())
+        again = os.open(path, os.O_RDONLY)
+        ready_r, ready_w = os.pipe()
+        done_r, done_w = os.pipe()
+        child = os.fork()
+        if child == 0:  # holds the inherited descriptors until told to go
+            os.close(ready_r)
+            os.close(done_w)
+            os.write(ready_w, b"k")
+            os.read(done_r, 1)
+            os._exit(0)
+        os.close(ready_w)
+        os.close(done_r)
+        try:
+            assert os.read(ready_r, 1) == b"k"
+            path.unlink()
+            one_file = os.fstat(handle.fileno()).st_blocks * 512
+            assert one_file >= 1 << 20
+            assert accounting.unlinked_open_bytes([os.getpid(), child]) == one_file
+            assert accounting.unlinked_open_bytes([child]) == one_file
+        finally:
+            os.write(done_w, b"x")
+            os.waitpid(child, 0)
+            os.close(again)
+            for fd in (ready_r, done_w):
+                os.close(fd)
+
+
 @pytest.mark.parametrize(
     ("depth", "mode"),
     [(1500, 0o700), (1500, 0o000), (3, 0o100)],

@@ -31,7 +31,7 @@ def _errno_of(call: Callable[[], int]) -> int:
     return ctypes.get_errno() if isinstance(result, int) and result == -1 else 0
 
 
-def under_filter(call: Callable[[int], int], *, protected: bool = False, signals_scoped: bool = True) -> int:
+def under_filter(call: Callable[[int], int], *, protected: bool = False, signals_scoped: bool = True, deny_chmod: bool = False) -> int:
     """The errno ``call(parent)`` gets in a child confined like an execution (0: allowed)."""
     parent = os.getpid()
     read_end, write_end = os.pipe()
@@ -40,7 +40,7 @@ def under_filter(call: Callable[[int], int], *, protected: bool = False, signals
         code = 255
         try:
             os.close(read_end)
-            policy = seccomp.ExecutionPolicy(pid=os.getpid(), signals_scoped=signals_scoped, protected=(parent,) if protected else ())
+            policy = seccomp.ExecutionPolicy(pid=os.getpid(), signals_scoped=signals_scoped, protected=(parent,) if protected else (), deny_chmod=deny_chmod)
             seccomp.confine(policy)
             os.write(write_end, str(_errno_of(lambda: call(parent))).encode())
             code = 0
@@ -93,3 +93,64 @@ def test_the_filter_still_fits_classic_bpf_jumps_on_every_architecture() -> None
         for policy in (seccomp.ExecutionPolicy(pid=7), seccomp.ExecutionPolicy(pid=7, signals_scoped=True, protected=(2,), deny_chmod=True)):
             assert len(seccomp.build_filter(arch, policy)) < 4096
 
+
+
+DENY_LISTS = {
+    "always": seccomp.ALWAYS_DENIED,
+    "System V IPC": seccomp.SYSV_IPC,
+    "memfd": seccomp.MEMFD,
+    "sockets": seccomp.SOCKETS,
+    "mode changes": seccomp.CHMOD_FAMILY,
+    "own session": ("setsid",),
+}
+NUMBERS = seccomp.ARCHES.get(os.uname().machine, (0, {}))[1]
+NAMED = sorted({name for names in DENY_LISTS.values() for name in names if name in NUMBERS})
+libc.syscall.restype = ctypes.c_long
+
+
+def _raw(name: str) -> Callable[[int], int]:
+    """The call by number with every argument -1: a bad pointer, fd, flag or id for each of them, so
+    the call is harmless even where nothing refused it (it then fails with EFAULT, EBADF, EINVAL...)."""
+    return lambda _parent: libc.syscall(ctypes.c_long(NUMBERS[name]), *[ctypes.c_long(-1)] * 6)
+
+
+@pytest.mark.parametrize("name", NAMED)
+def test_each_call_on_the_deny_lists_is_refused_by_the_kernel(name: str) -> None:
+    """Every call named on a deny list, made by number in a confined child: EPERM, from the filter
+    (its bad arguments would give any other errno had the call reached the kernel's handler)."""
+    assert under_filter(_raw(name), deny_chmod=True) == errno.EPERM
+
+
+def test_the_deny_list_calls_fail_otherwise_without_eperm() -> None:
+    """The check above can fail: unconfined, the same calls give other errnos (as root, bad arguments)."""
+    if os.geteuid() != 0:
+        pytest.skip("root sees the argument errors rather than missing privileges")
+    sample = [name for name in ("userfaultfd", "memfd_secret", "socketpair", "connect", "fchmod", "keyctl") if name in NUMBERS]
+    for name in sample:
+        assert _errno_of(lambda name=name: _raw(name)(0)) not in (0, errno.EPERM), name
+
+
+def test_tiocsti_cannot_push_input_into_a_terminal() -> None:
+    """TIOCSTI on the execution's stdin would type commands into whatever terminal it is."""
+    import fcntl
+    import termios
+
+    master, slave = os.openpty()
+    try:
+        outcome = under_filter(lambda _parent: fcntl.ioctl(slave, termios.TIOCSTI, b"x"))
+        assert outcome == errno.EPERM
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def test_a_pipe_buffer_cannot_be_grown() -> None:
+    import fcntl
+
+    r, w = os.pipe()
+    try:
+        assert under_filter(lambda _parent: fcntl.fcntl(w, 1031, 1 << 20)) == errno.EPERM
+        assert under_filter(lambda _parent: fcntl.fcntl(w, 1032) * 0) == 0  # F_GETPIPE_SZ
+    finally:
+        os.close(r)
+        os.close(w)

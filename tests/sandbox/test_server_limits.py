@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from retool.sandbox import http_limits
 from tests.sandbox.conftest import RunningServer, start_server, stop_server
 from tests.sandbox.waiting import wait_until
 
@@ -154,6 +155,47 @@ def test_idle_slow_and_surplus_connections_are_closed(limited: RunningServer) ->
     assert response.json()["run_result"]["stdout"] == "still serving\n"
     wait_until(lambda: len(os.listdir(f"/proc/{limited.pid}/fd")) <= fds_before + 5, what="the server closing the flood's descriptors")
     assert limited.metric("retool_sandbox_http_rejected_total") >= 500
+
+
+EVICTIONS = {
+    "an idle connection goes before one sending headers": ([("header", 0), ("idle", 5)], 1),
+    "one sending headers goes before one sending a body": ([("body", 0), ("header", 3)], 1),
+    "the oldest of a phase goes first": ([("idle", 7), ("idle", 2), ("idle", 9)], 1),
+    "one whose request is in the application never goes": ([("app", 0), ("app", 1)], None),
+    "nothing to evict among none": ([], None),
+}
+
+
+@pytest.mark.parametrize(("connections", "expected"), EVICTIONS.values(), ids=EVICTIONS.keys())
+def test_the_eviction_order_at_the_cap(connections: list[tuple[str, int]], expected: int | None) -> None:
+    assert http_limits.eviction_candidate(connections) == expected
+
+
+def test_the_connection_cap_exactly_at_its_value() -> None:
+    """At ``MAX_CONNECTIONS`` open connections none is closed; one more closes exactly one, the
+    oldest idle one, even though an older one is still sending its headers."""
+    cap = 12
+    server = start_server(1, RETOOL_SANDBOX_MAX_CONNECTIONS=str(cap), RETOOL_SANDBOX_IDLE_TIMEOUT_S="120", RETOOL_SANDBOX_HEADER_TIMEOUT_S="120")
+    fd_dir = f"/proc/{server.pid}/fd"
+    try:
+        wait_until(lambda: httpx.get(f"{server.url}/readyz", timeout=5).status_code == 200, what="ready")
+        fds_before = len(os.listdir(fd_dir))
+        slow = socket.create_connection(("127.0.0.1", server.port))
+        slow.sendall(b"POST /run_code HTTP/1.1\r\n")  # in the header phase, the oldest of all
+        idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(cap - 1)]
+        everyone = [slow, *idle]
+        wait_until(lambda: len(os.listdir(fd_dir)) >= fds_before + cap, what=f"the server holding {cap} connections")
+        assert select.select(everyone, [], [], 0)[0] == [], "a connection was closed at the cap itself"
+        newest = socket.create_connection(("127.0.0.1", server.port))
+        wait_until(lambda: select.select(everyone, [], [], 0)[0], what="one connection closed to make room")
+        closed = select.select(everyone, [], [], 0)[0]
+        assert closed == [idle[0]] and idle[0].recv(1) == b"", closed
+        newest.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert response_head(newest, timeout=10).startswith(b"HTTP/1.1 200")
+        for sock in (*everyone, newest):
+            sock.close()
+    finally:
+        stop_server(server)
 
 
 @pytest.mark.parametrize(
