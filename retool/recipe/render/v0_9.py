@@ -25,8 +25,7 @@ from typing import Any
 
 from retool.recipe.render.command import RenderError, StageCommand, hydra_overrides
 from retool.recipe.render.common import PPO_MODULE, SFT_MODULE
-from retool.recipe.verl_plugins import AGENT_LOOP_CONFIG
-from retool.recipe.verl_plugins import v0_9
+from retool.recipe.verl_plugins import AGENT_LOOP_CONFIG, v0_9
 
 LINE = "0.9"
 

@@ -49,13 +49,13 @@ class RetoolTaskRunner:
         legacy_task_runner_class()().run(config)
 
 
-class V1TrainerRefused(ValueError):
+class V1TrainerError(ValueError):
     """The config asks for verl's V1 trainer, which this program does not run."""
 
 
 def check_legacy_trainer(config: Any) -> None:
     if config.trainer.get("use_v1", True):
-        raise V1TrainerRefused("trainer.use_v1 is true: the ReTool 0.9 line runs verl 0.9.1's legacy trainer (trainer.use_v1=false, docs/verl-lines.md)")
+        raise V1TrainerError("trainer.use_v1 is true: the ReTool 0.9 line runs verl 0.9.1's legacy trainer (trainer.use_v1=false, docs/verl-lines.md)")
 
 
 @hydra.main(config_path=_verl_config_dir(), config_name="ppo_trainer", version_base=None)
