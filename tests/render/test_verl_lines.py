@@ -90,3 +90,10 @@ def test_the_reward_guard_fails_on_0_6_without_the_reward_keys() -> None:
     overrides = {k: v for k, v in command.overrides.items() if not k.startswith("custom_reward_function.")}
     result = check_reward_guard(compose_verl("ppo_trainer", hydra_overrides(overrides)), "rl", {})
     assert result.status == "failed" and result.details["called"] != "retool.recipe.reward.score.compute_score"
+
+
+@pytest.mark.parametrize("line", ["0.6", "0.9"])
+def test_the_line_is_a_param_of_the_runs_mlflow_runs(line: str) -> None:
+    from retool.tracking.params import spec_params
+
+    assert spec_params(run_on("minimal", line))["trainer.verl"] == line
