@@ -152,16 +152,17 @@ image-trainer-ascend-a3: ## the Ascend trainer on the Atlas A3 base (vllm-ascend
 # platform, resolved from images/<image>/base.in (the base's pins) and pyproject.toml. Regenerate
 # after changing either (tests/images/test_locks.py fails until you do); LOCK_DATE is the
 # exclude-newer cutoff (default: today). lock-base-<image> reads a real base's versions (docker).
-LOCK_IMAGES := trainer-cuda trainer-ascend
+LOCK_IMAGES := trainer-cuda trainer-ascend trainer-cuda-verl09
 LOCK_DATE ?= $(shell date -u +%Y-%m-%dT00:00:00Z)
 BASE_IMAGE_trainer-cuda := vllm/vllm-openai:v0.11.0
 BASE_IMAGE_trainer-ascend := quay.io/ascend/vllm-ascend:v0.11.0rc1
+BASE_IMAGE_trainer-cuda-verl09 := vllm/vllm-openai:v0.24.0
 
 .PHONY: lock $(addprefix lock-base-,$(LOCK_IMAGES))
 lock: install ## re-resolve the trainer images' lock files (LOCK_DATE=YYYY-MM-DDT00:00:00Z)
 	$(foreach image,$(LOCK_IMAGES),$(PY) images/lock.py compile $(image) --date $(LOCK_DATE) &&) true
 
-$(addprefix lock-base-,$(LOCK_IMAGES)): lock-base-%: ## write images/<name>/base.in from the real base image, <name> trainer-cuda or trainer-ascend (docker)
+$(addprefix lock-base-,$(LOCK_IMAGES)): lock-base-%: ## write images/<name>/base.in from the real base image, <name> trainer-cuda, trainer-ascend or trainer-cuda-verl09 (docker)
 	$(DOCKER) run --rm --entrypoint python3 -v $(CURDIR)/images:/images:ro $(BASE_IMAGE_$*) /images/lock.py base $* > images/$*/base.in.new
 	mv images/$*/base.in.new images/$*/base.in
 
