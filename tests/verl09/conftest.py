@@ -41,3 +41,7 @@ def qwen_model(tmp_path_factory: pytest.TempPathFactory) -> str:
         shutil.copy(files / name, target / name)
     (target / "config.json").write_text(json.dumps(TINY_QWEN3))
     return str(target)
+
+
+# The preflight tests' session fixtures (every example prepared from tiny local sources), shared.
+from tests.preflight.conftest import prepare  # noqa: E402, F401
