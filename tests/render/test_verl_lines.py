@@ -97,3 +97,21 @@ def test_the_line_is_a_param_of_the_runs_mlflow_runs(line: str) -> None:
     from retool.tracking.params import spec_params
 
     assert spec_params(run_on("minimal", line))["trainer.verl"] == line
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "line", "image", "warned"),
+    [("ascend", "0.9", None, True), ("ascend", "0.9", "example/ascend-verl09:dev", False), ("ascend", "0.6", None, False), ("nvidia", "0.9", None, False)],
+    ids=["ascend-0.9-warns", "ascend-0.9-with-an-image", "ascend-0.6", "nvidia-0.9"],
+)
+def test_a_line_without_an_image_for_the_hardware_is_a_warning(accelerator: str, line: str, image: str | None, warned: bool) -> None:
+    from retool.spec.validate import ASCEND_0_9_WARNING, document_warnings
+
+    doc = VARIANTS["qwen7b-ascend"]()
+    doc["spec"]["hardware"]["accelerator"] = accelerator
+    doc["spec"]["hardware"].pop("product", None)
+    if image:
+        doc["spec"]["hardware"]["image"] = image
+    doc["spec"]["trainer"] = {"verl": line}
+    found = [str(p) for p in document_warnings(doc) if p.path == "spec.trainer.verl"]
+    assert found == ([f"spec.trainer.verl: {ASCEND_0_9_WARNING}"] if warned else [])
