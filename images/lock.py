@@ -71,6 +71,8 @@ KNOWN_UNMET: dict[str, tuple[str, ...]] = {
 TARGETS: dict[str, tuple[Target, ...]] = {
     # vllm/vllm-openai:v0.11.0: Ubuntu 22.04, Python 3.12, x86_64
     "trainer-cuda": (Target("x86_64", "3.12", "x86_64-manylinux_2_35", "requirements.lock"),),
+    # vllm/vllm-openai:v0.24.0: Ubuntu 22.04, Python 3.12, x86_64 (the 0.9 line: verl 0.9.1, CUDA 13, torch 2.11)
+    "trainer-cuda-verl09": (Target("x86_64", "3.12", "x86_64-manylinux_2_35", "requirements.lock"),),
     # quay.io/ascend/vllm-ascend:v0.11.0rc1 (and -a3): Ubuntu 22.04, Python 3.11, published for arm64 and amd64
     "trainer-ascend": (
         Target("aarch64", "3.11", "aarch64-manylinux_2_35", "requirements-aarch64.lock"),
@@ -83,9 +85,13 @@ TARGETS: dict[str, tuple[Target, ...]] = {
 
 HELD: dict[str, tuple[str, ...]] = {
     "trainer-cuda": ("vllm", "torch", "torchvision", "torchaudio", "triton", "xformers", "flashinfer-python"),
+    "trainer-cuda-verl09": ("vllm", "torch", "torchvision", "torchaudio", "triton", "flashinfer-python", "flashinfer-cubin"),
     "trainer-ascend": ("torch", "torch-npu", "torchvision", "vllm", "vllm-ascend"),
 }
 """The accelerator stack each base provides and the image keeps exactly (reading a real base pins these)."""
+
+EXTRA: dict[str, str] = {"trainer-cuda-verl09": "train-verl09"}
+"""The extra of pyproject.toml an image installs (its verl line, docs/verl-lines.md); ``train`` when not listed."""
 
 
 def canonical(name: str) -> str:
@@ -108,10 +114,14 @@ def same_release(installed: str, pinned: str) -> bool:
         return public_version(installed) == pinned
 
 
-def project_requirements(pyproject: Path = REPO / "pyproject.toml") -> list[str]:
-    """What the image installs from this project: its dependencies and the train extra."""
+def image_extra(image: str) -> str:
+    return EXTRA.get(image, "train")
+
+
+def project_requirements(pyproject: Path = REPO / "pyproject.toml", extra: str = "train") -> list[str]:
+    """What an image installs from this project: its dependencies and its extra (``train``, or its line's)."""
     project = tomllib.loads(pyproject.read_text())["project"]
-    return [*project["dependencies"], *project["optional-dependencies"]["train"]]
+    return [*project["dependencies"], *project["optional-dependencies"][extra]]
 
 
 def pins(lines: Iterable[str]) -> dict[str, str]:
@@ -152,7 +162,7 @@ def resolve(image: str, target: Target, date: str, constraints: Path | None = No
     env = uv_environment()
     with tempfile.TemporaryDirectory() as tmp:
         ours = Path(tmp, "project.in")
-        ours.write_text("\n".join(project_requirements()) + "\n")
+        ours.write_text("\n".join(project_requirements(extra=image_extra(image))) + "\n")
         args = [
             uv_binary(), "pip", "compile", "--no-config", "--quiet", "--no-header", "--annotation-style", "line",
             "--python-version", target.python, "--python-platform", target.platform, "--exclude-newer", date,
@@ -194,7 +204,7 @@ def without_cuda_torch_deps(locked: dict[str, set[str]]) -> dict[str, set[str]]:
 def lock_text(image: str, target: Target, date: str, body: str) -> str:
     return (
         f"{HEADER} for {image} ({target.arch}, Python {target.python}, {target.platform}): do not edit.\n"
-        f"# Inputs: images/{image}/base.in and pyproject.toml (dependencies + train). Regenerate: make lock\n"
+        f"# Inputs: images/{image}/base.in and pyproject.toml (dependencies + {image_extra(image)}). Regenerate: make lock\n"
         f"# exclude-newer: {date}\n"
         f"{body}"
     )

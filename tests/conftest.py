@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import socket
 import sys
@@ -19,6 +20,11 @@ OPERATOR_OF_EXAMPLE = {"retoolrun-qwen32b-volcano": ("--batch-scheduler", "volca
 for (its header says how that operator is installed); the others are for the chart's defaults."""
 KUBERAY_SCHEMAS = kuberay_crd_dir(REPO)
 """KubeRay's CRDs at the pinned version, fetched from its Go module by `make kuberay-crds`."""
+
+VERL_VERSION = importlib.metadata.version("verl")
+collect_ignore = [] if VERL_VERSION.startswith("0.9.") else ["verl09"]
+"""tests/verl09 runs against verl 0.9.1, in the 0.9 line's environment (`make test-verl09`: .venv-verl09);
+the rest of the suite runs against the default line's verl 0.6.1."""
 
 
 def repo_env(**extra: str) -> dict[str, str]:

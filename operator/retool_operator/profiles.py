@@ -83,8 +83,15 @@ def _merge_tolerations(base: list[dict[str, Any]], extra: list[dict[str, Any]]) 
     return out
 
 
-def hardware_profile(hardware: HardwareSpec, config: OperatorConfig) -> HardwareProfile:
-    """The profile of a run's trainer pods."""
+def trainer_image(config: OperatorConfig, accelerator: str, verl: str) -> str:
+    """The operator's trainer image for an accelerator and a trainer line (``spec.trainer.verl``, docs/verl-lines.md)."""
+    if accelerator == "ascend":
+        return config.trainer_image_ascend_verl09 if verl == "0.9" else config.trainer_image_ascend
+    return config.trainer_image_nvidia_verl09 if verl == "0.9" else config.trainer_image_nvidia
+
+
+def hardware_profile(hardware: HardwareSpec, config: OperatorConfig, verl: str = "0.6") -> HardwareProfile:
+    """The profile of a run's trainer pods (``verl``: the run's trainer line, which picks the default image)."""
     extra_tolerations = [_toleration(t) for t in hardware.tolerations]
     resources = (
         hardware.resources.model_dump(by_alias=True) if (hardware.resources.requests or hardware.resources.limits) else DEFAULT_TRAINER_RESOURCES
@@ -98,7 +105,7 @@ def hardware_profile(hardware: HardwareSpec, config: OperatorConfig) -> Hardware
             accelerator="ascend",
             device_resource=device,
             devices_per_node=hardware.devices_per_node,
-            image=hardware.image or config.trainer_image_ascend,
+            image=hardware.image or trainer_image(config, "ascend", verl),
             node_selector=selector,
             tolerations=tolerations,
             env=dict(ASCEND_ENV),
@@ -118,7 +125,7 @@ def hardware_profile(hardware: HardwareSpec, config: OperatorConfig) -> Hardware
         accelerator="nvidia",
         device_resource=device,
         devices_per_node=hardware.devices_per_node,
-        image=hardware.image or config.trainer_image_nvidia,
+        image=hardware.image or trainer_image(config, "nvidia", verl),
         node_selector=selector,
         tolerations=tolerations,
         env=dict(NVIDIA_ENV),

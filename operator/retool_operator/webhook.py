@@ -27,10 +27,10 @@ from retool_operator.config import OperatorConfig
 # on other devices would not load them (or would run on nodes the run was not sized for).
 STAGE_INPUTS: dict[str, tuple[str, ...]] = {
     "prepare": ("model", "data", "storage", "recipe"),
-    "sft": ("model", "sft", "data", "hardware"),
-    "merge": ("model", "sft"),
-    "rl": ("rl", "data", "hardware", "recipe"),
-    "eval": ("eval", "data", "hardware", "recipe"),
+    "sft": ("model", "sft", "data", "hardware", "trainer"),
+    "merge": ("model", "sft", "trainer"),
+    "rl": ("rl", "data", "hardware", "recipe", "trainer"),
+    "eval": ("eval", "data", "hardware", "recipe", "trainer"),
 }
 STARTED = frozenset({"Queued", "Running", "Retrying", "Succeeded", "Failed", "Suspended"})
 """Stage states after the stage's first child exists: Queued is one (created, waiting for admission, or

@@ -15,7 +15,10 @@ logger = logging.getLogger("retool.preflight")
 
 
 def execute(target: Plan, options: PreflightOptions, *, tracking_uri: str | None = None, run_id: str | None = None) -> Report:
-    from retool.preflight.runner import run_preflight
+    if target.run.spec.trainer.verl == "0.9":  # verl 0.9.1's code: the checks ported to that line
+        from retool.preflight.line09 import run_preflight
+    else:
+        from retool.preflight.runner import run_preflight
 
     report = run_preflight(target, options)
     files = write_report(report, options.work_dir)

@@ -14,6 +14,7 @@ from retool.preflight import steps
 from retool.preflight.model import check_model
 from retool.preflight.plan import PPO_STAGES, Plan, PreflightOptions
 from retool.preflight.report import Report
+from retool.preflight.reward_guard import check_reward_guard, expected_reward_kwargs
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +29,8 @@ def run_preflight(target: Plan, options: PreflightOptions) -> Report:
     steps.config_checks(state, target, options)
     sft_dataset = steps.sft_check(state, target, options, tokenizer)
     ppo = {stage: state.configs[stage] for stage in PPO_STAGES if stage in state.configs}
+    for stage, config in ppo.items():  # never skipped: the reward verl calls must be ours, on either verl line
+        state.add(check_reward_guard(config, stage, expected_reward_kwargs(target.commands[stage].overrides)))
     data = steps.data_checks(state, target, ppo, tokenizer)
     tools = steps.tool_checks(state, target, ppo, options, sft_dataset)
     right_scores = steps.reward_checks(state, target, ppo, data)

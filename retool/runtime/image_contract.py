@@ -57,6 +57,7 @@ CANN_VARIABLES = ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH", "ASCEND_OPP_PATH", 
 
 CONTRACTS: dict[str, ImageContract] = {
     "trainer-cuda": ImageContract("trainer-cuda", COMMON_PROGRAMS),
+    "trainer-cuda-verl09": ImageContract("trainer-cuda-verl09", COMMON_PROGRAMS),
     "trainer-ascend": ImageContract(
         "trainer-ascend",
         COMMON_PROGRAMS,

@@ -436,6 +436,27 @@ class FailurePolicy(SpecModel):
     )
 
 
+VerlLine = Literal["0.6", "0.9"]
+"""The trainer lines (docs/verl-lines.md): 0.6 runs verl 0.6.1 (the public recipe's pin), 0.9 runs verl 0.9.1."""
+
+
+class TrainerSpec(SpecModel):
+    verl: VerlLine = Field(
+        "0.6",
+        description=(
+            'Trainer line: "0.6" (verl 0.6.1, vLLM 0.11, transformers 4.x: the line that reproduces the published ReTool numbers) or '
+            '"0.9" (verl 0.9.1, vLLM 0.24 on CUDA 13 / vLLM-Ascend 0.23 on CANN 9.1, transformers 5.x). A quoted string: YAML reads 0.9 as a number.'
+        ),
+    )
+
+    @field_validator("verl", mode="before")
+    @classmethod
+    def _quoted(cls, value: object) -> object:
+        if isinstance(value, float):
+            raise ValueError(f'must be a quoted string ("0.6" or "0.9"): YAML read the unquoted {value!r} as a number')
+        return value
+
+
 class RetoolRunSpec(SpecModel):
     recipe: Literal["tool-integrated", "text-only"] = Field(
         "tool-integrated",
@@ -445,6 +466,7 @@ class RetoolRunSpec(SpecModel):
         ),
     )
     model: ModelSpec = Field(default_factory=ModelSpec, description="The model to train.")
+    trainer: TrainerSpec = Field(default_factory=TrainerSpec, description="Which verl line trains the run: its images, commands and adapters.")
     hardware: HardwareSpec = Field(default_factory=HardwareSpec, description="Trainer nodes and devices.")
     storage: StorageSpec = Field(
         default_factory=StorageSpec, description="Where data, checkpoints and models live: a claim (created by the operator unless named), optionally mirrored to S3."

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from retool.spec.model import RetoolRun
+from retool.spec.model import RetoolRun, RetoolRunSpec
 from retool.spec.names import run_name_problems
 from retool.spec.operator_rules import OperatorSettings, operator_refusals
 from retool.spec.rules import Problem, check_rules
@@ -189,7 +189,21 @@ def document_warnings(document: Any) -> list[Problem]:
 
     if validate_document(document):
         return []
-    return product_warnings(RetoolRun.model_validate(document).spec)
+    spec = RetoolRun.model_validate(document).spec
+    return product_warnings(spec) + line_warnings(spec)
+
+
+ASCEND_0_9_WARNING = (
+    "no Ascend trainer image for the 0.9 line is built by this release (retool/trainer-ascend-verl09, docs/verl-lines.md): "
+    'set spec.hardware.image to one built on vllm-ascend v0.23.0 with ".[train-verl09]", or use trainer.verl "0.6" on Ascend'
+)
+
+
+def line_warnings(spec: RetoolRunSpec) -> list[Problem]:
+    """A trainer line the chosen hardware has no image for (accepted: the operator's image may be set to one)."""
+    if spec.trainer.verl == "0.9" and spec.hardware.accelerator == "ascend" and not spec.hardware.image:
+        return [Problem("spec.trainer.verl", ASCEND_0_9_WARNING)]
+    return []
 
 
 def parse_run(document: Any) -> RetoolRun:

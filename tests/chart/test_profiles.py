@@ -21,6 +21,8 @@ def test_default_operator_configuration_follows_the_contract(rendered) -> None:
     assert operator_config(rendered("default")) == {
         "RETOOL_OPERATOR_TRAINER_IMAGE_NVIDIA": "retool/trainer-cuda:0.1.0",
         "RETOOL_OPERATOR_TRAINER_IMAGE_ASCEND": "retool/trainer-ascend:0.1.0",
+        "RETOOL_OPERATOR_TRAINER_IMAGE_NVIDIA_VERL09": "retool/trainer-cuda-verl09:0.1.0",
+        "RETOOL_OPERATOR_TRAINER_IMAGE_ASCEND_VERL09": "retool/trainer-ascend-verl09:0.1.0",
         "RETOOL_OPERATOR_SANDBOX_IMAGE": "retool/sandbox:0.1.0",
         "RETOOL_OPERATOR_MLFLOW_IMAGE": "ghcr.io/mlflow/mlflow:v3.17.2-full",
         "RETOOL_OPERATOR_MLFLOW_TRACKING_URI": MLFLOW_URL,

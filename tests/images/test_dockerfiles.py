@@ -18,7 +18,7 @@ from tests.images.dockerfile import image_tag, parse, parse_text, violations
 DOCKERFILES = sorted((REPO / "images").glob("*/Dockerfile"))
 REQUIRED_IMAGES = {"operator", "sandbox", "trainer-cuda", "trainer-ascend"}
 # Images that must run as a non-root user whatever their comments say.
-NON_ROOT = {"operator", "trainer-cuda", "sandbox"}
+NON_ROOT = {"operator", "trainer-cuda", "trainer-cuda-verl09", "sandbox"}
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 
 
@@ -106,7 +106,16 @@ def test_trainer_cuda_base_is_a_vllm_release_verl_0_6_1_supports() -> None:
 
 
 
-@pytest.mark.parametrize("image", ["trainer-cuda", "trainer-ascend"])
+def test_trainer_cuda_verl09_base_is_the_vllm_release_verl_0_9_1_is_built_against() -> None:
+    base = parse(REPO / "images" / "trainer-cuda-verl09" / "Dockerfile").stages[0].base
+    assert base.startswith("vllm/vllm-openai:")
+    assert vllm_version(image_tag(base)) >= (0, 18, 0), "verl 0.9.x needs vLLM >= 0.18 (its vllm extra pins 0.24.0)"
+
+
+LINE_OF_IMAGE = {"trainer-cuda": ("train", ""), "trainer-ascend": ("train", ""), "trainer-cuda-verl09": ("train-verl09", " --line 0.9")}
+
+
+@pytest.mark.parametrize("image", sorted(LINE_OF_IMAGE))
 def test_trainer_image_installs_its_lock_then_checks_the_result(image: str) -> None:
     """The base is checked against the lock's base pins first; the lock is installed exactly; then pip
     check and the import of every stage module, as build steps (a broken set fails the build)."""
@@ -117,9 +126,10 @@ def test_trainer_image_installs_its_lock_then_checks_the_result(image: str) -> N
     assert check_base < install
     steps = [step.strip() for step in runs[install].split("&&")]
     assert steps[0].replace('"', "").startswith("python3 -m pip install --no-cache-dir --no-deps -r /opt/retool/requirements")
-    assert steps[1] == 'python3 -m pip install --no-cache-dir --no-deps ".[train]"'
+    extra, line = LINE_OF_IMAGE[image]
+    assert steps[1] == f'python3 -m pip install --no-cache-dir --no-deps ".[{extra}]"'
     assert steps[2] == f"python3 /opt/retool/lock.py pip-check {image}"
-    assert steps[3] == "python3 -m retool.runtime.cpu_only -m retool.runtime.import_check"
+    assert steps[3] == f"python3 -m retool.runtime.cpu_only -m retool.runtime.import_check{line}"
     copied = " ".join(i.args for i in df.final.all("COPY"))
     for lock_file in (REPO / "images" / image).glob("requirements*.lock"):
         assert f"images/{image}/{lock_file.name}" in copied

@@ -43,7 +43,10 @@ def test_each_lock_is_exactly_what_its_inputs_resolve_to(image: str) -> None:
     assert lock.check_image(image) == []
 
 
-@pytest.mark.parametrize(("image", "target"), LOCKS, ids=LOCK_IDS)
+LOCKS_06 = [(i, t) for i, t in LOCKS if lock.image_extra(i) == "train"]
+
+
+@pytest.mark.parametrize(("image", "target"), LOCKS_06, ids=[f"{image}-{target.arch}" for image, target in LOCKS_06])
 def test_lock_holds_the_stack_verl_needs(image: str, target) -> None:
     pins = locked(image, target)
     assert pins["verl"] == "0.6.1"
@@ -54,12 +57,25 @@ def test_lock_holds_the_stack_verl_needs(image: str, target) -> None:
     assert version_tuple(pins["opencv-python-headless"]) <= (4, 11, 0, 86)
 
 
+@pytest.mark.parametrize(("image", "target"), [(i, t) for i, t in LOCKS if lock.image_extra(i) == "train-verl09"], ids=lambda v: getattr(v, "arch", v))
+def test_the_0_9_lines_lock_holds_the_stack_verl_0_9_1_needs(image: str, target) -> None:
+    """verl 0.9.1's own requirements (its METADATA): transformers >=5.5.3,<5.11 and not 5.6.0, numpy >= 2,
+    tensordict >=0.8,<=0.10 and not 0.9.0; vLLM >= 0.18 (the issue's floor; its vllm extra pins 0.24.0)."""
+    pins = locked(image, target)
+    assert pins["verl"] == "0.9.1"
+    assert (5, 5, 3) <= version_tuple(pins["transformers"]) < (5, 11) and pins["transformers"] != "5.6.0"
+    assert version_tuple(pins["numpy"]) >= (2,)
+    assert (0, 8) <= version_tuple(pins["tensordict"]) <= (0, 10, 0) and not pins["tensordict"].startswith("0.9.0")
+    assert version_tuple(pins["vllm"]) >= (0, 18)
+    assert pins["hydra-core"].startswith("1.3.") and pins["antlr4-python3-runtime"].startswith("4.9.")
+
+
 @pytest.mark.parametrize(("image", "target"), LOCKS, ids=LOCK_IDS)
 def test_lock_keeps_the_base_pins_and_our_pins(image: str, target) -> None:
     pins = locked(image, target)
     base = lock.pins((REPO / "images" / image / "base.in").read_text().splitlines())
     assert {name: pins.get(name) for name in base} == base
-    ours = lock.pins(lock.project_requirements())
+    ours = lock.pins(lock.project_requirements(extra=lock.image_extra(image)))
     assert {name: pins.get(name) for name in ours} == ours
     assert all(lock.PIN.match(line) for line in (REPO / "images" / image / target.lock).read_text().splitlines() if not line.startswith("#"))
 

@@ -214,3 +214,22 @@ def test_managed_mlflow_is_not_owned_by_any_run() -> None:
     assert [o["kind"] for o in objs] == ["PersistentVolumeClaim", "Deployment", "Service"]
     assert all("ownerReferences" not in o["metadata"] for o in objs)
     assert builders.managed_mlflow_uri("ml") == "http://retool-mlflow.ml.svc:5000"
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "line", "image"),
+    [
+        ("nvidia", "0.6", CONFIG.trainer_image_nvidia),
+        ("nvidia", "0.9", CONFIG.trainer_image_nvidia_verl09),
+        ("ascend", "0.6", CONFIG.trainer_image_ascend),
+        ("ascend", "0.9", CONFIG.trainer_image_ascend_verl09),
+    ],
+    ids=["nvidia-0.6", "nvidia-0.9", "ascend-0.6", "ascend-0.9"],
+)
+def test_every_stage_of_a_run_uses_its_verl_lines_trainer_image(accelerator: str, line: str, image: str) -> None:
+    run = run_of(hardware={"accelerator": accelerator}, trainer={"verl": line})
+    assert len({CONFIG.trainer_image_nvidia, CONFIG.trainer_image_nvidia_verl09, CONFIG.trainer_image_ascend, CONFIG.trainer_image_ascend_verl09}) == 4
+    job = builders.build_stage_job(run, "prepare", 1, config=CONFIG, tracking=builders.Tracking())
+    assert {c["image"] for c in job["spec"]["template"]["spec"]["containers"]} == {image}
+    rayjob = builders.build_stage_rayjob(run, "rl", 1, config=CONFIG, tracking=builders.Tracking())
+    assert rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] == image

@@ -178,7 +178,7 @@ def preflight_failure_policy() -> dict[str, Any]:
 
 def build_stage_job(run: RetoolRun, stage: str, attempt: int, *, config: OperatorConfig, tracking: Tracking) -> dict[str, Any]:
     """A batch stage (prepare, preflight, merge): one pod, no accelerator, on the trainer nodes (same image, same arch)."""
-    profile = hardware_profile(run.spec.hardware, config)
+    profile = hardware_profile(run.spec.hardware, config, run.spec.trainer.verl)
     name = stage_child_name(run.metadata.name, stage, attempt)
     lbls = stage_labels(run, stage, attempt)
     volumes, mounts = stage_volumes(run, profile, child_name=name)
@@ -256,7 +256,7 @@ def build_stage_rayjob(run: RetoolRun, stage: str, attempt: int, *, config: Oper
     The head is a trainer node too (one-node runs have only the head). The entrypoint runs on the
     head as the Ray driver and inherits its environment (sandbox URL, MLflow, attempt).
     """
-    profile = hardware_profile(run.spec.hardware, config)
+    profile = hardware_profile(run.spec.hardware, config, run.spec.trainer.verl)
     name = stage_child_name(run.metadata.name, stage, attempt)
     lbls = stage_labels(run, stage, attempt)
     volumes, mounts = stage_volumes(run, profile, child_name=name)

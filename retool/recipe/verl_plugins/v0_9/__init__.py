@@ -1,0 +1,38 @@
+"""The verl 0.9.1 adapters of the recipe (``spec.trainer.verl: "0.9"``), and the paths verl loads them by.
+
+Only what verl 0.9.1 changed lives here; the pure parts (the code-interpreter tool, the reward,
+the dataset's prompt filter, the tool-use dynamics, the reward watch) are the 0.6 line's modules,
+imported unchanged. What changed, read from verl 0.9.1's source (PyPI ``verl==0.9.1``):
+
+- ``ToolAgentLoop._call_tool(tool_call, tools_kwargs, agent_data)`` (0.6.1: no ``agent_data``), and
+  the loop gets its tools through its constructor (``tools=ToolListWrap``), built once per
+  ``AgentLoopWorker`` from the same tool-config YAML: :mod:`.agent_loop`.
+- ``RayPPOTrainer.reward_fn``/``val_reward_fn`` and ``compute_reward`` are gone: the reward loop
+  scores every sample during the rollout and the trainer reads the scores back with
+  ``verl.trainer.ppo.reward.extract_reward``: :mod:`.trainer` watches there.
+- ``verl.trainer.main_ppo`` runs the V1 (TransferQueue) trainer unless ``trainer.use_v1=false``; the
+  legacy task runner moved to ``verl.trainer.main_ppo_v0``: :mod:`.main_ppo` (why not V1:
+  docs/verl-lines.md).
+
+This module imports nothing from verl: the renderers read these paths without the training stack.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_PACKAGE = __name__
+_DIR = Path(__file__).resolve().parent
+
+VERL_VERSION = "0.9.1"
+"""The verl release this line runs (pyproject ``train-verl09``, images/trainer-*-verl09)."""
+
+PPO_MAIN_MODULE = f"{_PACKAGE}.main_ppo"
+"""The rl and eval stages' program on this line: verl 0.9.1's legacy ``main_ppo`` with our trainer."""
+
+AGENT_LOOP_CONFIG = str(_DIR / "agent_loops.yaml")
+"""``actor_rollout_ref.rollout.agent.agent_loop_config_path`` on this line: :mod:`.agent_loop` as ``tool_agent``."""
+
+SFT_MODULE = "verl.trainer.sft_trainer"
+"""verl 0.9.1's SFT trainer (``fsdp_sft_trainer`` was removed), Hydra config ``sft_trainer_engine``."""
+SFT_CONFIG_NAME = "sft_trainer_engine"
