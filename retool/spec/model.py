@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from retool.spec.base import K8S_NAME_PATTERN, K8sName, SpecModel
 from retool.spec.pods import LabelValue, PodSettingsSpec
@@ -276,10 +276,23 @@ class RewardWatchSpec(SpecModel):
 
     share: float = Field(0.02, ge=0, le=1, description="Share of each step's responses re-graded by the second verifier (math-verify); 0 turns the watch off.")
     max_per_step: int = Field(64, ge=0, le=4096, description="At most this many responses re-graded per step, whatever the share.")
-    threshold: float = Field(
-        0.1, ge=0, le=1, description="Disagreement rate (second verifier vs reward) above which a step counts toward the RewardSuspect condition."
+    benign_rate: float = Field(
+        0.1,
+        gt=0,
+        lt=1,
+        description="The second verifier's own disagreement rate with an honest reward (measure it on your data); "
+        "RewardSuspect's false-alarm bound holds while the true rate is at most this.",
     )
-    window: PositiveInt = Field(3, le=1000, description="Steps in a row above the threshold that raise RewardSuspect; one step below clears it.")
+    shift: float = Field(0.15, gt=0, lt=1, description="Rise of the disagreement rate above benignRate that the CUSUM alarm is tuned to catch (benignRate + shift < 1).")
+    false_alarm: float = Field(
+        0.01, gt=0, lt=1, description="Bound on the probability that RewardSuspect is ever raised over the run's rl.steps at the benign rate."
+    )
+
+    @model_validator(mode="after")
+    def _alternative_below_one(self) -> RewardWatchSpec:
+        if self.benign_rate + self.shift >= 1:
+            raise ValueError(f"benignRate + shift must be below 1, got {self.benign_rate} + {self.shift}")
+        return self
 
 
 class RLSpec(SpecModel):
