@@ -113,6 +113,7 @@ def first_step_reaching(series: Series, target: float) -> int | None:
 def score_table(runs: Sequence[RunSeries], keys: Sequence[str]) -> list[dict[str, Any]]:
     """Per source, statistic and run: the eval stage's final score, the last and best validation value, and when it reached the baseline's best.
 
+    Rows of the eval stage's statistics come first within a source (they are the run's results).
     The eval stage samples ``eval.samplesPerProblem`` answers per problem and validation
     ``rl``'s validation ``n``, so their statistics are usually at different k: each gets its rows.
     """
@@ -122,7 +123,8 @@ def score_table(runs: Sequence[RunSeries], keys: Sequence[str]) -> list[dict[str
     curves = {stat_of(key): key for key in keys}
     stats = set(curves) | {(source, stat) for run in runs for source, scores in run.eval_results.items() for stat in scores}
     rows = []
-    for source, stat in sorted(stats, key=lambda pair: _stat_order(*pair)):
+    final = {(source, stat) for run in runs for source, scores in run.eval_results.items() for stat in scores}
+    for source, stat in sorted(stats, key=lambda pair: (pair[0], pair not in final, *_stat_order(*pair)[1:])):
         key = curves.get((source, stat))
         base = baseline.metrics.get(key) if key else None
         target = max(base.values()) if base else None
