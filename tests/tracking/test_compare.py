@@ -137,6 +137,28 @@ def test_each_run_keeps_one_colour_in_every_panel_and_every_axis_is_labelled(rec
     assert [a.title.text for a in yaxes] == ["mean@4 accuracy", "maj@4 accuracy", "best@4 accuracy", "share of responses with code", "first call position (0-1)"]
 
 
+def test_parent_runs_carry_the_headline_so_mlflows_compare_view_works_on_them(recorded: tuple[str, str], mlflow_server: MLflowServer) -> None:
+    from retool.tracking.headline import log_headline
+
+    tool, text = recorded
+    scores = load_run_series(mlflow_server.uri, resolve_parent(mlflow_server.uri, tool)).eval_results["aime_2024"]
+    assert log_headline(mlflow_server.uri, tool) == pytest.approx(
+        {
+            **{f"final/aime_2024/{stat.replace('@', '_at_')}": value for stat, value in scores.items()},
+            "best_validation/aime_2024/mean_at_4": 0.7,
+            "best_validation/aime_2024/mean_at_4_step": 400.0,
+            "progress/rl_steps_done": 400.0,
+        }
+    )
+    log_headline(mlflow_server.uri, text)
+    client = MlflowClient(mlflow_server.uri)
+    assert client.get_run(tool).data.metrics["final/aime_2024/mean_at_8"] == pytest.approx(0.675)
+    assert client.get_run(text).data.metrics["best_validation/aime_2024/mean_at_4_step"] == 1000.0
+    experiment = client.get_run(tool).info.experiment_id
+    parents = client.search_runs([experiment], filter_string="tags.`retool.role` = 'pipeline' and metrics.`final/aime_2024/mean_at_8` > 0.5")
+    assert [r.info.run_id for r in parents] == [tool], "MLflow filters and compares parents by their headline"
+
+
 def test_a_stage_run_id_names_its_parent_and_an_unknown_name_is_a_clear_error(
     recorded: tuple[str, str], mlflow_server: MLflowServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
