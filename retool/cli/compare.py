@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     except ImportError as err:
         print(f"retool compare: {err.name or err} is missing: install the train extra (plotly, matplotlib)", file=sys.stderr)
-        return 1
+        return 2
     print(report.text)
     print(f"\nwrote {', '.join(str(f) for f in files)}")
     if logged:
