@@ -180,7 +180,7 @@ def test_experiments_open_as_model_training_and_parent_runs_say_what_their_plots
     parent = client.get_run(recorded[0])
     assert client.get_experiment(parent.info.experiment_id).tags["mlflow.experimentKind"] == "finetuning"
     description = parent.data.tags["mlflow.note.content"]
-    assert all(group in description for group in ("`val-core/`", "`tool/`", "`val-tool/`", "`reward-watch/`", "retool compare"))
+    assert all(group in description for group in ("`val-core/`", "`tool/`", "`val-tool/`", "`reward-watch/`", "retool compare", "`final/`", "`best_validation/`"))
 
 
 def test_attempts_merge_with_the_later_attempt_winning() -> None:
