@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from retool.spec.base import K8S_NAME_PATTERN, K8sName, SpecModel
 from retool.spec.pods import LabelValue, PodSettingsSpec
@@ -287,12 +287,6 @@ class RewardWatchSpec(SpecModel):
     false_alarm: float = Field(
         0.01, gt=0, lt=1, description="Bound on the probability that RewardSuspect is ever raised over the run's rl.steps at the benign rate."
     )
-
-    @model_validator(mode="after")
-    def _alternative_below_one(self) -> RewardWatchSpec:
-        if self.benign_rate + self.shift >= 1:
-            raise ValueError(f"benignRate + shift must be below 1, got {self.benign_rate} + {self.shift}")
-        return self
 
 
 class RLSpec(SpecModel):
