@@ -171,7 +171,8 @@ $(addprefix lock-base-,$(LOCK_IMAGES)): lock-base-%: ## write images/<name>/base
 # sandbox, an MLflow server with sqlite): data preparation from the samples in retool/demo/data,
 # the SFT data check against the sandbox, an MLflow run, and the rendered manifests and stage
 # commands of examples/retoolrun-qwen32b-h200.yaml, all under build/demo. It stops what it
-# started; `make demo KEEP=1` leaves MLflow running (`make demo-stop` stops it). With a model
+# started; `make demo KEEP=1` leaves MLflow running on http://127.0.0.1:5055 (MLFLOW_PORT=... to
+# change it; `make demo-stop` stops it) and prints the run's link. With a model
 # served behind an OpenAI-compatible API, `make demo EVAL_ENDPOINT=http://host:8000 EVAL_MODEL=name`
 # also evaluates it on the demo's problems with `retool eval`.
 .PHONY: demo demo-stop
@@ -180,7 +181,7 @@ EVAL_ENDPOINT ?=
 EVAL_MODEL ?=
 
 demo: install ## run the local demo on an embedded stack (KEEP=1 keeps MLflow running)
-	$(PY) -m retool.demo $(if $(filter-out 0,$(KEEP)),--keep) $(if $(EVAL_ENDPOINT),--eval-endpoint $(EVAL_ENDPOINT) --eval-model $(EVAL_MODEL))
+	$(PY) -m retool.demo $(if $(filter-out 0,$(KEEP)),--keep) $(if $(MLFLOW_PORT),--mlflow-port $(MLFLOW_PORT)) $(if $(EVAL_ENDPOINT),--eval-endpoint $(EVAL_ENDPOINT) --eval-model $(EVAL_MODEL))
 
 demo-stop: ## stop the MLflow server a `make demo KEEP=1` left running
 	$(PY) -m retool.demo --stop

@@ -23,6 +23,7 @@ from retool.spec.model import RetoolRun
 from retool.tracking import naming
 from retool.tracking._client import TrackingError, client, reported
 from retool.tracking.evaluation import log_eval_results, read_sample_rows
+from retool.tracking.headline import log_headline
 from retool.tracking.registry import register_final_model
 from retool.tracking.runs import StageRun, end_run, prepare_stage_run, ray_env_overrides
 
@@ -31,6 +32,9 @@ log = logging.getLogger("retool.stage")
 FAILURE_TAG = "retool.failure"
 """Tag on a failed stage run: why it failed, when the stage knows (e.g. a trainer that stopped early)."""
 
+
+HEADLINE_STAGES = ("rl", "eval")
+"""Stages after which the parent run's headline metrics are refreshed (:mod:`retool.tracking.headline`)."""
 
 def with_tracking_env(command: StageCommand, tracked: StageRun) -> StageCommand:
     """The command with the stage run's MLflow environment, also handed to every Ray worker.
@@ -129,6 +133,11 @@ def finish(run: RetoolRun, ctx: StageContext, stage: str, tracked: StageRun | No
             failure = f"the {stage} command succeeded but its outputs could not be reported: {err}"
             log.error("%s", failure)
             status = 1
+    if status == 0 and stage in HEADLINE_STAGES and tracked is not None and ctx.mlflow_tracking_uri and ctx.mlflow_parent_run_id:
+        try:  # the figures MLflow's compare view shows on parent runs; the stage's own outcome does not depend on them
+            log_headline(ctx.mlflow_tracking_uri, ctx.mlflow_parent_run_id)
+        except TrackingError as err:
+            log.warning("could not log the headline metrics on parent run %s: %s", ctx.mlflow_parent_run_id, err)
     if tracked is not None and ctx.mlflow_tracking_uri:
         try:
             if failure is not None:

@@ -217,6 +217,35 @@ MUTATIONS: tuple[Mutation, ...] = (
         "failed_attempts = entry.attempt - (entry.preempted_attempts or 0)",
         ("tests/operator/test_status_check_timeout.py",),
     ),
+    # Named in issue 30.
+    Mutation(
+        "RewardSuspect clears as soon as the CUSUM drops below its limit (not when the excess is paid back to 0)",
+        "retool/recipe/reward_watch.py",
+        "suspect = self.statistic >= limit if not self.suspect else self.statistic > 0.0",
+        "suspect = self.statistic >= limit",
+        ("tests/dynamics/test_reward_alarm.py",),
+    ),
+    Mutation(
+        "the operator reads the reward watch only while rl runs (a verdict landing after the end is lost)",
+        "operator/retool_operator/runner.py",
+        "if entry.state not in RL_ENDED or final in self._final_verdicts:",
+        "if True:",
+        ("tests/operator/test_integration_tracking.py::test_a_reward_watch_verdict_that_lands_after_rl_ended_still_raises_reward_suspect",),
+    ),
+    Mutation(
+        "retool compare merges rl attempts in MLflow's search order (the earlier attempt can win)",
+        "retool/tracking/compare.py",
+        'return sorted((r for r in stages if r.data.tags.get(naming.TAG_STAGE) == stage), key=lambda r: int(r.data.tags.get(naming.TAG_ATTEMPT, "0")))',
+        "return [r for r in stages if r.data.tags.get(naming.TAG_STAGE) == stage]",
+        ("tests/tracking/test_compare.py::test_the_latest_attempts_win_the_curves_and_the_final_scores",),
+    ),
+    Mutation(
+        "parent runs get no headline metrics (MLflow's compare view of parents is empty)",
+        "retool/stage_hooks.py",
+        "log_headline(ctx.mlflow_tracking_uri, ctx.mlflow_parent_run_id)",
+        "pass",
+        ("tests/tracking/test_stage_hooks.py::test_eval_stage_logs_results_mirrors_and_registers_the_model",),
+    ),
 )
 
 

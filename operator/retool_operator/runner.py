@@ -140,6 +140,9 @@ def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return patch
 
 
+RL_ENDED = frozenset({"Succeeded", "Failed", "Retrying", "Suspended"})
+"""rl stage states after an attempt has ended: its reward watch has written its last verdict."""
+
 class Reconciler:
     def __init__(
         self,
@@ -168,6 +171,8 @@ class Reconciler:
         self._unwell: dict[tuple[str, str], int] = {}
         """(namespace, run) -> passes in a row that a transient API error stopped (``_retry_delay``)."""
         self._finished: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+        self._final_verdicts: set[tuple[str, int]] = set()
+        """(parent MLflow run, rl attempt) whose reward watch was read after the attempt ended."""
         """(namespace, run) -> child name -> the last state a watch event showed of a finished child."""
 
     # ------------------------------------------------------------ scheduling
@@ -496,11 +501,25 @@ class Reconciler:
         return await eval_results(tracking.uri, tracking.parent_run_id, entry.attempt)
 
     async def _reward_suspect(self, status: RetoolRunStatus, tracking: Tracking) -> str | None:
-        """The rl stage's reward-watch tag while it runs (None when it is not running or MLflow does not say)."""
+        """The rl stage's reward-watch tag while it runs, and its last verdict once the attempt has ended.
+
+        The trainer writes the tag from a background thread up to its last step, so the pass that
+        sees the RayJob finish may read it before the last write lands (or not reach MLflow at all):
+        after the attempt ends, every pass reads again until one read finds the tag. None when
+        there is nothing to read (no rl yet, already read after the end, MLflow does not say).
+        """
         entry = next((s for s in status.stages if s.name == "rl"), None)
-        if entry is None or entry.state != "Running" or not (tracking.uri and tracking.parent_run_id):
+        if entry is None or not (tracking.uri and tracking.parent_run_id):
             return None
-        return await reward_suspect(tracking.uri, tracking.parent_run_id, entry.attempt)
+        if entry.state == "Running":
+            return await reward_suspect(tracking.uri, tracking.parent_run_id, entry.attempt)
+        final = (tracking.parent_run_id, entry.attempt)
+        if entry.state not in RL_ENDED or final in self._final_verdicts:
+            return None
+        verdict = await reward_suspect(tracking.uri, tracking.parent_run_id, entry.attempt)
+        if verdict is not None:
+            self._final_verdicts.add(final)
+        return verdict
 
     def _owned(self, obj: dict[str, Any], run: RetoolRun) -> dict[str, Any]:
         uid = (run.metadata.model_extra or {}).get("uid")

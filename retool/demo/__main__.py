@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from retool.demo.pipeline import REPO_EXAMPLE, DemoConfig, demo_ok, run_demo, stop_previous_mlflow, summary_text
+from retool.demo.pipeline import DEMO_MLFLOW_PORT, REPO_EXAMPLE, DemoConfig, DemoSetupError, demo_ok, run_demo, stop_previous_mlflow, summary_text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,6 +17,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--example", type=Path, default=REPO_EXAMPLE, help=f"RetoolRun to render; default {REPO_EXAMPLE}")
     parser.add_argument(
         "--keep", action="store_true", default=os.environ.get("KEEP", "") not in ("", "0"), help="leave MLflow running afterwards (also KEEP=1 in the environment)"
+    )
+    parser.add_argument(
+        "--mlflow-port",
+        type=int,
+        default=int(os.environ.get("MLFLOW_PORT") or DEMO_MLFLOW_PORT),
+        help=f"port of the MLflow server --keep leaves running (or MLFLOW_PORT); default {DEMO_MLFLOW_PORT}",
     )
     parser.add_argument(
         "--eval-endpoint",
@@ -42,12 +48,17 @@ def main(argv: list[str] | None = None) -> int:
         out=args.out,
         example=args.example,
         keep=args.keep,
+        mlflow_port=args.mlflow_port,
         progress=not args.no_progress,
         eval_endpoint=args.eval_endpoint,
         eval_model=args.eval_model,
         eval_n=args.eval_n,
     )
-    summary = run_demo(config)
+    try:
+        summary = run_demo(config)
+    except DemoSetupError as err:
+        sys.stderr.write(f"retool demo: {err}\n")
+        return 2
     sys.stdout.write(summary_text(summary))
     return 0 if demo_ok(summary) else 1
 

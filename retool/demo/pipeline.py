@@ -41,6 +41,9 @@ logger = logging.getLogger(__name__)
 
 REPO_EXAMPLE = Path("examples/retoolrun-qwen32b-h200.yaml")
 EXPERIMENT = "retool-demo"
+DEMO_MLFLOW_PORT = 5055
+"""Where ``make demo KEEP=1`` serves MLflow (the same link every time; ``MLFLOW_PORT=...`` to change it).
+A demo that stops MLflow at its end takes any free port and prints no link."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,8 @@ class DemoConfig:
     example: Path = REPO_EXAMPLE
     keep: bool = False
     """Leave MLflow running after the demo (``make demo KEEP=1``)."""
+    mlflow_port: int = DEMO_MLFLOW_PORT
+    """The port MLflow is kept on (only with ``keep``)."""
     progress: bool = True
     sandbox_workers: int = 2
     eval_endpoint: str | None = None
@@ -125,6 +130,21 @@ def _timed(seconds: dict[str, float], name: str, step: Callable[[], object]) -> 
         seconds[name] = round(time.monotonic() - started, 2)
 
 
+class DemoSetupError(ValueError):
+    """The demo cannot start as configured (said before anything is started)."""
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
 def run_demo(config: DemoConfig) -> DemoSummary:
     if config.eval_endpoint and not config.eval_model:
         raise ValueError("an eval endpoint needs a model name (EVAL_MODEL / --eval-model)")
@@ -136,7 +156,9 @@ def run_demo(config: DemoConfig) -> DemoSummary:
     out.mkdir(parents=True, exist_ok=True)
     seconds: dict[str, float] = {}
     sandbox = sandbox_server(out / "logs", workers=config.sandbox_workers)
-    mlflow = mlflow_server(out / "mlflow")
+    if config.keep and port_in_use(config.mlflow_port):
+        raise DemoSetupError(f"port {config.mlflow_port} on 127.0.0.1 is in use: stop what holds it, or keep MLflow on another port (MLFLOW_PORT=... / --mlflow-port)")
+    mlflow = mlflow_server(out / "mlflow", port=config.mlflow_port if config.keep else None)
     kept_pid = None
     try:
         _timed(seconds, "start_stack", lambda: start_stack([sandbox, mlflow], config.progress))
@@ -278,7 +300,7 @@ def summary_text(summary: DemoSummary) -> str:
         f"  prepared     {', '.join(str(p) for p in summary.prepared.values())}",
         f"  manifests    {summary.manifests} ({int(f['demo/render/objects'])} Kubernetes objects)",
         f"  commands     {summary.manifests.parent / 'commands'}/ ({', '.join(summary.commands)})",
-        f"  MLflow run   {summary.run_url}",
+        *([f"  MLflow run   {summary.run_url}"] if summary.kept_mlflow_pid else []),
         *_eval_lines(summary.evaluation),
         f"  timings      {', '.join(f'{k} {v:.1f}s' for k, v in summary.seconds.items())}",
         "",
@@ -289,5 +311,5 @@ def summary_text(summary: DemoSummary) -> str:
             "",
         ]
     else:
-        lines += ["Everything the demo started has been stopped; `make demo KEEP=1` keeps MLflow running to browse the run.", ""]
+        lines += [f"Everything the demo started has been stopped; `make demo KEEP=1` keeps MLflow running at http://127.0.0.1:{DEMO_MLFLOW_PORT} to browse the run.", ""]
     return "\n".join(lines)

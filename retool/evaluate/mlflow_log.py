@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from retool.recipe.metrics import to_mlflow_metrics
-from retool.tracking.naming import run_url
+from retool.tracking.naming import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, run_url
 from retool.tracking.params import mlflow_params
 
 logger = logging.getLogger(__name__)
@@ -51,7 +51,10 @@ def log_run(
 
     client = MlflowClient(tracking_uri=tracking_uri)
     found = client.get_experiment_by_name(experiment)
-    experiment_id = found.experiment_id if found else client.create_experiment(experiment)
+    # The kind tag makes MLflow's UI open the experiment on its runs, not its GenAI overview (docs/recipe.md).
+    experiment_id = found.experiment_id if found else client.create_experiment(experiment, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+    if found is not None and EXPERIMENT_KIND_TAG not in found.tags:  # a user's choice of kind stays
+        client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
     run = client.create_run(experiment_id, run_name=run_name, tags=dict(tags or {}))
     run_id = run.info.run_id
     try:

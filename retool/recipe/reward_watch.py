@@ -20,8 +20,26 @@ Signals that need no second verifier (rates among the responses the reward score
 - ``truncated_correct``: responses cut at ``maxResponseLength`` yet scored correct.
 - ``several_boxed`` (on the verified sample): responses with more than one ``\\boxed`` answer.
 
-:class:`SuspectTracker` turns the per-step disagreement rate into the ``RewardSuspect`` signal: raised
-when the rate stays above ``threshold`` for ``window`` steps in a row, cleared by a step below it.
+:class:`SuspectTracker` turns each step's disagreements into the ``RewardSuspect`` signal with a
+Bernoulli CUSUM (the log-likelihood-ratio CUSUM of Page, "Continuous inspection schemes", Biometrika
+41, 1954, applied to binomial counts as in Reynolds & Stoumbos, "A CUSUM chart for monitoring a
+proportion when inspecting continuously", J. Quality Technology 31, 1999). With ``x`` of ``n``
+re-graded responses disagreeing at a step, the statistic is
+
+    S = max(0, S_prev + x * ln(p1 / p0) + (n - x) * ln((1 - p1) / (1 - p0)))
+
+for the benign rate ``p0`` (the second verifier's own disagreement rate on an honest reward) and
+``p1 = p0 + shift`` (the rate it is built to catch). ``RewardSuspect`` is raised when ``S >= h`` and
+cleared when ``S`` falls back to 0 (the excess has been paid back by benign steps).
+
+The limit ``h = ln(horizon / false_alarm)`` bounds the false-alarm probability of the whole run:
+``S_t >= h`` means that for some start ``k <= t`` the likelihood ratio of steps ``k..t`` reached
+``e^h``; under a true rate ``p <= p0`` each start's ratio is a nonnegative supermartingale of mean
+<= 1, so by Ville's maximal inequality it ever reaches ``e^h`` with probability <= ``e^-h``; the
+union over the ``horizon`` starts gives ``P(false alarm) <= horizon * e^-h = false_alarm``. The
+bound holds for every sample size per step (also a varying one, or steps with none) and every
+benign rate; the detection delay depends on the sample size (docs/recipe.md has the figures,
+``tests/dynamics/test_reward_alarm.py`` checks both by seeded simulation).
 """
 
 from __future__ import annotations
@@ -46,8 +64,10 @@ class WatchSettings:
 
     share: float = 0.02
     max_per_step: int = 64
-    threshold: float = 0.1
-    window: int = 3
+    benign_rate: float = 0.1
+    shift: float = 0.15
+    false_alarm: float = 0.01
+    horizon: int = 400
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -55,14 +75,29 @@ class WatchSettings:
             raise ValueError(f"share must be within [0, 1], got {self.share}")
         if self.max_per_step < 0:
             raise ValueError(f"max_per_step must be >= 0, got {self.max_per_step}")
-        if not 0.0 <= self.threshold <= 1.0:
-            raise ValueError(f"threshold must be within [0, 1], got {self.threshold}")
-        if self.window < 1:
-            raise ValueError(f"window must be >= 1, got {self.window}")
+        if not 0.0 < self.benign_rate < 1.0:
+            raise ValueError(f"benign_rate must be within (0, 1), got {self.benign_rate}")
+        if not 0.0 < self.shift < 1.0 - self.benign_rate:
+            raise ValueError(f"shift must be within (0, 1 - benign_rate = {1.0 - self.benign_rate:g}), got {self.shift}")
+        if not 0.0 < self.false_alarm < 1.0:
+            raise ValueError(f"false_alarm must be within (0, 1), got {self.false_alarm}")
+        if self.horizon < 1:
+            raise ValueError(f"horizon must be >= 1 step, got {self.horizon}")
 
     @property
     def enabled(self) -> bool:
         return self.share > 0 and self.max_per_step > 0
+
+    @property
+    def alarm_limit(self) -> float:
+        """``h = ln(horizon / false_alarm)``: the CUSUM level that raises ``RewardSuspect`` (module docstring)."""
+        return math.log(self.horizon / self.false_alarm)
+
+    @property
+    def weights(self) -> tuple[float, float]:
+        """The log-likelihood ratio of one disagreeing and of one agreeing response (p1 against p0)."""
+        p0, p1 = self.benign_rate, self.benign_rate + self.shift
+        return math.log(p1 / p0), math.log((1.0 - p1) / (1.0 - p0))
 
 
 def sample_size(n: int, share: float, max_per_step: int) -> int:
@@ -178,25 +213,51 @@ def _copied(pred: Any, outputs: Sequence[str]) -> bool:
 
 
 class SuspectTracker:
-    """Consecutive steps with a disagreement rate above the threshold; ``update`` says when the state flips."""
+    """The Bernoulli CUSUM of the module docstring; ``update`` says when ``RewardSuspect`` flips."""
 
     def __init__(self, settings: WatchSettings) -> None:
         self.settings = settings
-        self.above = 0
+        self.statistic = 0.0
         self.suspect = False
 
-    def update(self, step: int, rate: float | None) -> str | None:
+    def update(self, step: int, disagreed: int, verified: int) -> str | None:
         """A message when the state changes at ``step`` ("" when cleared), else None. A step without verified samples changes nothing."""
-        if rate is None:
+        if verified < 0 or not 0 <= disagreed <= verified:
+            raise ValueError(f"step {step}: {disagreed} disagreements among {verified} verified responses")
+        if not verified:
             return None
-        self.above = self.above + 1 if rate > self.settings.threshold else 0
-        suspect = self.above >= self.settings.window
+        up, down = self.settings.weights
+        self.statistic = max(0.0, self.statistic + disagreed * up + (verified - disagreed) * down)
+        limit = self.settings.alarm_limit
+        suspect = self.statistic >= limit if not self.suspect else self.statistic > 0.0
         if suspect == self.suspect:
             return None
         self.suspect = suspect
         if not suspect:
             return ""
         return (
-            f"the second verifier disagreed with the reward on more than {self.settings.threshold:.0%} of the re-graded responses "
-            f"for {self.above} steps in a row (step {step}: {rate:.0%})"
+            f"the second verifier's disagreement with the reward is above its benign {self.settings.benign_rate:.0%} "
+            f"(CUSUM {self.statistic:.1f} >= {limit:.1f}, false-alarm probability <= {self.settings.false_alarm:g} over {self.settings.horizon} steps; "
+            f"step {step}: {disagreed} of {verified} disagreed)"
         )
+
+
+def simulate_first_alarm(settings: WatchSettings, rates: Sequence[float], sample: int, *, runs: int, seed: int) -> np.ndarray:
+    """The step (1-based) at which :class:`SuspectTracker` first raises ``RewardSuspect`` in each of ``runs`` simulated runs, 0 if never.
+
+    Step ``t`` has ``sample`` re-graded responses, each disagreeing with probability ``rates[t - 1]``
+    (binomial draws from a seeded generator). Vectorised over runs; used to state the alarm's error
+    rates (docs/recipe.md, bench/bench_reward_alarm.py) and checked against the tracker step by step.
+    """
+    if sample < 1 or runs < 1:
+        raise ValueError(f"sample and runs must be >= 1, got {sample} and {runs}")
+    rng = np.random.default_rng(seed)
+    up, down = settings.weights
+    limit = settings.alarm_limit
+    statistic = np.zeros(runs)
+    first = np.zeros(runs, dtype=np.int64)
+    for step, rate in enumerate(rates, start=1):
+        disagreed = rng.binomial(sample, rate, size=runs)
+        statistic = np.maximum(0.0, statistic + disagreed * up + (sample - disagreed) * down)
+        first[(statistic >= limit) & (first == 0)] = step
+    return first

@@ -135,6 +135,13 @@ def _clip_ratios(spec: RetoolRunSpec) -> list[Problem]:
     return problems
 
 
+def _reward_watch(spec: RetoolRunSpec) -> list[Problem]:
+    watch = spec.rl.reward_watch
+    if watch.benign_rate + watch.shift >= 1:
+        return [Problem("spec.rl.rewardWatch.shift", f"benignRate + shift must be below 1 (the alarm's alternative rate), got {watch.benign_rate} + {watch.shift}")]
+    return []
+
+
 def _stages(spec: RetoolRunSpec) -> list[Problem]:
     if not (spec.sft.enabled or spec.rl.enabled or spec.eval.enabled):
         return [Problem("spec", "sft, rl and eval are all disabled: the run would do nothing")]
@@ -273,6 +280,7 @@ SPEC_RULES: tuple[Callable[[RetoolRunSpec], list[Problem]], ...] = (
     _rl_batches,
     _sft_batches,
     _clip_ratios,
+    _reward_watch,
     _stages,
     _storage,
     _scheduling,

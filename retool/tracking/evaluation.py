@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 
 METRICS_PER_BATCH = 1000
 VALIDATION_DIR = "validation"
+RESULTS_ARTIFACT = "eval/results.json"
+"""The per-source summary of an eval attempt: what the operator copies into status.results, and ``retool compare``'s final scores."""
 _DUMP_FILE = re.compile(r"^(\d+)\.jsonl$")
 _TABLE_FILE = re.compile(r"^step_(\d+)\.json$")
 
@@ -97,7 +99,7 @@ def log_eval_results(tracking_uri: str, run_id: str, rows: Iterable[Mapping[str,
         mlflow_client.log_artifact(run_id, samples, "eval")
         mlflow_client.log_table(run_id, _columns(rows), "eval/samples_table.json")
         mlflow_client.log_dict(run_id, metrics, "eval/metrics.json")
-        mlflow_client.log_dict(run_id, results.results, "eval/results.json")
+        mlflow_client.log_dict(run_id, results.results, RESULTS_ARTIFACT)
     return results
 
 
@@ -105,7 +107,7 @@ def load_eval_results(tracking_uri: str, run_id: str) -> dict[str, dict[str, flo
     """The per-source summary an eval run logged (``eval/results.json``): what the operator puts in status.results."""
     mlflow_client = client(tracking_uri)
     with reported(tracking_uri, f"reading the eval results of run {run_id}"), tempfile.TemporaryDirectory() as tmp:
-        path = mlflow_client.download_artifacts(run_id, "eval/results.json", tmp)
+        path = mlflow_client.download_artifacts(run_id, RESULTS_ARTIFACT, tmp)
         with open(path) as f:
             return json.load(f)
 

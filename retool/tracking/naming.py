@@ -46,6 +46,8 @@ def parent_description(namespace: str | None, name: str) -> str:
     groups = "\n".join(f"- `{prefix}` {meaning}" for prefix, meaning in METRIC_GROUPS)
     return (
         f"ReTool pipeline `{namespace or 'default'}/{name}`: one nested run per stage attempt (prepare, preflight, sft, rl, eval).\n\n"
+        "This run's own metrics are the headline, for MLflow's Compare view of parent runs: `final/` the eval stage's scores, "
+        "`best_validation/` the best RL validation score and its step, `progress/` the rl steps done.\n\n"
         f"Metric groups (open the rl and eval runs, Model metrics):\n{groups}\n\n"
         "Compare runs (e.g. tool vs text-only): `retool compare RUN [RUN ...]` logs a report under `compare/` of each parent run."
     )

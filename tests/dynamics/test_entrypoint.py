@@ -28,7 +28,7 @@ def test_the_rendered_command_composes_as_a_hydra_program_on_verls_config(stage:
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     config = yaml.safe_load(proc.stdout)
-    assert config["retool"]["reward_watch"] == run.spec.rl.reward_watch.model_dump(by_alias=False)
+    assert config["retool"]["reward_watch"] == {**run.spec.rl.reward_watch.model_dump(by_alias=False), "horizon": run.spec.rl.steps}
     assert config["actor_rollout_ref"]["rollout"]["agent"]["agent_loop_config_path"] == AGENT_LOOP_CONFIG
 
 

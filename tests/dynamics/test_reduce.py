@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from retool.recipe.dynamics import OUTCOME_CLASS, code_lines, outcome_class, reduce_dynamics, tool_record
-from retool.recipe.reward_watch import SuspectTracker, WatchSettings, count_boxed, disagreement_metrics, hacking_signals, sample_rows, sample_size
+from retool.recipe.reward_watch import WatchSettings, count_boxed, disagreement_metrics, hacking_signals, sample_rows, sample_size
 
 R = tool_record
 
@@ -140,7 +140,7 @@ def test_sampled_rows_are_distinct_sorted_and_reproducible_per_step() -> None:
     assert not np.array_equal(rows, sample_rows(100, settings, step=4))
 
 
-@pytest.mark.parametrize("bad", [{"share": 1.5}, {"max_per_step": -1}, {"threshold": -0.1}, {"window": 0}], ids=str)
+@pytest.mark.parametrize("bad", [{"share": 1.5}, {"max_per_step": -1}, {"benign_rate": 1.5}, {"false_alarm": 0.0}], ids=str)
 def test_watch_settings_refuse_values_out_of_range(bad: dict) -> None:
     with pytest.raises(ValueError):
         WatchSettings(**bad)
@@ -186,10 +186,3 @@ def test_hacking_signals(records: list, correct: list, preds: list | None, trunc
 def test_count_boxed(text: str, count: int) -> None:
     assert count_boxed(text) == count
 
-
-def test_reward_suspect_is_raised_after_the_window_and_cleared_by_one_step_below() -> None:
-    tracker = SuspectTracker(WatchSettings(threshold=0.1, window=2))
-    changes = [tracker.update(step, rate) for step, rate in enumerate([0.2, None, 0.3, 0.5, 0.05, 0.2], start=1)]
-    assert changes[:2] == [None, None], "one step above, then a step without verified samples: nothing yet"
-    assert changes[2] is not None and "2 steps in a row" in changes[2] and "step 3" in changes[2]
-    assert changes[3:] == [None, "", None]

@@ -90,9 +90,10 @@ def test_demo_runs_for_real_keeps_mlflow_on_request_and_stops_it(tmp_path):
     out = tmp_path / "demo"
     env = {k: v for k, v in repo_env().items() if k not in ("KEEP", "EVAL_ENDPOINT", "EVAL_MODEL")}
     scripted = ScriptedEndpoint(model="scripted-demo", scripts=demo_scripts())
+    port = free_port()
     with ServerThread(build_app(scripted)) as endpoint:
         command = [
-            sys.executable, "-m", "retool.demo", "--out", str(out), "--keep", "--no-progress", "-v",
+            sys.executable, "-m", "retool.demo", "--out", str(out), "--keep", "--mlflow-port", str(port), "--no-progress", "-v",
             "--eval-endpoint", endpoint.url, "--eval-model", "scripted-demo", "--eval-n", "2",
         ]  # fmt: skip
         done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=420, check=False)
@@ -108,6 +109,8 @@ def test_demo_runs_for_real_keeps_mlflow_on_request_and_stops_it(tmp_path):
     assert set(servers) == {"sandbox", "mlflow"}
     assert gone(servers["sandbox"][1]), "the sandbox must stop with the demo"
     mlflow_url, mlflow_pid = servers["mlflow"]
+    assert mlflow_url.startswith(f"http://127.0.0.1:{port}/"), "a kept MLflow listens on the port asked for"
+    assert re.search(rf"MLflow run   http://127\.0\.0\.1:{port}/#/experiments/\d+/runs/[0-9a-f]{{32}}\?workflowType=machine_learning", done.stdout)
     assert not gone(mlflow_pid, within_s=0.5), "--keep leaves MLflow running"
     assert int((out / "mlflow.pid").read_text()) == mlflow_pid
 
@@ -130,6 +133,7 @@ def test_demo_runs_for_real_keeps_mlflow_on_request_and_stops_it(tmp_path):
 
     client = MlflowClient(mlflow_url.removesuffix("/health"))
     experiment = client.get_experiment_by_name("retool-demo")
+    assert experiment.tags["mlflow.experimentKind"] == "finetuning", "MLflow's UI opens the demo's experiment on its runs"
     runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
     assert set(runs) == {"demo", "demo-eval-scripted-demo"}
     assert runs["demo-eval-scripted-demo"].data.metrics["val-core/aime_demo/acc/mean_at_2"] == 1.0
@@ -217,3 +221,35 @@ def test_stop_previous_mlflow_with_a_stale_pid_file(tmp_path):
     pid_file.write_text(str(finished.pid))
     assert stop_previous_mlflow(pid_file) is False
     assert not pid_file.exists()
+
+
+def test_a_demo_that_stops_mlflow_prints_no_link_to_it(tmp_path):
+    from retool.demo.pipeline import DEMO_MLFLOW_PORT, DemoSummary, summary_text
+
+    figures = {"data_check/trajectories": 4, "data_check/blocks": 6, "data_check/output_agreement": 1.0, "data_check/answer_accuracy": 1.0}
+    figures |= {"data_check_prepared/output_agreement": 1.0, "data_check_prepared/blocks": 6, "demo/render/objects": 12}
+    run_url = "http://127.0.0.1:5055/#/experiments/1/runs/" + "a" * 32 + "?workflowType=machine_learning"
+    summary = DemoSummary(
+        mlflow_url="http://127.0.0.1:5055", run_url=run_url, report=tmp_path / "report.md", manifests=tmp_path / "render" / "manifests.yaml",
+        commands={}, prepared={}, figures=figures, check_ok=True, seconds={},
+    )  # fmt: skip
+    stopped = summary_text(summary)
+    assert "/#/experiments/" not in stopped and f"keeps MLflow running at http://127.0.0.1:{DEMO_MLFLOW_PORT}" in stopped
+    summary.kept_mlflow_pid = 4242
+    kept = summary_text(summary)
+    assert f"MLflow run   {run_url}" in kept and "make demo-stop" in kept
+
+
+def test_a_kept_demo_refuses_a_busy_port_before_starting_anything(tmp_path):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        env = {k: v for k, v in repo_env().items() if k not in ("KEEP", "EVAL_ENDPOINT", "EVAL_MODEL", "MLFLOW_PORT")}
+        command = [sys.executable, "-m", "retool.demo", "--out", str(tmp_path / "demo"), "--keep", "--mlflow-port", str(port), "--no-progress"]
+        done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert f"port {port} on 127.0.0.1 is in use" in done.stderr
+    assert not (tmp_path / "demo" / "mlflow").exists(), "nothing was started"

@@ -171,3 +171,38 @@ async def test_the_tool_and_text_only_pair_log_to_one_experiment(mlflow_server: 
     params = {name: client.get_run(parent.run_id).data.params for name, parent in runs.items()}
     assert (params["qwen32b-h200"]["recipe"], params["qwen32b-h200-text-only"]["recipe"]) == ("tool-integrated", "text-only")
     assert (params["qwen32b-h200"]["rl.steps"], params["qwen32b-h200-text-only"]["rl.steps"]) == ("400", "1080")
+
+
+async def test_a_reward_watch_verdict_that_lands_after_rl_ended_still_raises_reward_suspect(
+    cluster: Cluster, mlflow_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trainer's last tag write may land after the pass that sees the rl RayJob finish; a later pass reads it."""
+    from retool import stage_hooks
+
+    config = OperatorConfig(_env_file=None, resync_seconds=3600, mlflow_parent_runs=True, mlflow_tracking_uri=mlflow_server)
+    storage = {"pvc": {"claimName": "retool-data", "mountPath": str(tmp_path / "pvc")}}
+    doc = spec_doc("watched", storage=storage, tracking={"mlflow": {"experiment": "ml/watched", "registerModel": False}})
+    message = "the second verifier's disagreement with the reward is above its benign 10% (step 400: 30 of 64 disagreed)"
+    async with running_operator(config):
+        await cluster.api.create(doc)
+        await cluster.finish(JOBS, "watched-prepare-1", job_status("Complete"))
+        await cluster.finish(RAYJOBS, "watched-sft-1", rayjob_status("Complete", "SUCCEEDED"))
+        await cluster.finish(JOBS, "watched-merge-1", job_status("Complete"))
+        rayjob = await cluster.child(RAYJOBS, "watched-rl-1", timeout=60)
+        env = stage_env(rayjob)
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        ctx = StageContext.from_env(env)
+        _command, tracked = stage_hooks.start(ctx, "rl", render_stage(parse_run({k: v for k, v in doc.items() if k != "status"}), "rl", ctx))
+        assert tracked is not None, "the rl attempt's MLflow run, where the trainer writes the tag"
+        await cluster.api.patch(RAYJOBS, NS, "watched-rl-1", rayjob_status("Complete", "SUCCEEDED"), subresource="status")
+        await cluster.child(RAYJOBS, "watched-eval-1", timeout=60)  # the operator has passed over the end of rl
+        MlflowClient(mlflow_server).set_tag(tracked.run_id, "retool.rewardSuspect", message)
+        await cluster.api.patch(RAYJOBS, NS, "watched-eval-1", rayjob_status("Running", "RUNNING"), subresource="status")
+
+        async def raised() -> dict[str, Any] | None:
+            status = await cluster.status("watched")
+            return next((cond for cond in status.get("conditions", []) if cond["type"] == "RewardSuspect"), None)
+
+        cond = await eventually(raised, timeout=60, what="the RewardSuspect condition")
+        assert (cond["status"], cond["message"]) == ("True", message)

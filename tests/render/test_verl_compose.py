@@ -61,7 +61,8 @@ def test_only_ray_runtime_env_keys_reward_kwargs_and_the_reward_watch_are_added_
     run = run_of(variant)
     command = render_stage(run, stage, context_of(run))
     watch = {key.removeprefix(WATCH_PREFIX): value for key, value in command.overrides.items() if key.startswith(WATCH_PREFIX)}
-    assert watch == run.spec.rl.reward_watch.model_dump(by_alias=False), "spec.rl.rewardWatch reaches the trainer's reward watch as it is"
+    expected_watch = {**run.spec.rl.reward_watch.model_dump(by_alias=False), "horizon": run.spec.rl.steps}
+    assert watch == expected_watch, "spec.rl.rewardWatch reaches the trainer's reward watch as it is, with the run's steps as the alarm's horizon"
     added = [key for key in command.overrides if key.startswith("+") and not key.startswith((REWARD_KWARGS_PREFIX, WATCH_PREFIX))]
     assert added, "the process environment must reach every Ray worker"
     assert all(key.startswith(RUNTIME_ENV_PREFIX) for key in added)

@@ -160,6 +160,7 @@ INVALID = [
     ("pull secret not an object name", with_spec(pods={"imagePullSecrets": ["Reg Cred"]}), "spec.pods.imagePullSecrets[0]", "Kubernetes object name"),
     ("max rows zero", with_spec(data__maxRows=0), "spec.data.maxRows", "greater than or equal to 1"),
     ("every stage disabled", with_spec(sft__enabled=False, rl__enabled=False, eval__enabled=False), "spec", "would do nothing"),
+    ("reward alarm rate above 1", with_spec(rl__rewardWatch={"benignRate": 0.9, "shift": 0.15}), "spec.rl.rewardWatch.shift", "benignRate + shift must be below 1"),
     ("clip high below clip low", with_spec(rl__clipRatioHigh=0.1), "spec.rl.clipRatioHigh", "below rl.clipRatioLow"),
     ("duplicate eval set names", with_spec(data__eval=[{"name": "a", "source": "o/a"}, {"name": "a", "source": "o/b"}]), "spec.data.eval[1].name", "unique"),
     ("negative learning rate", with_spec(rl__learningRate=-1), "spec.rl.learningRate", "greater than 0"),

@@ -6,13 +6,15 @@ it (our agent loop registered as ``tool_agent``, our trainer), and run on CPU: t
 the code runs in our real sandbox, and verl's agent loop, reward loop and ``RayPPOTrainer`` code do
 the rest. Of the 8 responses 3 run code (4 calls: 2 succeed, 1 raises, 1 times out), one reaches
 ``maxTurns`` and 4 are correct. The reward watch re-grades all 8 with math-verify, which rejects the
-one answer with its unit (``\\boxed{2 m/s}``, which math-verify does not credit): a disagreement rate of 1/8, above the threshold for one step,
-so the disagreement table is logged and the rl run is tagged RewardSuspect.
+one answer with its unit (``\\boxed{2 m/s}``, which math-verify does not credit): a disagreement rate of
+1/8, which at the test's benign rate (1 %) and a one-step horizon lifts the CUSUM over its limit, so the
+disagreement table is logged and the rl run is tagged RewardSuspect.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +112,7 @@ def write_problems(path: Path) -> str:
 def stage(tmp_path: Path, qwen_tokenizer: str, sandbox: str) -> Any:  # noqa: F811
     example = next(p for p in EXAMPLES if p.stem == "retoolrun-minimal")
     raw = yaml.safe_load(example.read_text())
-    raw["spec"].setdefault("rl", {}).update(maxTurns=MAX_TURNS, rewardWatch={"share": 1.0, "maxPerStep": 8, "threshold": 0.1, "window": 1})
+    raw["spec"].setdefault("rl", {}).update(maxTurns=MAX_TURNS, rewardWatch={"share": 1.0, "maxPerStep": 8, "benignRate": 0.01, "shift": 0.29, "falseAlarm": 0.5})
     run = parse_run(raw)
     command = render_stage(run, "rl", StageContext(run_name=run.metadata.name, namespace="default", sandbox_url=sandbox))
     copies = stage_files(command, tmp_path)
@@ -130,6 +132,7 @@ def stage(tmp_path: Path, qwen_tokenizer: str, sandbox: str) -> Any:  # noqa: F8
             "actor_rollout_ref.rollout.val_kwargs.n": 1,
             "actor_rollout_ref.rollout.agent.num_workers": 2,
             "+retool.reward_watch.share": 1.0,  # the preflight's overrides turn the watch off
+            "+retool.reward_watch.horizon": 1,  # limit ln(1 / 0.5): one disagreement of 8 at a benign 1 % raises it
         }
     )
     return compose_stage(command, overrides)
@@ -187,6 +190,8 @@ def test_dynamics_of_scripted_rollouts_reach_mlflow_at_the_trainers_step(stage: 
     disagreement = ("Problem four: a car covers 10 m in 5 s; what is its speed?", "2", True, False)  # the answer as the reward normalized it
     assert [(r["problem"], r["answer"], r["reward_correct"], r["verifier_correct"]) for r in rows] == [disagreement]
     assert rows[0]["response_tail"].endswith("It moves at \\boxed{2 m/s}.")
-    assert "for 1 steps in a row (step 7: 12%)" in client.get_run(run_id).data.tags["retool.rewardSuspect"]
+    cusum = math.log(0.3 / 0.01) + 7 * math.log(0.7 / 0.99)
+    assert [(m.step, pytest.approx(m.value)) for m in client.get_metric_history(run_id, "reward-watch/cusum")] == [(7, cusum)]
+    assert "step 7: 1 of 8 disagreed" in client.get_run(run_id).data.tags["retool.rewardSuspect"]
     correct_without_success = client.get_metric_history(run_id, "reward-watch/correct_without_success")[0].value
     assert correct_without_success == pytest.approx(2 / 4), "problems four and five are correct without running code"

@@ -138,6 +138,7 @@ def ppo_overrides(run: RetoolRun, ctx: StageContext, stage: str, model_path: str
         o[RUNTIME_ENV_PREFIX + key] = value
     watch = rl.reward_watch
     o.update({f"{WATCH_PREFIX}{key}": value for key, value in watch.model_dump(by_alias=False).items()})
+    o[f"{WATCH_PREFIX}horizon"] = rl.steps  # RewardSuspect's false-alarm bound covers the whole run
     return o
 
 

@@ -239,7 +239,11 @@ class BatchWatcher:
         try:
             watch_metrics, table = self.verify(samples)
             metrics = {**metrics, **watch_metrics}
-            message = self.tracker.update(step, watch_metrics.get(f"{WATCH_PREFIX}/disagreement_rate"))
+            verified = int(watch_metrics.get(f"{WATCH_PREFIX}/verified", 0))
+            disagreed = round(watch_metrics.get(f"{WATCH_PREFIX}/disagreement_rate", 0.0) * verified)
+            message = self.tracker.update(step, disagreed, verified)
+            if verified:
+                metrics[f"{WATCH_PREFIX}/cusum"] = self.tracker.statistic
             if target is None:
                 logger.info("step %d tool-use dynamics: %s", step, metrics)
                 if message:
