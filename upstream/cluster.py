@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import ctypes
 import json
 import os
 import re
@@ -101,6 +102,17 @@ KUEUE_NAMESPACE = "kueue-system"
 KUEUE_WEBHOOK_SERVICE = "kueue-webhook-service"
 KUEUE_WEBHOOK_SECRET = "kueue-webhook-server-cert"
 KUEUE_FRAMEWORKS = ("batch/job", "ray.io/rayjob", "ray.io/raycluster", "pod", "deployment", "statefulset")
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: the kernel sends SIGKILL when the process that started it dies (Linux
+    PR_SET_PDEATHSIG, kept across exec), so a killed ``python -m upstream.cluster`` or test session leaves no
+    etcd or API server behind. The components run in sessions of their own (no terminal's Ctrl-C reaches
+    them), which is why the signal, not the process group, carries the parent's death."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_set_pdeathsig = 1
+    if libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
 
 
 class StartError(RuntimeError):
@@ -370,7 +382,8 @@ class Component:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            env=self.env, start_new_session=True)
+                                            env=self.env, start_new_session=True,
+                                            preexec_fn=_die_with_parent if sys.platform == "linux" else None)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -740,11 +753,21 @@ def running(workdir: Path, *, log: Callable[[str], None] = lambda _l: None) -> I
     built = time.monotonic() - t0
     plane = ControlPlane(workdir, log=log)
     plane.timings["build"] = built
-    plane.start(programs)
-    try:
+    try:  # a start cut short (a signal, a StartError) stops what it had started
+        plane.start(programs)
         yield plane
     finally:
         plane.stop()
+
+
+class StopSignalError(Exception):
+    """SIGTERM or SIGHUP arrived: unwind so that ``running`` stops every component."""
+
+
+def _stop_on_signal(signum: int, _frame: object) -> None:
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # one signal stops it; more must not cut the stop short
+        signal.signal(sig, signal.SIG_IGN)
+    raise StopSignalError(signal.Signals(signum).name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -756,6 +779,8 @@ def main(argv: list[str] | None = None) -> int:
     if not kubectl_binary().exists():
         print(f"error: {kubectl_binary()} is missing: run `make helm` first (it fetches helm and kubectl)", file=sys.stderr)
         return 1
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, _stop_on_signal)
     try:
         with running(workdir, log=lambda line: print(line, flush=True)) as plane:
             print(f"\ncontrol plane up in {plane.timings['total']:.1f} s (build/cache check {plane.timings['build']:.1f} s)")
@@ -764,8 +789,8 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 while all(c.alive() for c in plane.components.values()):
                     time.sleep(1)
-            except KeyboardInterrupt:
-                print("stopping", flush=True)
+            except StopSignalError as stop:
+                print(f"{stop}: stopping", flush=True)
                 return 0
             for c in plane.components.values():
                 if not c.alive():
@@ -774,6 +799,9 @@ def main(argv: list[str] | None = None) -> int:
     except (build.BuildError, StartError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except StopSignalError as stop:
+        print(f"{stop} while starting: stopped what had started", flush=True)
+        return 0
     return 0
 
 

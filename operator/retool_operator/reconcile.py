@@ -564,7 +564,7 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
         phase=phase,
         stage=(current.name if current else next((s.name for s in reversed(stages) if s.state == "Succeeded"), None)),
         progress=progress_of(stages),
-        score=headline_score(results, first_eval, run.spec.eval.n),
+        score=headline_score(results, first_eval, run.spec.eval.samples_per_problem),
         message=message,
         stages=stages,
         conditions=conditions,

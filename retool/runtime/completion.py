@@ -48,7 +48,7 @@ def expectation(run: RetoolRun, stage: str, sft: SFTPlan | None = None) -> Expec
         return Expectation(stage, checkpoints=paths.rl_checkpoints, checkpoint_subdir="actor", final_step=spec.rl.steps)
     if stage == "eval":
         return Expectation(
-            stage, eval_dump=posixpath.join(paths.eval_output, EVAL_DUMP), eval_sets=tuple(d.name for d in spec.data.eval), eval_metric=f"mean@{spec.eval.n}"
+            stage, eval_dump=posixpath.join(paths.eval_output, EVAL_DUMP), eval_sets=tuple(d.name for d in spec.data.eval), eval_metric=f"mean@{spec.eval.samples_per_problem}"
         )
     return Expectation(stage)
 

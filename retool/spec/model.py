@@ -11,9 +11,10 @@ Python attributes are snake_case; the YAML and the CRD use the camelCase aliases
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from retool.spec.base import K8S_NAME_PATTERN, K8sName, SpecModel
 from retool.spec.pods import LabelValue, PodSettingsSpec
@@ -343,12 +344,29 @@ class PreflightSpec(SpecModel):
     )
 
 
+RENAMED_EVAL_KEYS = ("n", "false", False)
+"""Former spellings of ``eval.samplesPerProblem``: ``n`` as written, and ``false``/``False`` as kubectl reads an
+unquoted ``n:`` (YAML 1.1, sigs.k8s.io/yaml over go-yaml v2) and sends it to the API server."""
+
+
 class EvalSpec(SpecModel):
     enabled: bool = Field(True, description="Run the final evaluation stage on data.eval.")
-    n: PositiveInt = Field(30, le=1024, description="Samples per problem (mean@n, maj@n, pass@n).")
+    samples_per_problem: PositiveInt = Field(
+        30, le=1024, description="Samples per problem (mean@n, maj@n, pass@n use this n). Formerly `n`, a name YAML 1.1 reads as false."
+    )
     temperature: float = Field(1.0, ge=0, le=10, description="Sampling temperature.")
     top_p: float = Field(0.6, gt=0, le=1, description="Nucleus sampling.")
     max_turns: PositiveInt | None = Field(None, le=256, description="Tool turns allowed; defaults to rl.maxTurns.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_renamed_n(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            for key in RENAMED_EVAL_KEYS:
+                if key in data:
+                    spelled = "n (which kubectl's YAML 1.1 reads as the key false)" if key != "n" else "n"
+                    raise ValueError(f"eval.{spelled} was renamed to eval.samplesPerProblem: write `samplesPerProblem: {data[key]}`")
+        return data
 
 
 def _default_sandbox_resources() -> ResourceRequirements:

@@ -7,7 +7,6 @@ admission webhook, and the operator's create handler on clusters without the web
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,24 +15,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from retool.spec.kubeyaml import KubeYAMLError, KubeYAMLLoader, as_api_server_sees
 from retool.spec.model import RetoolRun, RetoolRunSpec
 from retool.spec.names import run_name_problems
 from retool.spec.operator_rules import OperatorSettings, operator_refusals
 from retool.spec.rules import Problem, check_rules
-
-
-class KubeYAMLLoader(yaml.SafeLoader):
-    """PyYAML's safe loader that reads numbers as kubectl does.
-
-    PyYAML follows YAML 1.1 and reads ``1e-5`` and ``1.0e5`` (no sign or no dot) as strings;
-    kubectl's YAML parser reads them as numbers. A learning rate written ``1e-5`` is valid for the
-    API server, so it must be a number here too (the strict spec types refuse a string).
-    """
-
-
-KubeYAMLLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)$"), list("-+0123456789.")
-)
 
 
 def describe_yaml_error(err: yaml.YAMLError) -> str:
@@ -42,6 +28,8 @@ def describe_yaml_error(err: yaml.YAMLError) -> str:
     PyYAML's own text spans several lines (with a caret) and names the stream ``<unicode string>``;
     the caller prefixes the file name.
     """
+    if isinstance(err, KubeYAMLError):
+        return str(err)
     mark = getattr(err, "problem_mark", None)
     problem = getattr(err, "problem", None)
     context = getattr(err, "context", None)
@@ -51,8 +39,10 @@ def describe_yaml_error(err: yaml.YAMLError) -> str:
 
 
 def load_documents(text: str) -> list[Any]:
-    """The non-empty YAML documents of ``text``, numbers read as kubectl reads them."""
-    return [d for d in yaml.load_all(text, Loader=KubeYAMLLoader) if d is not None]
+    """The non-empty YAML documents of ``text`` as kubectl sends them to the API server (retool/spec/kubeyaml.py:
+    YAML 1.1 booleans such as ``n``, Go's number forms, string keys); raises :class:`KubeYAMLError` for a
+    document kubectl cannot send."""
+    return [as_api_server_sees(d) for d in yaml.load_all(text, Loader=KubeYAMLLoader) if d is not None]
 
 
 class SpecError(ValueError):

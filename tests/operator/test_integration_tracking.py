@@ -71,7 +71,7 @@ def run_eval_stage(doc: dict[str, Any], rayjob: dict[str, Any], monkeypatch: pyt
     ctx = StageContext.from_env(env)
     dump = Path(run_paths(run).eval_output)
     dump.mkdir(parents=True, exist_ok=True)
-    (dump / stage_hooks.EVAL_DUMP).write_text("".join(json.dumps(r) + "\n" for r in eval_rows(run.spec.eval.n)))
+    (dump / stage_hooks.EVAL_DUMP).write_text("".join(json.dumps(r) + "\n" for r in eval_rows(run.spec.eval.samples_per_problem)))
     _command, tracked = stage_hooks.start(ctx, "eval", render_stage(run, "eval", ctx))
     assert tracked is not None, "the eval stage found the parent MLflow run the operator created"
     assert stage_hooks.finish(run, ctx, "eval", tracked, 0) == 0
@@ -108,7 +108,7 @@ async def test_eval_scores_reach_status_and_a_secret_reaches_nothing(
     doc = spec_doc(
         "scored",
         storage={"pvc": {"claimName": "retool-data", "mountPath": str(tmp_path / "pvc")}},
-        eval={"n": 4},
+        eval={"samplesPerProblem": 4},
         tracking={"mlflow": {"experiment": "ml/scored", "registerModel": False}},
         pods={"env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}]},
     )

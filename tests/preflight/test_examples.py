@@ -115,7 +115,7 @@ def test_one_scripted_rollout_per_data_source_calls_the_sandbox_and_earns_a_righ
     assert rl["details"]["samples"] == rl["details"]["requests"] == rl["details"]["tool_calls"] >= run.spec.rl.rollout_n
     evaluation = result.check("rollout", "eval")
     assert f"of {', '.join(eval_sets)} called the sandbox" in evaluation["summary"]
-    assert evaluation["details"]["tool_calls"] == evaluation["details"]["requests"] >= len(eval_sets) * run.spec.eval.n
+    assert evaluation["details"]["tool_calls"] == evaluation["details"]["requests"] >= len(eval_sets) * run.spec.eval.samples_per_problem
     assert rl["details"]["agents"] == {"tool_agent": rl["details"]["samples"]}
 
 
@@ -125,7 +125,7 @@ def test_a_text_only_run_rolls_out_through_verls_single_turn_agent_without_a_san
     run = result.prepared.run
     assert result.report["recipe"] == "text-only" and result.report["sandbox_url"] is None
     assert "; no sandbox;" in (result.report_dir / REPORT_MD).read_text()
-    for stage, sources, samples in (("rl", "math_dapo", run.spec.rl.rollout_n), ("eval", ", ".join(e.name for e in run.spec.data.eval), len(run.spec.data.eval) * run.spec.eval.n)):
+    for stage, sources, samples in (("rl", "math_dapo", run.spec.rl.rollout_n), ("eval", ", ".join(e.name for e in run.spec.data.eval), len(run.spec.data.eval) * run.spec.eval.samples_per_problem)):
         rollout = result.check("rollout", stage)
         assert rollout["summary"].endswith(f"of {sources} (verl's single_turn_agent, no tool) scored 1")
         details = rollout["details"]
@@ -146,7 +146,7 @@ def test_the_retool_reward_joins_the_trainer_batch_and_eval_results_keep_their_d
     eval_sets = [e.name for e in run.spec.data.eval]
     core = evaluation["details"]["validation_metrics"]
     for eval_set in eval_sets:
-        assert core[f"val-core/{eval_set}/acc/mean@{run.spec.eval.n}"] == 1.0
+        assert core[f"val-core/{eval_set}/acc/mean@{run.spec.eval.samples_per_problem}"] == 1.0
     rows = read_sample_rows(str(result.report_dir / "eval" / "validation" / "0.jsonl"))
     assert {row["source"] for row in rows} == set(eval_sets) and "data_source" not in rows[0]
     assert sorted(results_by_source(validation_metrics(*samples_from_rows(rows)))) == sorted(eval_sets)

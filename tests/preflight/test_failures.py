@@ -161,7 +161,7 @@ def spec_with(prepared: PreparedRun, *, rl: dict[str, Any] | None = None, n: int
     here do not depend on n; fewer scripted rollouts keep the cases quick)."""
     document = yaml.safe_load(prepared.spec_file.read_text())
     document["spec"]["rl"].update(rl or {})
-    document["spec"]["eval"]["n"] = n
+    document["spec"]["eval"]["samplesPerProblem"] = n
     return parse_run(document)
 
 

@@ -74,7 +74,7 @@ def test_the_preflight_job_passes_on_ascend_without_torch_npu(
     prepared = prepare("qwen7b-ascend")
     document = yaml.safe_load(prepared.spec_file.read_text())
     document["spec"]["model"]["base"] = str(Path(shutil.copytree(qwen_tokenizer, tmp_path / "model")))
-    document["spec"]["eval"]["n"] = 4
+    document["spec"]["eval"]["samplesPerProblem"] = 4
     spec_file = write_run(document, tmp_path / "run.yaml")
     result = job_pod(document, "preflight", spec_file, site, marker, sandbox_url=sandbox)
     assert result.returncode == 0, result.stderr[-4000:]

@@ -41,7 +41,7 @@ def stage_pod(prepared: PreparedRun, model: str, sandbox: str, tmp_path: Path) -
     (``sandbox`` empty: no ``RETOOL_SANDBOX_URL``, as for a text-only run)."""
     document = yaml.safe_load(prepared.spec_file.read_text())
     document["spec"]["model"]["base"] = model
-    document["spec"]["eval"]["n"] = 4
+    document["spec"]["eval"]["samplesPerProblem"] = 4
     spec = tmp_path / "run.yaml"
     spec.write_text(yaml.safe_dump(document))
     run = parse_run(document)

@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import jsonschema
@@ -14,6 +15,7 @@ import pytest
 import yaml
 
 from retool.spec.crd import render_crd
+from retool.spec.kubeyaml import STR, resolve_plain
 from retool.spec.model import RetoolRun
 from tests.conftest import EXAMPLES, REPO
 
@@ -153,3 +155,50 @@ def test_kubernetes_reads_the_crd_as_we_wrote_it():
     """An unquoted ``n:`` is the key ``false`` to the API server: it served ``spec.eval.false`` (found by tests/e2e)."""
     text = CRD_PATH.read_text()
     assert yaml.load(text, Loader=_GoYamlV2Loader) == yaml.safe_load(text)
+
+
+def _names_and_values(schema: dict, path: str = "") -> Iterator[tuple[str, str]]:
+    """(path, word) for every property name and enum value of an OpenAPI schema."""
+    for name, sub in schema.get("properties", {}).items():
+        yield f"{path}.{name}", name
+        yield from _names_and_values(sub, f"{path}.{name}")
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), dict):
+            yield from _names_and_values(schema[key], f"{path}[]")
+    for branch in schema.get("anyOf", []) + schema.get("oneOf", []) + schema.get("allOf", []):
+        yield from _names_and_values(branch, path)
+    for value in schema.get("enum", []):
+        if isinstance(value, str):
+            yield f"{path}=", value
+
+
+def yaml_ambiguous_words(schema: dict) -> list[str]:
+    """Field names and enum values that YAML 1.1 (kubectl) reads as something other than the string itself."""
+    return [f"{path} {word!r}" for path, word in _names_and_values(schema) if resolve_plain(word) != (STR, word)]
+
+
+KUBERNETES_OWN_VALUES = {
+    ".status.conditions[].status= 'True'",  # metav1.Condition; written by the operator as JSON, never by a user
+    ".status.conditions[].status= 'False'",
+    ".spec.pods.volumes[].emptyDir.medium= ''",  # core/v1 EmptyDirVolumeSource; an empty plain scalar is null in any YAML
+}
+"""Values the Kubernetes API itself defines, copied into the schema unchanged."""
+
+
+def test_no_field_name_or_enum_value_is_a_word_yaml_1_1_reads_otherwise(root_schema):
+    """``n:`` reached the API server as ``false:`` (kubectl 1.33); no name or value may depend on a YAML dialect."""
+    assert [word for word in yaml_ambiguous_words(root_schema) if word not in KUBERNETES_OWN_VALUES] == []
+
+
+@pytest.mark.parametrize(
+    ("schema", "found"),
+    [
+        ({"properties": {"eval": {"properties": {"n": {"type": "integer"}}}}}, [".eval.n 'n'"]),
+        ({"properties": {"mode": {"type": "string", "enum": ["auto", "on", "off"]}}}, [".mode= 'on'", ".mode= 'off'"]),
+        ({"properties": {"ports": {"additionalProperties": {"properties": {"0o17": {}}}}}}, [".ports[].0o17 '0o17'"]),
+        ({"properties": {"x": {"anyOf": [{"properties": {"null": {}}}]}}}, [".x.null 'null'"]),
+    ],
+    ids=["a field named n", "enum values on and off", "a number-like name under a map", "null inside anyOf"],
+)
+def test_the_ambiguity_check_finds_each_kind_of_word(schema, found):
+    assert yaml_ambiguous_words(schema) == found

@@ -54,7 +54,7 @@ def test_minimal_spec_takes_the_32b_h200_recipe_defaults():
     assert (run.spec.rl.tensor_parallel, run.spec.rl.sequence_parallel, run.spec.rl.offload) == (4, 8, True)
     assert (run.spec.rl.clip_ratio_low, run.spec.rl.clip_ratio_high) == (0.2, 0.28)
     assert (run.spec.sft.epochs, run.spec.sft.batch_size, run.spec.sft.max_length, run.spec.sft.sequence_parallel) == (6, 32, 16384, 4)
-    assert (run.spec.eval.n, run.spec.eval.top_p) == (30, 0.6)
+    assert (run.spec.eval.samples_per_problem, run.spec.eval.top_p) == (30, 0.6)
     assert sandbox_replicas(run.spec) == 16
 
 
@@ -67,7 +67,7 @@ def test_examples_hold_the_published_recipes():
     rl = ascend.spec.rl
     assert (rl.tensor_parallel, rl.sequence_parallel, rl.max_turns, rl.max_response_length) == (2, 4, 16, 20480)
     assert (rl.batch_size, rl.mini_batch_size, rl.rollout_n) == (32, 16, 16)
-    assert (ascend.spec.eval.n, ascend.spec.eval.top_p) == (30, 0.6)
+    assert (ascend.spec.eval.samples_per_problem, ascend.spec.eval.top_p) == (30, 0.6)
 
 
 INVALID = [

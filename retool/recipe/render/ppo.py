@@ -112,7 +112,7 @@ def ppo_overrides(run: RetoolRun, ctx: StageContext, stage: str, model_path: str
         f"{arr}.rollout.n": rl.rollout_n,
         f"{arr}.rollout.temperature": rl.temperature,
         f"{arr}.rollout.top_p": rl.top_p,
-        f"{arr}.rollout.val_kwargs.n": spec.eval.n,
+        f"{arr}.rollout.val_kwargs.n": spec.eval.samples_per_problem,
         f"{arr}.rollout.val_kwargs.temperature": spec.eval.temperature,
         f"{arr}.rollout.val_kwargs.top_p": spec.eval.top_p,
         f"{arr}.rollout.val_kwargs.do_sample": spec.eval.temperature > 0,
