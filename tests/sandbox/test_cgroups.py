@@ -165,7 +165,15 @@ def root_server(subtree: cgroups.Subtree) -> Iterator[RunningServer]:
 
 
 def _replica_subtrees(server: RunningServer) -> list[Path]:
-    return [mine for controller in ("memory", "pids") for mine in Path("/sys/fs/cgroup").glob(f"{controller}/**/retool-sandbox-{server.pid}-*")]
+    """The v1 subtrees of this replica, beside the server's own cgroups (no recursive walk of the
+    hierarchy: other test processes' subtrees come and go meanwhile)."""
+    own = cgroups.own_paths(Path(f"/proc/{server.pid}/cgroup").read_text())
+    found = []
+    for controller in ("memory", "pids"):
+        base = Path("/sys/fs/cgroup", controller, own.get(controller, "/").lstrip("/"))
+        with contextlib.suppress(FileNotFoundError):
+            found += [base / name for name in os.listdir(base) if name.startswith(f"retool-sandbox-{server.pid}-")]
+    return found
 
 
 def _execution_cgroups(server: RunningServer) -> list[Path]:

@@ -171,20 +171,34 @@ def test_the_eviction_order_at_the_cap(connections: list[tuple[str, int]], expec
     assert http_limits.eviction_candidate(connections) == expected
 
 
+def accepted_connections(pid: int, port: int) -> int:
+    """Connections to ``port`` the server process has accepted (its socket descriptors whose inode is
+    an established TCP socket on that local port): exact, whatever other descriptors come and go."""
+    inodes = set()
+    for line in Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "01":
+            inodes.add(fields[9])
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            count += link.startswith("socket:[") and link[8:-1] in inodes
+    return count
+
+
 def test_the_connection_cap_exactly_at_its_value() -> None:
     """At ``MAX_CONNECTIONS`` open connections none is closed; one more closes exactly one, the
     oldest idle one, even though an older one is still sending its headers."""
     cap = 12
     server = start_server(1, RETOOL_SANDBOX_MAX_CONNECTIONS=str(cap), RETOOL_SANDBOX_IDLE_TIMEOUT_S="120", RETOOL_SANDBOX_HEADER_TIMEOUT_S="120")
-    fd_dir = f"/proc/{server.pid}/fd"
     try:
-        wait_until(lambda: httpx.get(f"{server.url}/readyz", timeout=5).status_code == 200, what="ready")
-        fds_before = len(os.listdir(fd_dir))
+        wait_until(lambda: accepted_connections(server.pid, server.port) == 0, what="no connection open")
         slow = socket.create_connection(("127.0.0.1", server.port))
         slow.sendall(b"POST /run_code HTTP/1.1\r\n")  # in the header phase, the oldest of all
         idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(cap - 1)]
         everyone = [slow, *idle]
-        wait_until(lambda: len(os.listdir(fd_dir)) >= fds_before + cap, what=f"the server holding {cap} connections")
+        wait_until(lambda: accepted_connections(server.pid, server.port) == cap, what=f"the server holding {cap} connections")
         assert select.select(everyone, [], [], 0)[0] == [], "a connection was closed at the cap itself"
         newest = socket.create_connection(("127.0.0.1", server.port))
         wait_until(lambda: select.select(everyone, [], [], 0)[0], what="one connection closed to make room")

@@ -230,7 +230,10 @@ import os
 for _ in range(1500):
     os.mkdir("d")
     os.chdir("d")
-    os.chmod(".", 0o300)
+    try:
+        os.chmod(".", 0o300)
+    except PermissionError:  # refused where executions share the replica's uid: the chain stays deep
+        pass
 print("deep")
 """
 

@@ -1,0 +1,189 @@
+"""One command, bounded time: ours (the restricted pod way) against SandboxFusion and the fork floor.
+
+    sudo python bench/sandbox_compare.py --sandboxfusion-url http://127.0.0.1:8081 --rounds 3
+
+Interleaved rounds; each round measures, back to back, ``print`` (``print(1+1)``) at c=1 and c=16
+and ``mix`` at c=16 on:
+
+- **ours**: ``python -m retool.sandbox`` started as the restricted pod runs it (tests/sandbox/podlike.py
+  ``pod``: uid 10001, no capabilities, no namespaces; needs root), 16 workers, every layer on;
+- **SandboxFusion** (bytedance/SandboxFusion 469de08, started by you as bench/RESULTS.md describes:
+  ``local.yaml``, isolation none, max_concurrency 34) at ``--sandboxfusion-url``; left out without it;
+- **the fork floor**: a warm interpreter (the same preload as ours) forking one child per request,
+  the child running the code with stdout on a pipe, no isolation and no HTTP: what any design that
+  forks a warm interpreter per request cannot beat (``print`` only: it runs no HTTP to ``mix``);
+  ``floor+setsid`` is the same with each child in a session of its own, as our executions are:
+  where the kernel schedules by autogroup (``/proc/sys/kernel/sched_autogroup_enabled``, and only
+  for tasks in the root cpu cgroup — never inside a pod's), every session is a scheduling group, so
+  under load many sessions win CPU from the machine's other work.
+
+Duration: ``rounds x (3 x duration + floor 3 x duration)`` plus the server's start (~10 s): the
+defaults (3 rounds, 6 s) take about 4.5 minutes; ``--rounds 2 --duration 4`` about 2. Prints one row
+per measurement with the 1-minute load average, then the ratios per round. Quiet means load < 1
+at the start: the script prints the load and says so when it is not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import select
+import signal
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import sandbox_bench
+
+from retool.sandbox.settings import DEFAULT_PRELOAD
+
+PRINT = "print(1+1)\n"
+
+
+def _warm_interpreter() -> None:
+    import importlib
+
+    for name in DEFAULT_PRELOAD:
+        with contextlib.suppress(Exception):  # a module missing here is missing from the floor too
+            importlib.import_module(name)
+
+
+def fork_floor(concurrency: int, duration: float, *, own_session: bool = False) -> dict:
+    """Closed loop of ``concurrency`` forked children of this (warm) interpreter, each running
+    ``print(1+1)`` into a pipe that the parent reads whole, then reaps it."""
+    latencies: list[float] = []
+    running: dict[int, tuple[int, float, int]] = {}  # read fd -> (pid, started, unused)
+    stop_at = time.monotonic() + duration
+    code = compile(PRINT, "main.py", "exec")
+
+    def launch() -> None:
+        r, w = os.pipe()
+        started = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            os.dup2(w, 1)
+            if own_session:  # as each of our executions does: with autogroups, a scheduling group of its own
+                os.setsid()
+            try:
+                exec(code, {"__name__": "__main__"})
+                sys.stdout.flush()
+            finally:
+                os._exit(0)
+        os.close(w)
+        running[r] = (pid, started, 0)
+
+    for _ in range(concurrency):
+        launch()
+    started_all = time.monotonic()
+    wrong = 0
+    buffers: dict[int, bytes] = {}
+    while running:
+        ready, _, _ = select.select(list(running), [], [], 1.0)
+        for r in ready:
+            chunk = os.read(r, 4096)
+            if chunk:
+                buffers[r] = buffers.get(r, b"") + chunk
+                continue
+            pid, started, _ = running.pop(r)
+            os.close(r)
+            os.waitpid(pid, 0)
+            latencies.append(time.monotonic() - started)
+            wrong += buffers.pop(r, b"") != b"2\n"
+            if time.monotonic() < stop_at:
+                launch()
+    elapsed = time.monotonic() - started_all
+    return {
+        "rps": len(latencies) / elapsed,
+        "p50_ms": sandbox_bench.quantile(latencies, 0.5) * 1000,
+        "p99_ms": sandbox_bench.quantile(latencies, 0.99) * 1000,
+        "wrong": wrong,
+        "requests": len(latencies),
+    }
+
+
+def row(label: str, workload: str, concurrency: int, figures: dict) -> dict:
+    out = {"server": label, "workload": workload, "concurrency": concurrency, "load_avg_1m": round(os.getloadavg()[0], 2), **figures}
+    print(
+        f"{label:>14} {workload:>6} c={concurrency:<3} {figures['rps']:8.1f} req/s  p50 {figures['p50_ms']:7.1f} ms  p99 {figures['p99_ms']:8.1f} ms"
+        f"  n={figures['requests']:<5} wrong={figures.get('wrong', 0)} load={out['load_avg_1m']}",
+        flush=True,
+    )
+    return out
+
+
+async def http_rows(label: str, url: str, duration: float) -> list[dict]:
+    rows = []
+    for workload, concurrency in (("print", 1), ("print", 16), ("mix", 16)):
+        figures = await sandbox_bench.run_config(url, workload, concurrency, duration)
+        rows.append(row(label, workload, concurrency, figures))
+    return rows
+
+
+def ratios(rows: list[dict]) -> dict[str, float]:
+    def rps(server: str, workload: str, c: int) -> float | None:
+        return next((r["rps"] for r in rows if (r["server"], r["workload"], r["concurrency"]) == (server, workload, c)), None)
+
+    out = {}
+    ours_mix, fusion_mix = rps("ours", "mix", 16), rps("sandboxfusion", "mix", 16)
+    ours_print, fusion_print, floor_print = rps("ours", "print", 16), rps("sandboxfusion", "print", 16), rps("fork-floor", "print", 16)
+    if ours_mix and fusion_mix:
+        out["mix c=16 ours/SandboxFusion"] = ours_mix / fusion_mix
+    if ours_print and fusion_print:
+        out["print c=16 ours/SandboxFusion"] = ours_print / fusion_print
+    if ours_print and floor_print:
+        out["print c=16 ours/fork floor"] = ours_print / floor_print
+    p50 = next((r["p50_ms"] for r in rows if (r["server"], r["workload"], r["concurrency"]) == ("ours", "print", 1)), None)
+    if p50 is not None:
+        out["print c=1 p50 ours (ms)"] = p50
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sandboxfusion-url", help="a running SandboxFusion 469de08 (left out when not given)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=float, default=6.0, help="seconds per measurement")
+    parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--json", help="also write every row here")
+    args = parser.parse_args()
+    if not 1 <= args.rounds <= 5 or not 1 <= args.duration <= 20:
+        parser.error("--rounds must be 1..5 and --duration 1..20 s (the whole run stays under 8 minutes)")
+    if os.geteuid() != 0:
+        parser.error("ours is started the restricted pod way (tests/sandbox/podlike.py), which needs root")
+    load = os.getloadavg()[0]
+    with contextlib.suppress(OSError):
+        print(f"sched_autogroup_enabled: {Path('/proc/sys/kernel/sched_autogroup_enabled').read_text().strip()}", flush=True)
+    print(f"load average at the start: {load:.2f}" + ("" if load < 1 else "  (NOT quiet: figures under load, compare rows of this run only)"), flush=True)
+    _warm_interpreter()
+    process, url, _pid = sandbox_bench.start_ours(args.workers, as_pod="pod")
+    rows: list[dict] = []
+    try:
+        print(f"ours: {sandbox_bench.isolation_summary(url)}", flush=True)
+        asyncio.run(sandbox_bench.run_config(url, "mix", 4, 1.0))  # warm-up, not measured
+        for round_ in range(1, args.rounds + 1):
+            print(f"-- round {round_}", flush=True)
+            these = asyncio.run(http_rows("ours", url, args.duration))
+            if args.sandboxfusion_url:
+                these += asyncio.run(http_rows("sandboxfusion", args.sandboxfusion_url, args.duration))
+            for concurrency in (1, 16):
+                these.append(row("fork-floor", "print", concurrency, fork_floor(concurrency, args.duration)))
+            these.append(row("floor+setsid", "print", 16, fork_floor(16, args.duration, own_session=True)))
+            for name, value in ratios(these).items():
+                print(f"   round {round_}: {name} = {value:.2f}", flush=True)
+            rows += [dict(r, round=round_) for r in these]
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
