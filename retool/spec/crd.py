@@ -139,6 +139,12 @@ PRINTER_COLUMNS = [
     {"name": "Progress", "type": "string", "jsonPath": ".status.progress", "description": "Progress of the current stage."},
     {"name": "AIME", "type": "number", "jsonPath": ".status.score", "description": "Headline eval score (mean@n of the first eval set)."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {
+        "name": "Message",
+        "type": "string",
+        "jsonPath": ".status.message",
+        "description": "What the run waits for or why it stalls (at most 200 characters; the conditions carry the detail).",
+    },
 ]
 
 
