@@ -610,9 +610,20 @@ def stalls_below(status: RetoolRunStatus, observed: Observed) -> tuple[RetoolRun
         texts = [t for t in found if t]
         if texts:
             out += texts
-            stages[i] = entry.model_copy(update={"message": below.short(f"attempt {entry.attempt} cannot start: {texts[0]}")})
+            stages[i] = entry.model_copy(update={"message": below.short(f"{cannot_start(entry.attempt)}{texts[0]}")})
+        elif (entry.message or "").startswith(cannot_start(entry.attempt)):
+            # The stall cleared (the pod was placed, the quota freed): the stage and the run say so.
+            cleared = f"attempt {entry.attempt} running"
+            stages[i] = entry.model_copy(update={"message": cleared})
+            if (status.message or "") not in ("", cleared):
+                status = status.model_copy(update={"message": f"stage {entry.name}: {cleared}"})
     if observed.claim is not None:
         text = below.claim_refusal(observed.claim.claim.name, observed.claim.obj, observed.claim_events)
         if text:
             out.insert(0, text)  # the cause: pods that wait for an unbound claim say only that
     return status.model_copy(update={"stages": stages}), out
+
+
+def cannot_start(attempt: int) -> str:
+    """The start of a stage's message while its pods cannot start (``stalls_below``)."""
+    return f"attempt {attempt} cannot start: "

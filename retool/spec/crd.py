@@ -140,6 +140,12 @@ PRINTER_COLUMNS = [
     {"name": "AIME", "type": "number", "jsonPath": ".status.score", "description": "Headline eval score (mean@n of the first eval set)."},
     {"name": "Verl", "type": "string", "jsonPath": ".spec.trainer.verl", "priority": 1, "description": "Trainer line (spec.trainer.verl; empty: 0.6, the default)."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {
+        "name": "Message",
+        "type": "string",
+        "jsonPath": ".status.message",
+        "description": "What the run waits for or why it stalls (at most 200 characters; the conditions carry the detail).",
+    },
 ]
 
 

@@ -88,6 +88,9 @@ def test_kueues_default_local_queue_holds_an_unqueued_stage_and_the_operator_doe
     assert all(s is True for s in samples), f"spec.suspend over 10 s: {samples}"
     assert kube.stage("defaulted", namespace, "prepare").get("state") == "Queued"
     assert not kube.pods_of_job("defaulted-prepare-1", namespace)
+    # Captured at creation, never admitted: no preemption (its Workload was never evicted).
+    assert not kube.stage("defaulted", namespace, "prepare").get("preemptions")
+    assert not [e for e in kube.events(namespace, "defaulted") if e["reason"] == "StagePreempted"]
 
 
 def _pods_requests_cpu(workload: dict) -> str:

@@ -29,7 +29,7 @@ def test_a_claim_that_cannot_bind_is_the_runs_reason_and_no_stage_starts(kube: C
     assert "started" not in _condition(status, "Ready").get("message", "")
     assert not kube.get("job", "nosc-prepare-1", namespace)
     printed = kube.kubectl("get", "retoolrun", "nosc", "-n", namespace).stdout
-    assert NO_CLASS in printed or "nosc-data" in printed or "Pending" in printed, printed
+    assert NO_CLASS in printed and "nosc-data" in printed, printed  # the Message column
     described = kube.kubectl("describe", "retoolrun", "nosc", "-n", namespace).stdout
     assert NO_CLASS in described
     assert any(e["reason"] == "ChildRefused" and NO_CLASS in e["message"] for e in kube.events(namespace, "nosc"))
@@ -60,3 +60,29 @@ def test_a_stage_pod_the_scheduler_cannot_place_is_named_and_clears_once_placed(
         return _condition(status, "Stalled").get("status") == "False" and "cannot" not in (status.get("message") or "")
 
     eventually("Stalled cleared once the pod is placed", cleared, timeout=45, show=lambda: kube.run_status("cordoned", namespace))
+
+
+def test_a_refused_submitter_pod_is_named_while_kuberay_keeps_the_rayjob_running(kube: Cluster, namespace: str) -> None:
+    """A LimitRange the Ray head meets (8 CPUs) and KubeRay's submitter pod does not (500m): the Job
+    controller refuses the submitter pod, KubeRay keeps the RayJob Running, the run names the refusal."""
+    assert kube.apply(run_manifest("subm", namespace)).returncode == 0
+    for stage in ("prepare", "preflight"):
+        kube.wait_stage("subm", namespace, stage, "Running")
+        kube.finish_pods(f"subm-{stage}-1", namespace, 0)
+    kube.wait_stage("subm", namespace, "preflight", "Succeeded")
+    limits = {"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "min-cpu", "namespace": namespace},
+              "spec": {"limits": [{"type": "Container", "min": {"cpu": "1"}}]}}
+    assert kube.apply(limits).returncode == 0
+    sft = kube.wait_stage("subm", namespace, "sft", "Running", timeout=60)
+
+    def named() -> dict | None:
+        status = kube.run_status("subm", namespace)
+        stalled = _condition(status, "Stalled")
+        return status if stalled.get("status") == "True" and "submitter pod of RayJob" in stalled.get("message", "") else None
+
+    status = eventually("the refused submitter pod on the run", named, timeout=120,
+                        show=lambda: (kube.run_status("subm", namespace), kube.get("rayjob", sft["job"], namespace)))
+    assert "minimum cpu usage per Container" in _condition(status, "Stalled")["message"]
+    entry = next(s for s in status["stages"] if s["name"] == "sft")
+    assert entry["message"].startswith("attempt 1 cannot start: the Job controller cannot create the submitter pod")
+    assert (kube.get("rayjob", sft["job"], namespace) or {})["status"]["jobDeploymentStatus"] == "Running"

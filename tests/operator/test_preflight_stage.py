@@ -228,6 +228,9 @@ async def test_sandbox_pods_refused_at_admission_show_in_sandbox_ready(cluster: 
     assert cond["status"] == "False" and cond["message"].startswith("0/1 replicas ready") and refusal in cond["message"]
     assert await cluster.api.get(JOBS, NS, "refused-preflight-1") is None, "no preflight without a sandbox to check"
     assert stage_of(await cluster.status("refused"), "preflight")["message"].startswith("waiting for the sandbox")
+    # A refusal nothing below will resolve while the preflight needs the sandbox: Stalled=True, not "progressing".
+    stalled = {c["type"]: c for c in (await cluster.status("refused")).get("conditions", [])}["Stalled"]
+    assert (stalled["status"], stalled["reason"]) == ("True", "ChildRefused") and refusal in stalled["message"]
 
 
 WARNINGS = (

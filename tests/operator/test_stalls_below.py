@@ -119,6 +119,10 @@ def test_an_unschedulable_pod_is_named_once_it_stays_so() -> None:
     status, texts = stalls_below(sft_running(), Observed(children={"demo-sft-1": rayjob("Initializing")}, unschedulable={"demo-sft-1": seen}))
     assert texts == [f"pod demo-sft-1-head-x cannot be scheduled: {NO_NODE}"]
     assert "cannot start" in status.stages[1].message
+    # Placed at last: the stage and the run no longer say it cannot start.
+    stalled = status.model_copy(update={"message": texts[0]})
+    cleared, texts = stalls_below(stalled, Observed(children={"demo-sft-1": rayjob("Running", "RUNNING", cluster="ready")}))
+    assert texts == [] and cleared.stages[1].message == "attempt 1 running" and cleared.message == "stage sft: attempt 1 running"
 
 
 @pytest.mark.parametrize(
