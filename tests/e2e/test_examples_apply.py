@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import pytest
 import yaml
 
 from retool.spec.validate import load_documents
-from tests.conftest import REPO
+from tests.conftest import REPO, repo_env
 from tests.e2e.conftest import HELM, Cluster, eventually
 
 EXAMPLES = REPO / "examples"
@@ -158,3 +159,15 @@ def test_the_chart_renders_and_the_api_server_accepts_it(kube: Cluster) -> None:
     assert proc.returncode == 0, proc.stderr
     kinds = {d["kind"] for d in yaml.safe_load_all(rendered.stdout) if d}
     assert {"CustomResourceDefinition", "Deployment", "ClusterRole", "ConfigMap"} <= kinds
+
+
+def test_the_former_eval_n_is_refused_by_the_api_server_and_by_retool_validate_alike(kube: Cluster) -> None:
+    """kubectl sends an unquoted ``n:`` as ``false:``: the API server's strict decoding refuses that unknown field,
+    and `retool validate` refuses the same text naming the new key, before anything reaches a cluster."""
+    text = (EXAMPLES / "retoolrun-minimal.yaml").read_text().replace("name: minimal", "name: former-n") + "  eval:\n    n: 4\n"
+    proc = _apply(kube, text, "--dry-run=server")
+    assert proc.returncode != 0 and 'unknown field "spec.eval.false"' in proc.stderr, proc.stderr
+    validated = subprocess.run([sys.executable, "-m", "retool.cli", "validate", "-"], input=text, capture_output=True, text=True,
+                               env=repo_env(), timeout=120)
+    assert validated.returncode == 1
+    assert "spec.eval: eval.n (which kubectl's YAML 1.1 reads as the key false) was renamed to eval.samplesPerProblem" in validated.stdout
