@@ -246,6 +246,70 @@ MUTATIONS: tuple[Mutation, ...] = (
         "pass",
         ("tests/tracking/test_stage_hooks.py::test_eval_stage_logs_results_mirrors_and_registers_the_model",),
     ),
+    # Named in issue 31 (behaviours of issues 20-25 a mutation check found untested).
+    Mutation(
+        "the KubeRay CRD check ignores CRDs that preserve unknown fields (a trimmed CRD refuses Ascend runs)",
+        "operator/retool_operator/kuberay_crd.py",
+        'return bool(node.get("x-kubernetes-preserve-unknown-fields"))',
+        "return False",
+        ("tests/operator/test_kuberay_crd.py",),
+    ),
+    Mutation(
+        "the operator does not recognise a Kueue Workload it deactivated itself",
+        "operator/retool_operator/queueing.py",
+        "return bool(((workload.get(\"metadata\") or {}).get(\"annotations\") or {}).get(c.ANNOTATION_DEACTIVATED))",
+        "return False",
+        ("tests/operator/test_scheduling_and_storage.py",),
+    ),
+    Mutation(
+        "cgroup v1 writes the memory limit before memsw when the limit grows (the kernel refuses it)",
+        "retool/sandbox/cgroups.py",
+        "order = (memsw, limit) if memory_bytes > current else (limit, memsw)",
+        "order = (limit, memsw)",
+        ("tests/sandbox/test_cgroups.py",),
+    ),
+    Mutation(
+        "userfaultfd leaves the executions' seccomp deny list",
+        "retool/sandbox/seccomp.py",
+        '"bpf", "perf_event_open", "userfaultfd", "keyctl", "add_key", "request_key", "mount", "umount2", "pivot_root",',
+        '"bpf", "perf_event_open", "keyctl", "add_key", "request_key", "mount", "umount2", "pivot_root",',
+        ("tests/sandbox/test_seccomp_denials.py",),
+    ),
+    Mutation(
+        "the TIOCSTI ioctl (typing into another terminal) is allowed",
+        "retool/sandbox/seccomp.py",
+        'p.deny_any("ioctl", 1, (FIOSETOWN, SIOCSPGRP, TIOCSTI))',
+        'p.deny_any("ioctl", 1, (FIOSETOWN, SIOCSPGRP))',
+        ("tests/sandbox/test_seccomp_denials.py",),
+    ),
+    Mutation(
+        "the sandbox closes a connection already at its connection cap (one early)",
+        "retool/sandbox/http_limits.py",
+        "if len(self.connections) > max_connections and not self._make_room():",
+        "if len(self.connections) >= max_connections and not self._make_room():",
+        ("tests/sandbox/test_server_limits.py::test_the_connection_cap_exactly_at_its_value",),
+    ),
+    Mutation(
+        "at the cap the sandbox evicts the newest connection of a phase, not the oldest",
+        "retool/sandbox/http_limits.py",
+        "return min(ranked)[2] if ranked else None",
+        "return max(ranked)[2] if ranked else None",
+        ("tests/sandbox/test_server_limits.py::test_the_eviction_order_at_the_cap",),
+    ),
+    Mutation(
+        "an unlinked file open in two processes is counted twice against the disk limit",
+        "retool/sandbox/accounting.py",
+        "if info.st_nlink == 0 and stat.S_ISREG(info.st_mode) and key not in seen:",
+        "if info.st_nlink == 0 and stat.S_ISREG(info.st_mode):",
+        ("tests/sandbox/test_scratch.py::test_an_unlinked_file_held_open_by_two_processes_counts_once",),
+    ),
+    Mutation(
+        "preflight model warnings are reported as passed",
+        "retool/preflight/model.py",
+        'return CheckResult("model", "run", "warning", "; ".join(str(f) for f in findings), details)',
+        'return CheckResult("model", "run", "passed", "; ".join(str(f) for f in findings), details)',
+        ("tests/preflight/test_model_check.py::test_model_warnings_are_reported_as_warnings_never_as_passed",),
+    ),
 )
 
 
