@@ -125,7 +125,8 @@ def test_a_text_only_run_rolls_out_through_verls_single_turn_agent_without_a_san
     run = result.prepared.run
     assert result.report["recipe"] == "text-only" and result.report["sandbox_url"] is None
     assert "; no sandbox;" in (result.report_dir / REPORT_MD).read_text()
-    for stage, sources, samples in (("rl", "math_dapo", run.spec.rl.rollout_n), ("eval", ", ".join(e.name for e in run.spec.data.eval), len(run.spec.data.eval) * run.spec.eval.samples_per_problem)):
+    eval_samples = len(run.spec.data.eval) * run.spec.eval.samples_per_problem
+    for stage, sources, samples in (("rl", "math_dapo", run.spec.rl.rollout_n), ("eval", ", ".join(e.name for e in run.spec.data.eval), eval_samples)):
         rollout = result.check("rollout", stage)
         assert rollout["summary"].endswith(f"of {sources} (verl's single_turn_agent, no tool) scored 1")
         details = rollout["details"]
