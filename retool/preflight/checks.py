@@ -36,8 +36,8 @@ CHECKS: tuple[Check, ...] = (
     Check("eval-data", 14, "every eval set names the recipe's agent loop; verl's create_rl_dataset loads it with the rendered config and keeps prompts of each"),
     Check("tools", 15, "verl's tool registry builds the tools of the rendered tool config, with the schema SFT trained on (skipped for a text-only run)"),
     Check("sandbox", 16, "the run's sandbox runs code through the tool (skipped for a text-only run)"),
-    Check("reward-guard", 21, "the reward function verl's own load_reward_manager builds from the composed config is ours, with the rendered reward_kwargs (both verl lines)"),
     Check("reward", 17, "verl loads the reward function and it scores a right and a wrong answer"),
+    Check("reward-guard", 21, "the reward function verl's own load_reward_manager builds from the composed config is ours, with the rendered reward_kwargs (both verl lines)"),
     Check("rollout", 18, "one scripted rollout per data source through verl's agent loop (tool_agent, or single_turn_agent for a text-only run) and reward loop"),
     Check("trainer-batch", 19, "the rollout output joins the trainer's batch, is scored, dumped and summarised as RayPPOTrainer does"),
 )
