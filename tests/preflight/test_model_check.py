@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -102,7 +103,8 @@ def test_model_warnings_are_reported_as_warnings_never_as_passed(tmp_path: Path,
     termination.write_text("")
     monkeypatch.setattr(runner, "run_preflight", lambda target, options: report)
     monkeypatch.setattr(entry, "write_termination_message", lambda message: termination.write_text(message) is not None)
-    delivered = entry.execute(None, PreflightOptions(tokenizer="t", work_dir=tmp_path / "work"))  # type: ignore[arg-type]
+    target = SimpleNamespace(run=parse_run(doc))  # execute reads only the run's trainer line before handing over
+    delivered = entry.execute(target, PreflightOptions(tokenizer="t", work_dir=tmp_path / "work"))  # type: ignore[arg-type]
     assert delivered.exit_code == 0
     assert termination.read_text() == f"{WARNINGS_PREFIX}model: {result.summary}"
     written = json.loads((tmp_path / "work" / "preflight-report.json").read_text())
