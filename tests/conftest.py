@@ -56,6 +56,7 @@ SAME_WORKER: dict[str, str] = {
         "tests/operator/test_integration.py",
         "tests/operator/test_integration_cluster.py",
         "tests/operator/test_integration_isolation.py",
+        "tests/operator/test_integration_stalls.py",
         "tests/operator/test_integration_tracking.py",
         "tests/operator/test_integration_upstream.py",
         "tests/operator/test_preflight_stage.py",

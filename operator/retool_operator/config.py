@@ -29,8 +29,8 @@ class OperatorConfig(BaseSettings):
 
     trainer_image_nvidia: str = Field(DEFAULT_TRAINER_IMAGE_NVIDIA, description="Trainer image for NVIDIA (CUDA) nodes.")
     trainer_image_ascend: str = Field(DEFAULT_TRAINER_IMAGE_ASCEND, description="Trainer image for Ascend (CANN, torch_npu) nodes.")
-    trainer_image_nvidia_verl09: str = Field(DEFAULT_TRAINER_IMAGE_NVIDIA_VERL09, description='Trainer image for NVIDIA nodes of runs on the 0.9 line (spec.trainer.verl: "0.9").')
-    trainer_image_ascend_verl09: str = Field(DEFAULT_TRAINER_IMAGE_ASCEND_VERL09, description='Trainer image for Ascend nodes of runs on the 0.9 line (spec.trainer.verl: "0.9").')
+    trainer_image_nvidia_verl09: str = Field(DEFAULT_TRAINER_IMAGE_NVIDIA_VERL09, description='Trainer image for NVIDIA nodes of runs of spec.trainer.verl "0.9.1".')
+    trainer_image_ascend_verl09: str = Field(DEFAULT_TRAINER_IMAGE_ASCEND_VERL09, description='Trainer image for Ascend nodes of runs of spec.trainer.verl "0.9.1".')
     sandbox_image: str = Field(DEFAULT_SANDBOX_IMAGE, description="Default code sandbox image.")
     mlflow_image: str = Field(DEFAULT_MLFLOW_IMAGE, description="Image of the operator-managed MLflow tracker.")
     mlflow_tracking_uri: str = Field("", description="Default MLflow tracking URI (the chart's tracker); empty = an operator-managed tracker per namespace.")

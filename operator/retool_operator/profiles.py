@@ -86,11 +86,11 @@ def _merge_tolerations(base: list[dict[str, Any]], extra: list[dict[str, Any]]) 
 def trainer_image(config: OperatorConfig, accelerator: str, verl: str) -> str:
     """The operator's trainer image for an accelerator and a trainer line (``spec.trainer.verl``, docs/verl-lines.md)."""
     if accelerator == "ascend":
-        return config.trainer_image_ascend_verl09 if verl == "0.9" else config.trainer_image_ascend
-    return config.trainer_image_nvidia_verl09 if verl == "0.9" else config.trainer_image_nvidia
+        return config.trainer_image_ascend_verl09 if verl == "0.9.1" else config.trainer_image_ascend
+    return config.trainer_image_nvidia_verl09 if verl == "0.9.1" else config.trainer_image_nvidia
 
 
-def hardware_profile(hardware: HardwareSpec, config: OperatorConfig, verl: str = "0.6") -> HardwareProfile:
+def hardware_profile(hardware: HardwareSpec, config: OperatorConfig, verl: str = "0.6.1") -> HardwareProfile:
     """The profile of a run's trainer pods (``verl``: the run's trainer line, which picks the default image)."""
     extra_tolerations = [_toleration(t) for t in hardware.tolerations]
     resources = (

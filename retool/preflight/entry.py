@@ -15,7 +15,7 @@ logger = logging.getLogger("retool.preflight")
 
 
 def execute(target: Plan, options: PreflightOptions, *, tracking_uri: str | None = None, run_id: str | None = None) -> Report:
-    if target.run.spec.trainer.verl == "0.9":  # verl 0.9.1's code: the checks ported to that line
+    if target.run.spec.trainer.verl == "0.9.1":  # verl 0.9.1's code: the checks ported to that line
         from retool.preflight.line09 import run_preflight
     else:
         from retool.preflight.runner import run_preflight

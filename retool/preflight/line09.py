@@ -1,4 +1,4 @@
-"""The preflight of a run on the 0.9 line (``spec.trainer.verl: "0.9"``), on verl 0.9.1's own code.
+"""The preflight of a run on the 0.9 line (``spec.trainer.verl: "0.9.1"``), on verl 0.9.1's own code.
 
 The 0.6 preflight (:mod:`retool.preflight.runner`) drives verl 0.6.1's internals (``fsdp_sft_trainer``,
 ``AgentLoopWorkerBase``, ``RewardManagerWorker``, ``compute_reward``), which verl 0.9.1 removed. On
@@ -176,7 +176,7 @@ def run_preflight(target: Plan, options: PreflightOptions) -> Report:
         sandbox_url=target.ctx.sandbox_url if target.uses_tools else None,
         results=tuple(results),
         seconds=time.monotonic() - started,
-        facts={"verl_line": "0.9"},
+        facts={"verl_line": "0.9.1"},
     )
     logger.info("preflight (0.9 line) of %s/%s %s in %.1f s", report.namespace, report.run, "passed" if report.passed else "FAILED", report.seconds)
     return report

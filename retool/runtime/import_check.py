@@ -55,14 +55,14 @@ STAGE_MODULES_0_9 = (
     verl_plugins.TOOL_MODULE,
     f"{verl_plugins.__name__}.reward",
 )
-MODULES = {"0.6": STAGE_MODULES, "0.9": STAGE_MODULES_0_9}
+MODULES = {"0.6.1": STAGE_MODULES, "0.9.1": STAGE_MODULES_0_9}
 
 log = logging.getLogger(__name__)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m retool.runtime.import_check")
-    parser.add_argument("--line", choices=sorted(MODULES), default="0.6", help="the image's verl line (spec.trainer.verl)")
+    parser.add_argument("--line", choices=sorted(MODULES), default="0.6.1", help="the image's verl line (spec.trainer.verl)")
     modules = MODULES[parser.parse_args(argv).line]
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
     failed = []

@@ -461,24 +461,25 @@ class FailurePolicy(SpecModel):
     )
 
 
-VerlLine = Literal["0.6", "0.9"]
-"""The trainer lines (docs/verl-lines.md): 0.6 runs verl 0.6.1 (the public recipe's pin), 0.9 runs verl 0.9.1."""
+VerlLine = Literal["0.6.1", "0.9.1"]
+"""The trainer lines (docs/verl-lines.md), named by their verl version: "0.6.1" (the public recipe's pin) and "0.9.1".
+Never "0.6"/"0.9": YAML 1.1 (kubectl) reads those unquoted as numbers (issue 33's rule, tests/spec/test_crd.py)."""
 
 
 class TrainerSpec(SpecModel):
     verl: VerlLine = Field(
-        "0.6",
+        "0.6.1",
         description=(
-            'Trainer line: "0.6" (verl 0.6.1, vLLM 0.11, transformers 4.x: the line that reproduces the published ReTool numbers) or '
-            '"0.9" (verl 0.9.1, vLLM 0.24 on CUDA 13 / vLLM-Ascend 0.23 on CANN 9.1, transformers 5.x). A quoted string: YAML reads 0.9 as a number.'
+            'Trainer line: "0.6.1" (verl 0.6.1, vLLM 0.11, transformers 4.x: the line that reproduces the published ReTool numbers) or '
+            '"0.9.1" (verl 0.9.1, vLLM 0.24 on CUDA 13 / vLLM-Ascend 0.23 on CANN 9.1, transformers 5.x). The verl version, never a bare number (YAML reads 0.9 as one).'
         ),
     )
 
     @field_validator("verl", mode="before")
     @classmethod
     def _quoted(cls, value: object) -> object:
-        if isinstance(value, float):
-            raise ValueError(f'must be a quoted string ("0.6" or "0.9"): YAML read the unquoted {value!r} as a number')
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            raise ValueError(f'must be "0.6.1" or "0.9.1" (the line\'s verl version): YAML read {value!r} as a number')
         return value
 
 

@@ -185,13 +185,13 @@ def document_warnings(document: Any) -> list[Problem]:
 
 ASCEND_0_9_WARNING = (
     "no Ascend trainer image for the 0.9 line is built by this release (retool/trainer-ascend-verl09, docs/verl-lines.md): "
-    'set spec.hardware.image to one built on vllm-ascend v0.23.0 with ".[train-verl09]", or use trainer.verl "0.6" on Ascend'
+    'set spec.hardware.image to one built on vllm-ascend v0.23.0 with ".[train-verl09]", or use trainer.verl "0.6.1" on Ascend'
 )
 
 
 def line_warnings(spec: RetoolRunSpec) -> list[Problem]:
     """A trainer line the chosen hardware has no image for (accepted: the operator's image may be set to one)."""
-    if spec.trainer.verl == "0.9" and spec.hardware.accelerator == "ascend" and not spec.hardware.image:
+    if spec.trainer.verl == "0.9.1" and spec.hardware.accelerator == "ascend" and not spec.hardware.image:
         return [Problem("spec.trainer.verl", ASCEND_0_9_WARNING)]
     return []
 

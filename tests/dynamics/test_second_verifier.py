@@ -100,7 +100,7 @@ def benign_rates() -> tuple[int, int, float, int, int, float]:
     return errors, graded, errors / graded, len(VERIFIER_FALSE_REJECTS), correct_graded, len(VERIFIER_FALSE_REJECTS) / correct_graded
 
 
-def test_docs_state_the_measured_benign_disagreement_rate_next_to_the_default_threshold() -> None:
+def test_docs_state_the_measured_benign_disagreement_rate_next_to_the_default_benign_rate() -> None:
     errors, graded, rate, rejects, correct_graded, reject_rate = benign_rates()
     text = DOC.read_text(encoding="utf-8")
     section = text[text.index("### Second verifier: benign disagreement rate") :]
@@ -108,8 +108,8 @@ def test_docs_state_the_measured_benign_disagreement_rate_next_to_the_default_th
     assert f"{errors} of {graded} graded cases ({rate:.1%})" in section
     assert f"{rejects} of {correct_graded} correct answers ({reject_rate:.1%})" in section
     assert f"{len(VERIFIER_UNKNOWN)} unknown" in section
-    assert re.search(r"default `threshold` of 0\.1", section)
-    assert WatchSettings().threshold == 0.1
+    assert re.search(r"default `benignRate` of 0\.1", section)
+    assert WatchSettings().benign_rate == 0.1
 
 
 INTERPRETER_TRUTH = [

@@ -219,10 +219,10 @@ def test_managed_mlflow_is_not_owned_by_any_run() -> None:
 @pytest.mark.parametrize(
     ("accelerator", "line", "image"),
     [
-        ("nvidia", "0.6", CONFIG.trainer_image_nvidia),
-        ("nvidia", "0.9", CONFIG.trainer_image_nvidia_verl09),
-        ("ascend", "0.6", CONFIG.trainer_image_ascend),
-        ("ascend", "0.9", CONFIG.trainer_image_ascend_verl09),
+        ("nvidia", "0.6.1", CONFIG.trainer_image_nvidia),
+        ("nvidia", "0.9.1", CONFIG.trainer_image_nvidia_verl09),
+        ("ascend", "0.6.1", CONFIG.trainer_image_ascend),
+        ("ascend", "0.9.1", CONFIG.trainer_image_ascend_verl09),
     ],
     ids=["nvidia-0.6", "nvidia-0.9", "ascend-0.6", "ascend-0.9"],
 )

@@ -43,11 +43,11 @@ REVIEWS = [
     ("changing-rl-before-rl-started-is-allowed", "UPDATE", edit(BASE, "rl", "steps", 100), started(BASE, "prepare", "sft"), []),
     ("changing-running-rl-is-refused", "UPDATE", edit(BASE, "rl", "steps", 100), started(BASE, "prepare", "sft", "merge", "rl"), ["spec.rl: cannot change after stage rl started"]),
     ("changing-hardware-before-a-gpu-stage-is-allowed", "UPDATE", edit(BASE, "hardware", "nodes", 2), started(BASE, "prepare"), []),
-    ("moving-to-the-0.9-line-before-sft-is-allowed", "UPDATE", edit(BASE, "trainer", "verl", "0.9"), started(BASE, "prepare"), []),
+    ("moving-to-the-0.9-line-before-sft-is-allowed", "UPDATE", edit(BASE, "trainer", "verl", "0.9.1"), started(BASE, "prepare"), []),
     (
         "moving-to-the-0.9-line-once-sft-started-is-refused",
         "UPDATE",
-        edit(BASE, "trainer", "verl", "0.9"),
+        edit(BASE, "trainer", "verl", "0.9.1"),
         started(BASE, "prepare", "sft"),
         ["spec.trainer: cannot change after stage sft started"],
     ),

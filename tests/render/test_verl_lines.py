@@ -24,7 +24,7 @@ ALL_STAGES = ("prepare", "preflight", "sft", "merge", "rl", "eval")
 
 
 def test_the_default_line_is_0_6() -> None:
-    assert run_of("minimal").spec.trainer.verl == "0.6"
+    assert run_of("minimal").spec.trainer.verl == "0.6.1"
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -33,12 +33,12 @@ def test_naming_line_0_6_renders_exactly_what_the_default_renders(variant: str) 
 
     run = run_of(variant)
     for stage in enabled_stages(run):
-        assert rendered(variant, stage, "0.6") == render_stage(run, stage, context_of(run)), stage
+        assert rendered(variant, stage, "0.6.1") == render_stage(run, stage, context_of(run)), stage
 
 
 @pytest.mark.parametrize(("variant", "stage"), CASES, ids=IDS)
 def test_line_0_9_keeps_every_recipe_value_and_moves_only_what_verl_0_9_1_renamed(variant: str, stage: str) -> None:
-    old, new = rendered(variant, stage, "0.6"), rendered(variant, stage, "0.9")
+    old, new = rendered(variant, stage, "0.6.1"), rendered(variant, stage, "0.9.1")
     renamed = line09.SFT_KEYS if stage == "sft" else line09.PPO_KEYS
     added = line09.SFT_ADDED if stage == "sft" else line09.PPO_ADDED
     for key, value in old.overrides.items():
@@ -60,7 +60,7 @@ def test_line_0_9_keeps_every_recipe_value_and_moves_only_what_verl_0_9_1_rename
 
 @pytest.mark.parametrize(("variant", "stage"), CASES, ids=IDS)
 def test_line_0_9_runs_verl_0_9_1s_programs(variant: str, stage: str) -> None:
-    command = rendered(variant, stage, "0.9")
+    command = rendered(variant, stage, "0.9.1")
     if stage == "sft":
         assert v0_9.SFT_MODULE in command.argv and SFT_MODULE not in command.argv
         assert command.config_name == "sft_trainer_engine"
@@ -73,26 +73,26 @@ def test_line_0_9_runs_verl_0_9_1s_programs(variant: str, stage: str) -> None:
 
 @pytest.mark.parametrize("stage", ["prepare", "preflight", "merge"])
 def test_stages_outside_verls_hydra_programs_are_the_same_on_both_lines(stage: str) -> None:
-    assert rendered("qwen32b-h200", stage, "0.9") == rendered("qwen32b-h200", stage, "0.6")
+    assert rendered("qwen32b-h200", stage, "0.9.1") == rendered("qwen32b-h200", stage, "0.6.1")
 
 
 @pytest.mark.parametrize(("variant", "stage"), PPO_CASES, ids=PPO_IDS)
 def test_the_reward_guard_passes_on_every_0_6_ppo_stage(variant: str, stage: str) -> None:
-    command = rendered(variant, stage, "0.6")
+    command = rendered(variant, stage, "0.6.1")
     result = check_reward_guard(compose_verl("ppo_trainer", hydra_overrides(command.overrides)), stage, expected_reward_kwargs(command.overrides))
     assert result.status == "passed", result.summary
-    expected = {"tool_turn_shaping": True} if stage == "rl" and run_on(variant, "0.6").spec.rl.tool_turn_shaping else {}
+    expected = {"tool_turn_shaping": True} if stage == "rl" and run_on(variant, "0.6.1").spec.rl.tool_turn_shaping else {}
     assert result.details["reward_kwargs"] == expected
 
 
 def test_the_reward_guard_fails_on_0_6_without_the_reward_keys() -> None:
-    command = rendered("qwen32b-h200", "rl", "0.6")
+    command = rendered("qwen32b-h200", "rl", "0.6.1")
     overrides = {k: v for k, v in command.overrides.items() if not k.startswith("custom_reward_function.")}
     result = check_reward_guard(compose_verl("ppo_trainer", hydra_overrides(overrides)), "rl", {})
     assert result.status == "failed" and result.details["called"] != "retool.recipe.reward.score.compute_score"
 
 
-@pytest.mark.parametrize("line", ["0.6", "0.9"])
+@pytest.mark.parametrize("line", ["0.6.1", "0.9.1"])
 def test_the_line_is_a_param_of_the_runs_mlflow_runs(line: str) -> None:
     from retool.tracking.params import spec_params
 
@@ -101,7 +101,7 @@ def test_the_line_is_a_param_of_the_runs_mlflow_runs(line: str) -> None:
 
 @pytest.mark.parametrize(
     ("accelerator", "line", "image", "warned"),
-    [("ascend", "0.9", None, True), ("ascend", "0.9", "example/ascend-verl09:dev", False), ("ascend", "0.6", None, False), ("nvidia", "0.9", None, False)],
+    [("ascend", "0.9.1", None, True), ("ascend", "0.9.1", "example/ascend-verl09:dev", False), ("ascend", "0.6.1", None, False), ("nvidia", "0.9.1", None, False)],
     ids=["ascend-0.9-warns", "ascend-0.9-with-an-image", "ascend-0.6", "nvidia-0.9"],
 )
 def test_a_line_without_an_image_for_the_hardware_is_a_warning(accelerator: str, line: str, image: str | None, warned: bool) -> None:

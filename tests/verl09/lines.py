@@ -1,4 +1,4 @@
-"""The render cases of tests/render on the 0.9 line: every example and variant, with ``spec.trainer.verl: "0.9"``."""
+"""The render cases of tests/render on the 0.9 line: every example and variant, with ``spec.trainer.verl: "0.9.1"``."""
 
 from __future__ import annotations
 
@@ -20,10 +20,10 @@ def run_on(variant: str, line: str) -> RetoolRun:
 
 
 @functools.cache
-def rendered(variant: str, stage: str, line: str = "0.9") -> StageCommand:
+def rendered(variant: str, stage: str, line: str = "0.9.1") -> StageCommand:
     run = run_on(variant, line)
     return render_stage(run, stage, context_of(run))
 
 
-CASES = [(variant, stage) for variant in VARIANTS for stage in HYDRA_STAGES if stage in enabled_stages(run_on(variant, "0.9"))]
+CASES = [(variant, stage) for variant in VARIANTS for stage in HYDRA_STAGES if stage in enabled_stages(run_on(variant, "0.9.1"))]
 PPO_CASES = [case for case in CASES if case[1] != "sft"]

@@ -27,7 +27,7 @@ PPO_IDS = [f"{variant}-{stage}" for variant, stage in PPO_CASES]
 
 
 @functools.cache
-def composed(variant: str, stage: str, line: str = "0.9") -> DictConfig:
+def composed(variant: str, stage: str, line: str = "0.9.1") -> DictConfig:
     command = rendered(variant, stage, line)
     assert command.config_name is not None
     return compose_verl(command.config_name, hydra_overrides(command.overrides))

@@ -24,7 +24,7 @@ PORTED = ("tokenizer", "config", "reward-guard", "tools", "rl-data", "eval-data"
 
 def target_on_0_9(prepared, sandbox_url: str):
     doc = yaml.safe_load(Path(prepared.spec_file).read_text())
-    doc["spec"].setdefault("trainer", {})["verl"] = "0.9"
+    doc["spec"].setdefault("trainer", {})["verl"] = "0.9.1"
     run = parse_run(doc)
     return plan(run, prepared.context(sandbox_url))
 
@@ -47,7 +47,7 @@ def test_a_prepared_example_preflights_on_the_0_9_line(example: str, prepare, qw
     for check in UNPORTED_CHECKS:
         (result,) = [r for r in report.results if r.check == check]
         assert (result.status, result.summary) == ("skipped", NOT_PORTED)
-    assert report.exit_code == 0 and report.facts["verl_line"] == "0.9"
+    assert report.exit_code == 0 and report.facts["verl_line"] == "0.9.1"
 
 
 def test_the_0_9_preflight_fails_a_run_whose_reward_keys_are_rendered_the_0_6_way(prepare, qwen_model: str, sandbox_url: str, tmp_path: Path) -> None:

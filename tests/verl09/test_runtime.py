@@ -160,4 +160,4 @@ def test_verls_reward_loop_manager_scores_with_our_reward(qwen_model: str, answe
 def test_every_module_the_0_9_lines_stages_run_imports_as_its_image_build_checks() -> None:
     from retool.runtime import import_check
 
-    assert import_check.main(["--line", "0.9"]) == 0
+    assert import_check.main(["--line", "0.9.1"]) == 0

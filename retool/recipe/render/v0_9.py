@@ -27,7 +27,7 @@ from retool.recipe.render.command import RenderError, StageCommand, hydra_overri
 from retool.recipe.render.common import PPO_MODULE, SFT_MODULE
 from retool.recipe.verl_plugins import AGENT_LOOP_CONFIG, v0_9
 
-LINE = "0.9"
+LINE = "0.9.1"
 
 SFT_KEYS: dict[str, str | None] = {
     "model.partial_pretrain": "model.path",

@@ -1,4 +1,4 @@
-"""The verl 0.9.1 adapters of the recipe (``spec.trainer.verl: "0.9"``), and the paths verl loads them by.
+"""The verl 0.9.1 adapters of the recipe (``spec.trainer.verl: "0.9.1"``), and the paths verl loads them by.
 
 Only what verl 0.9.1 changed lives here; the pure parts (the code-interpreter tool, the reward,
 the dataset's prompt filter, the tool-use dynamics, the reward watch) are the 0.6 line's modules,
