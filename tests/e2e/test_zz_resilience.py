@@ -4,7 +4,10 @@ the operator killed between creating a child and writing status, and its token r
 
 Each scenario ends with the run converged: the next stage running, one child per attempt, the attempt
 counts as they were, and every child owned by its run (no orphan). The restarts act on the session's
-control plane and wait until it serves again (``ControlPlane.restart``), so later modules find it whole.
+control plane and wait until it serves again (``ControlPlane.restart``). The file is named to run last of
+tests/e2e (one worker runs the directory file after file, in name order): after an API server or etcd
+restart the controllers' own recovery (KubeRay's, the scheduler's) is not something later modules
+should depend on; a module that ran after it once saw KubeRay create no head pod within 2 minutes.
 """
 
 from __future__ import annotations
