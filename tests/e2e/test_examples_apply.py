@@ -125,7 +125,10 @@ def _check_runs(kube: Cluster, where: str, text: str, refusal: str | None = None
             name, ns = doc["metadata"]["name"], doc["metadata"].get("namespace", "default")
             stored = eventually(f"{ns}/{name} stored", lambda: kube.get("retoolrun", name, ns))  # noqa: B023
             assert contains(stored["spec"], doc["spec"]), f"{where}: the API server stored another spec: {stored['spec']}"
-            kube.kubectl("delete", "retoolrun", name, "-n", ns, "--wait=false")
+            # Gone with its children before the next scenario: a run's stage pods hold the kwok nodes'
+            # CPUs and GPUs that later modules' Ray heads need (a test_stalls head once found none).
+            kube.kubectl("delete", "retoolrun", name, "-n", ns, "--cascade=foreground", "--timeout=120s")
+            kube.kubectl("wait", "--for=delete", "pods", "-l", f"retool.dev/run={name}", "-n", ns, "--timeout=120s", check=False)
 
 
 @pytest.mark.parametrize("path", applied_files(), ids=lambda p: str(p.relative_to(EXAMPLES)))
