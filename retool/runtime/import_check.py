@@ -1,4 +1,4 @@
-"""``python -m retool.runtime.cpu_only -m retool.runtime.import_check [--line 0.9]``: every module a stage pod runs imports.
+"""``python -m retool.runtime.cpu_only -m retool.runtime.import_check [--line 0.9.1]``: every module a stage pod runs imports.
 
 The trainer images run this as a build step (after ``pip check``), so an image whose Python set
 holds together only on paper (hydra-core 0.11 resolved in place of 1.3, a missing extra, a

@@ -112,7 +112,7 @@ def test_trainer_cuda_verl09_base_is_the_vllm_release_verl_0_9_1_is_built_agains
     assert vllm_version(image_tag(base)) >= (0, 18, 0), "verl 0.9.x needs vLLM >= 0.18 (its vllm extra pins 0.24.0)"
 
 
-LINE_OF_IMAGE = {"trainer-cuda": ("train", ""), "trainer-ascend": ("train", ""), "trainer-cuda-verl09": ("train-verl09", " --line 0.9")}
+LINE_OF_IMAGE = {"trainer-cuda": ("train", ""), "trainer-ascend": ("train", ""), "trainer-cuda-verl09": ("train-verl09", " --line 0.9.1")}
 
 
 @pytest.mark.parametrize("image", sorted(LINE_OF_IMAGE))
