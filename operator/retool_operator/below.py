@@ -28,11 +28,16 @@ own place, and this module reads it there:
 
 The run's status then says so: Stalled=True with the refusal, a Warning Event, and for the claim
 StorageReady=False.
+
+A failed pod creation is a refusal only when the API server *refused* it (``refuses``): while etcd or
+the API server restarts, the same controllers record the same Event reasons and conditions with a
+timeout or an internal error, which their next try gets past. Those say nothing about the run.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
 
 from retool_operator.status import short_message
@@ -51,6 +56,22 @@ CLAIM_FAILED_BINDING = "FailedBinding"
 POD_UNSCHEDULABLE = "Unschedulable"
 
 
+REFUSED = re.compile(r'\bis forbidden: |\bis invalid: |admission webhook "[^"]*" denied the request')
+"""How the API server words a refusal, whoever reports it: ``NewForbidden`` (``%s %q is forbidden: %v``:
+Pod Security, ResourceQuota, LimitRange, a ValidatingAdmissionPolicy, a missing ServiceAccount) and
+``NewInvalid`` (``%s %q is invalid: %s``) in k8s.io/apimachinery pkg/api/errors/errors.go, and a webhook's
+denial (``admission webhook %q denied the request``, k8s.io/apiserver
+pkg/admission/plugin/webhook/errors/statuserror.go ``ToStatusErr``), all Kubernetes v1.36.3. A
+controller's Event or condition carries ``err.Error()``, so the same words. Anything else (``etcdserver:
+request timed out``, ``Timeout: request did not complete within requested timeout``, ``Internal error
+occurred``, a closed connection) is the control plane being unwell, which the controller retries."""
+
+
+def refuses(message: str | None) -> bool:
+    """Whether a controller's reported creation error is the API server refusing the object (``REFUSED``)."""
+    return bool(message) and REFUSED.search(message or "") is not None
+
+
 def short(text: str) -> str:
     """``text`` on one line, cut for the run's columns (``status.short_message``); the full text goes in an Event."""
     return short_message(text)
@@ -60,8 +81,21 @@ def rayjob_replica_failure(obj: dict[str, Any] | None) -> str | None:
     """KubeRay's ReplicaFailure condition of the RayJob's cluster, as ``reason: message``; None when absent."""
     cluster = ((obj or {}).get("status") or {}).get("rayClusterStatus") or {}
     for cond in cluster.get("conditions") or []:
-        if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True":
-            return ": ".join(x for x in (cond.get("reason"), cond.get("message")) if x) or "ReplicaFailure"
+        if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True" and refuses(cond.get("message")):
+            return ": ".join(x for x in (cond.get("reason"), cond.get("message")) if x)
+    return None
+
+
+def replica_failure(deployment: dict[str, Any] | None) -> str | None:
+    """Why a Deployment's pods cannot be created, from its ``ReplicaFailure`` condition (True while its
+    ReplicaSet's pod creations fail: Pod Security admission, quota, a missing RuntimeClass); None otherwise.
+
+    Without it a refused sandbox pod shows only as missing ready replicas; the reason lives in the
+    ReplicaSet's events, which nobody watching the run reads.
+    """
+    for cond in ((deployment or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True" and refuses(cond.get("message")):
+            return " ".join(x for x in (cond.get("reason"), cond.get("message")) if x)
     return None
 
 
@@ -95,7 +129,7 @@ def child_refusal(kind: str, name: str, obj: dict[str, Any] | None, events: list
         failure = rayjob_replica_failure(obj)
         return f"KubeRay cannot create the pods of RayJob {name}: {failure}" if failure else None
     message = latest_warning(events or [], JOB_FAILED_CREATE)
-    return f"the Job controller cannot create the pod of Job {name}: {message}" if message else None
+    return f"the Job controller cannot create the pod of Job {name}: {message}" if refuses(message) else None
 
 
 def claim_refusal(name: str, obj: dict[str, Any] | None, events: list[dict[str, Any]] | None) -> str | None:
@@ -124,7 +158,7 @@ def submitter_refusal(rayjob: str, rayjob_obj: dict[str, Any] | None, submitter:
     if rayjob_obj is None or submitter is None or not job_without_pods(submitter):
         return None
     message = latest_warning(events or [], JOB_FAILED_CREATE)
-    return f"the Job controller cannot create the submitter pod of RayJob {rayjob}: {message}" if message else None
+    return f"the Job controller cannot create the submitter pod of RayJob {rayjob}: {message}" if refuses(message) else None
 
 
 def wants_submitter(rayjob_obj: dict[str, Any] | None) -> bool:

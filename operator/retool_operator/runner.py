@@ -47,7 +47,7 @@ from retool_operator.queueing import ANNOTATION_SUSPENDED, SUSPENDED_BY, child_q
 from retool_operator.readyz import IsolationReader
 from retool_operator.reconcile import Decision, Event, Observed, child_outcome, decide, stalls_below
 from retool_operator.sandbox_gate import SandboxGate, sandbox_gate
-from retool_operator.status import dump, invalid_spec_status, load, phase_of, replica_failure, set_condition, with_refusals, with_spec_warnings
+from retool_operator.status import dump, invalid_spec_status, load, phase_of, set_condition, with_refusals, with_spec_warnings
 from retool_operator.tracking import ensure_parent_run, eval_results, reward_suspect, same_tracker, tracking_target
 from retool_operator.webhook import cluster_problems, spec_problems
 
@@ -587,7 +587,7 @@ class Reconciler:
         if uses_sandbox(run):
             deployment = await self.client.get(DEPLOYMENTS, namespace, sandbox_name(run.metadata.name))
             ready = int(((deployment or {}).get("status") or {}).get("readyReplicas") or 0)
-            refused = replica_failure(deployment)
+            refused = below.replica_failure(deployment)
             hpa = await self.client.get(HPAS, namespace, sandbox_name(run.metadata.name))
             autoscaled = hpa is not None
             hpa_min = int(((hpa or {}).get("spec") or {}).get("minReplicas") or 1) if hpa else None

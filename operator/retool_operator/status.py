@@ -76,19 +76,6 @@ def progress_of(stages: list[StageStatus]) -> str | None:
     return text
 
 
-def replica_failure(deployment: dict[str, Any] | None) -> str | None:
-    """Why a Deployment's pods cannot be created, from its ``ReplicaFailure`` condition (True while its
-    ReplicaSet's pod creations fail: Pod Security admission, quota, a missing RuntimeClass); None otherwise.
-
-    Without it a refused sandbox pod shows only as missing ready replicas; the reason lives in the
-    ReplicaSet's events, which nobody watching the run reads.
-    """
-    for cond in ((deployment or {}).get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True":
-            return " ".join(x for x in (cond.get("reason"), cond.get("message")) if x) or "ReplicaFailure"
-    return None
-
-
 def pipeline_conditions(
     previous: list[Condition],
     stages: list[StageStatus],

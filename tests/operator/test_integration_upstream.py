@@ -199,6 +199,10 @@ async def test_a_workload_kueue_deactivates_fails_the_stage_instead_of_queueing_
 
 EVENTS_KIND = KINDS[("v1", "Event")]
 FORBIDDEN = 'pods "x" is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false (container "stage")'
+QUOTA = (
+    'pods "quota-sft-1-head-x" is forbidden: exceeded quota: gpus, requested: requests.nvidia.com/gpu=8, '
+    "used: requests.nvidia.com/gpu=0, limited: requests.nvidia.com/gpu=4"
+)
 
 
 async def _controller_event(cluster: Cluster, kind: str, name: str, reason: str, message: str) -> None:
@@ -246,9 +250,9 @@ async def test_ray_pods_kuberay_cannot_create_stall_the_run_visibly(cluster: Clu
     async with running_operator(cluster.config):
         await cluster.api.create(spec_doc("quota"))
         await cluster.finish(JOBS, "quota-prepare-1", job_status("Complete"))
-        condition = {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreateHeadPod", "message": 'exceeded quota: gpus, requested: nvidia.com/gpu=8'}
+        condition = {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreateHeadPod", "message": QUOTA}
         await cluster.finish(RAYJOBS, "quota-sft-1", {"status": {"jobDeploymentStatus": "Initializing", "rayClusterStatus": {"conditions": [condition]}}})
-        status = await _stalled(cluster, "quota", "FailedCreateHeadPod: exceeded quota")
+        status = await _stalled(cluster, "quota", "FailedCreateHeadPod: pods \"quota-sft-1-head-x\" is forbidden: exceeded quota")
         assert status["phase"] == "SFT"
 
 

@@ -6,8 +6,9 @@ import datetime as dt
 from typing import Any
 
 import pytest
+from retool_operator.below import replica_failure
 from retool_operator.reconcile import CreateChild, Observed, SetSuspend, child_outcome, decide
-from retool_operator.status import load, replica_failure, rfc3339
+from retool_operator.status import load, rfc3339
 
 from retool.spec.status import RetoolRunStatus, StageStatus
 from tests.operator.helpers import T0, job_status, rayjob_status, run_of

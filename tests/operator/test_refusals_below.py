@@ -13,6 +13,15 @@ from retool_operator.render import desired_objects
 from tests.operator.helpers import CONFIG, document
 
 FORBIDDEN = 'pods "demo-prepare-1-x" is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false'
+QUOTA = 'pods "demo-sft-1-x" is forbidden: exceeded quota: gpu-quota, requested: requests.nvidia.com/gpu=8, used: requests.nvidia.com/gpu=0, limited: requests.nvidia.com/gpu=4'
+# What the Job controller and KubeRay record while etcd or the API server restarts (err.Error() of the create).
+UNWELL = [
+    "etcdserver: request timed out",
+    "Timeout: request did not complete within requested timeout - context deadline exceeded",
+    "Internal error occurred: resource quota evaluation timed out",
+    "the server was unable to return a response in the time allotted, but may still be processing the request (post pods)",
+    'Post "https://127.0.0.1:6443/api/v1/namespaces/demo/pods": dial tcp 127.0.0.1:6443: connect: connection refused',
+]
 
 
 def event(reason: str, message: str, when: str, type_: str = "Warning") -> dict[str, Any]:
@@ -37,8 +46,22 @@ CHILD_CASES = [
         "the newest FailedCreate Event of a Job is its reason",
         "Job",
         {"status": {}},
-        [event("FailedCreate", "exceeded quota: gpu-quota", "2026-01-01T00:00:00Z"), event("FailedCreate", FORBIDDEN, "2026-01-01T00:05:00Z")],
-        "the Job controller cannot create the pod of Job demo-sft-1: " + FORBIDDEN,
+        [event("FailedCreate", "Error creating: " + QUOTA, "2026-01-01T00:00:00Z"), event("FailedCreate", "Error creating: " + FORBIDDEN, "2026-01-01T00:05:00Z")],
+        "the Job controller cannot create the pod of Job demo-sft-1: Error creating: " + FORBIDDEN,
+    ),
+    (
+        "a webhook's denial is a refusal",
+        "Job",
+        {"status": {}},
+        [event("FailedCreate", 'Error creating: admission webhook "policy.example.dev" denied the request: no GPUs on weekends', "2026-01-01T00:00:00Z")],
+        'the Job controller cannot create the pod of Job demo-sft-1: Error creating: admission webhook "policy.example.dev" denied the request: no GPUs on weekends',
+    ),
+    (
+        "a refusal followed by a control-plane timeout is no refusal now (the newest Event speaks)",
+        "Job",
+        {"status": {}},
+        [event("FailedCreate", "Error creating: " + QUOTA, "2026-01-01T00:00:00Z"), event("FailedCreate", "Error creating: etcdserver: request timed out", "2026-01-01T00:05:00Z")],
+        None,
     ),
     ("normal Events of a Job are no refusal", "Job", {"status": {}}, [event("SuccessfulCreate", "Created pod", "2026-01-01T00:00:00Z", "Normal")], None),
 ]
@@ -47,6 +70,19 @@ CHILD_CASES = [
 @pytest.mark.parametrize(("kind", "obj", "events", "expected"), [c[1:] for c in CHILD_CASES], ids=[c[0] for c in CHILD_CASES])
 def test_child_refusal(kind: str, obj: dict[str, Any], events: list[dict[str, Any]] | None, expected: str | None) -> None:
     assert below.child_refusal(kind, "demo-sft-1", obj, events) == expected
+
+
+@pytest.mark.parametrize("message", UNWELL)
+def test_a_control_plane_that_is_unwell_refuses_nothing(message: str) -> None:
+    """etcd or the API server restarting fails the controllers' creations with these: they retry, the run is not refused."""
+    job_events = [event("FailedCreate", f"Error creating: {message}", "2026-01-01T00:00:00Z")]
+    assert below.child_refusal("Job", "demo-prepare-1", {"status": {}}, job_events) is None
+    replica = {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreateHeadPod", "message": message}
+    assert below.child_refusal("RayJob", "demo-sft-1", {"status": {"rayClusterStatus": {"conditions": [replica]}}}, None) is None
+    assert below.replica_failure({"status": {"conditions": [{**replica, "reason": "FailedCreate"}]}}) is None
+    submitter = {"spec": {}, "status": {}}
+    assert below.submitter_refusal("demo-sft-1", {"status": {}}, submitter, job_events) is None
+    assert below.submitter_refusal("demo-sft-1", {"status": {}}, submitter, [event("FailedCreate", "Error creating: " + QUOTA, "2026-01-01T00:00:00Z")]) is not None
 
 
 @pytest.mark.parametrize(
