@@ -128,6 +128,13 @@ def preempted_job(stage: str, obj: dict[str, Any] | None) -> bool:
     return stage not in RAY_STAGES and obj is not None and bool((obj.get("spec") or {}).get("suspend"))
 
 
+MISSING_CONFIRM_SECONDS = 3.0
+"""How long a child the API server no longer has waits for the watch to deliver its last state before it is
+taken for deleted outside the operator. A pass's GET can run between KubeRay turning a RayJob Complete and
+deleting it (``DELETE_RAYJOB_CR_AFTER_JOB_FINISHES``) and the watch delivering either event; the watch
+delivers both in order (the DELETED event carries the final object), normally within milliseconds."""
+
+
 @dataclass(frozen=True)
 class Observed:
     """What the handler read from the cluster for this pass."""
@@ -169,6 +176,10 @@ class Observed:
     """RayJob name -> KubeRay's submitter Job (read while the RayJob is Running and its job has not started)."""
     submitter_events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     """RayJob name -> the Events of its submitter Job while that Job has no pod."""
+    missing_unconfirmed: set[str] = field(default_factory=set)
+    """Children a read found gone less than ``MISSING_CONFIRM_SECONDS`` ago whose deletion no watch event has
+    delivered yet: the watch may still bring their last state (KubeRay deletes a Complete RayJob within
+    milliseconds), so they are not yet taken for deleted behind the operator's back."""
     unschedulable: dict[str, str] = field(default_factory=dict)
     """Running child name -> the scheduler's words for a pod of it it cannot place (``below.unschedulable``)."""
 
@@ -411,6 +422,8 @@ def _follow_child(run: RetoolRun, entry: StageStatus, observed: Observed, now: d
     workloads = observed.workloads.get(child)
     kueue = kueue_owns(obj, workloads)
     outcome = child_outcome(name, obj)
+    if outcome.state == "missing" and child in observed.missing_unconfirmed:
+        return Step(entry, requeue=MISSING_CONFIRM_SECONDS)
     if outcome.state == "missing":
         # The status names a child only after the API server accepted it (a refused create
         # leaves the stage as it was), so a missing one was deleted behind the operator's back.

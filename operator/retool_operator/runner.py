@@ -45,7 +45,7 @@ from retool_operator.kube import KINDS, ApiError, Kind, KubeClient
 from retool_operator.kuberay_crd import RAYJOB_CRD, KubeRayCRD, kuberay_problems, read_crd
 from retool_operator.queueing import ANNOTATION_SUSPENDED, SUSPENDED_BY, child_queue
 from retool_operator.readyz import IsolationReader
-from retool_operator.reconcile import Decision, Event, Observed, child_outcome, decide, stalls_below
+from retool_operator.reconcile import MISSING_CONFIRM_SECONDS, Decision, Event, Observed, child_outcome, decide, stalls_below
 from retool_operator.sandbox_gate import SandboxGate, sandbox_gate
 from retool_operator.status import dump, invalid_spec_status, load, phase_of, set_condition, with_refusals, with_spec_warnings
 from retool_operator.tracking import ensure_parent_run, eval_results, reward_suspect, same_tracker, tracking_target
@@ -171,6 +171,8 @@ class Reconciler:
         self._unwell: dict[tuple[str, str], int] = {}
         """(namespace, run) -> passes in a row that a transient API error stopped (``_retry_delay``)."""
         self._finished: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+        self._missing: dict[tuple[str, str], dict[str, float]] = {}
+        """(namespace, run) -> child -> when (monotonic) a pass first found it gone (``MISSING_CONFIRM_SECONDS``)."""
         self._final_verdicts: set[tuple[str, int]] = set()
         """(parent MLflow run, rl attempt) whose reward watch was read after the attempt ended."""
         """(namespace, run) -> child name -> the last state a watch event showed of a finished child."""
@@ -257,6 +259,7 @@ class Reconciler:
     def forget(self, namespace: str, name: str) -> None:
         key = (namespace, name)
         self._finished.pop(key, None)
+        self._missing.pop(key, None)
         timer = self._timers.pop(key, None)
         if timer is not None:
             timer.cancel()
@@ -564,10 +567,17 @@ class Reconciler:
         current_jobs = {entry.job for entry in status.stages if entry.state in ("Running", "Queued", "Suspended") and entry.job}
         for gone in set(finished) - current_jobs:
             finished.pop(gone, None)  # recorded in status by an earlier pass
+        missing = self._missing.setdefault((namespace, run.metadata.name), {})
+        for gone in set(missing) - current_jobs:
+            missing.pop(gone, None)
+        unconfirmed: set[str] = set()
         for entry in status.stages:
             if entry.state in ("Running", "Queued", "Suspended") and entry.job:
                 obj = await self.client.get(stage_kind(entry.name), namespace, entry.job) or finished.get(entry.job)
-                if obj is not None:
+                if obj is None and time.monotonic() - missing.setdefault(entry.job, time.monotonic()) < MISSING_CONFIRM_SECONDS:
+                    unconfirmed.add(entry.job)
+                elif obj is not None:
+                    missing.pop(entry.job, None)
                     children[entry.job] = obj
                     if entry.name not in RAY_STAGES and below.job_without_pods(obj) and below.old_enough(obj, self.now()):
                         child_events[entry.job] = await self._events(namespace, "Job", entry.job)
@@ -630,6 +640,7 @@ class Reconciler:
             submitter_jobs=stalls.submitter_jobs,
             submitter_events=stalls.submitter_events,
             unschedulable=stalls.unschedulable,
+            missing_unconfirmed=unconfirmed,
         )
         return observed, autoscaled
 

@@ -7,7 +7,6 @@ fixture.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -158,26 +157,38 @@ async def test_an_edit_that_makes_the_spec_invalid_does_not_stop_observing_the_r
 
 async def test_a_succeeded_rayjob_kuberay_deletes_right_after_complete_is_not_rerun(cluster: Cluster) -> None:
     """KubeRay with DELETE_RAYJOB_CR_AFTER_JOB_FINISHES=true (rayjob_controller.go v1.7.0) deletes the
-    RayJob itself once it is Complete and ttlSecondsAfterFinished (0) has passed: the stage succeeded."""
+    RayJob itself once it is Complete and ttlSecondsAfterFinished (0) has passed: the stage succeeded.
+
+    The worst order is forced: a pass reads the RayJob gone before the watch has delivered its Complete
+    (the read answers 404 from then on). The stage waits for the watch instead of failing the attempt."""
     async with running_operator(cluster.config):
         kuberay = await _to_sft(cluster, "gone")
-        completed = False
+        answered_gone: list[str] = []
 
         def already_deleted(request: Any) -> tuple[int, str] | None:
             """KubeRay deletes within milliseconds of Complete: every read of the operator comes after it."""
             fetch = request.action is not None and request.action.value == "FETCH" and request.resource.plural == "rayjobs"
-            ours = fetch and request.name == "gone-sft-1" and request.headers.get("User-Agent") != TEST_AGENT
-            return (404, "not found") if completed and ours else None
+            if fetch and request.name == "gone-sft-1" and request.headers.get("User-Agent") != TEST_AGENT:
+                answered_gone.append(request.name)
+                return 404, "not found"
+            return None
 
         cluster.k8s.refusals.append(already_deleted)
-        await asyncio.sleep(0.5)  # the passes the Running RayJob triggered are over
-        completed = True
+        # A watch event on the RayJob (its labels edited) makes a pass that reads it gone while it is still Running.
+        await cluster.api.patch(RAYJOBS, NS, "gone-sft-1", {"metadata": {"annotations": {"poke": "1"}}})
+        await eventually(lambda: _true(bool(answered_gone)), what="a pass that read the RayJob gone")
+        sft = stage_of(await cluster.status("gone"), "sft")
+        assert (sft["state"], sft["attempt"]) == ("Running", 1), sft
         await kuberay.end("gone-sft-1", "Complete", "SUCCEEDED")
         await kuberay.delete_finished("gone-sft-1")
         await cluster.child(JOBS, "gone-merge-1")
         status = await cluster.status("gone")
         assert (stage_of(status, "sft")["state"], stage_of(status, "sft")["attempt"]) == ("Succeeded", 1)
         assert await cluster.api.get(RAYJOBS, NS, "gone-sft-2") is None
+
+
+async def _true(value: bool) -> bool:
+    return value
 
 
 async def test_a_workload_kueue_deactivates_fails_the_stage_instead_of_queueing_forever(cluster: Cluster) -> None:

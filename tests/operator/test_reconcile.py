@@ -419,3 +419,19 @@ def test_refused_sandbox_pods_show_why_in_sandbox_ready(current: list[StageStatu
     assert cond.reason == reason
     if reason == "PodsRefused":
         assert cond.status == "False" and 'violates PodSecurity "baseline:latest"' in cond.message and cond.message.startswith("0/")
+
+
+@pytest.mark.parametrize(("unconfirmed", "state"), [(True, "Running"), (False, "Retrying")], ids=["just-found-gone-waits-for-the-watch", "gone-past-the-window-failed"])
+def test_a_child_found_gone_is_taken_for_deleted_only_once_the_watch_had_time_to_bring_its_last_state(unconfirmed: bool, state: str) -> None:
+    from retool_operator.reconcile import MISSING_CONFIRM_SECONDS
+
+    run = run_of()
+    current = stages(prepare=("Succeeded", 1), sft=("Running", 1))
+    decision = decide(run, RetoolRunStatus(stages=current), Observed(missing_unconfirmed={"demo-sft-1"} if unconfirmed else set()), T0)
+    sft = next(s for s in decision.status.stages if s.name == "sft")
+    assert sft.state == state
+    if unconfirmed:
+        assert sft.attempt == 1 and decision.requeue_after is not None and decision.requeue_after <= MISSING_CONFIRM_SECONDS
+        assert not decision.create and not decision.events
+    else:
+        assert "deleted outside the operator" in (sft.message or "")
