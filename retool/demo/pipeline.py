@@ -271,7 +271,7 @@ def _eval_lines(evaluation: EvalOutcome | None) -> list[str]:
     scores = ", ".join(f"{source} mean@n {value:.2f}" for source, value in accuracy.items())
     failed = f"; FAILED: {errors} of {samples} sample(s) did not complete at the endpoint and are not scored (first error: {first_error})" if errors else ""
     return [
-        f"  eval         {scores}; {figures['eval/tool_calls/mean']:.1f} tool calls and {figures['eval/turns/mean']:.1f} turns per sample{failed}",
+        f"  eval         {scores}; {figures['eval/tool_calls_mean']:.1f} tool calls and {figures['eval/turns_mean']:.1f} turns per sample{failed}",
         f"  eval results {evaluation.results_path} (also in MLflow)",
     ]
 

@@ -74,22 +74,22 @@ def loop_metrics(results: Sequence[SampleResult]) -> dict[str, float]:
     metrics = {
         "eval/samples": float(len(results)),
         "eval/errors": float(sum(1 for r in results if r.error)),
-        "eval/turns/mean": statistics.fmean(turns),
-        "eval/turns/max": float(max(turns)),
-        "eval/tool_calls/mean": statistics.fmean(calls),
-        "eval/tool_calls/max": float(max(calls)),
-        "eval/tool_calls/total": float(total_calls),
-        "eval/tool_calls/failure_rate": (sum(r.tool_failures for r in results) / total_calls) if total_calls else 0.0,
+        "eval/turns_mean": statistics.fmean(turns),
+        "eval/turns_max": float(max(turns)),
+        "eval/tool_calls_mean": statistics.fmean(calls),
+        "eval/tool_calls_max": float(max(calls)),
+        "eval/tool_calls_total": float(total_calls),
+        "eval/tool_calls_failure_rate": (sum(r.tool_failures for r in results) / total_calls) if total_calls else 0.0,
         "eval/samples_with_tool_call": sum(1 for c in calls if c) / len(results),
         "eval/answer_extracted": sum(1 for r in results if r.pred) / len(results),
-        "eval/elapsed_s/mean": statistics.fmean(r.elapsed_s for r in results),
+        "eval/elapsed_s_mean": statistics.fmean(r.elapsed_s for r in results),
     }
     for stop, count in sorted(stops.items()):
-        metrics[f"eval/stop/{stop}"] = count / len(results)
+        metrics[f"eval/stop_{stop}"] = count / len(results)
     for key in ("prompt_tokens", "completion_tokens"):
         values = [r.usage[key] for r in results if key in r.usage]
         if values:
-            metrics[f"eval/{key}/mean"] = statistics.fmean(values)
+            metrics[f"eval/{key}_mean"] = statistics.fmean(values)
     return metrics
 
 

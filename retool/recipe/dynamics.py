@@ -10,26 +10,26 @@ What each figure means (paper §4, "code ratio", "code lines", "code pass rate",
 timing"):
 
 - ``code_ratio``: share of responses that called the interpreter at least once.
-- ``calls_per_response/mean|max``: interpreter calls per response; ``hit_max_turns_ratio`` the share
+- ``calls_per_response_mean|max``: interpreter calls per response; ``hit_max_turns_ratio`` the share
   of responses the agent loop stopped because they reached ``maxTurns``.
-- ``code_lines_per_response/mean``: non-blank lines of code a response runs, all its calls together,
+- ``code_lines_per_response_mean``: non-blank lines of code a response runs, all its calls together,
   over responses with a call (the paper's "code lines", a per-response figure);
-  ``code_lines_per_call/mean`` the same per call.
-- ``outcome/<success|error|timeout|sandbox_failure>/count`` and ``.../rate`` (per call): how the
+  ``code_lines_per_call_mean`` the same per call.
+- ``outcome_<success|error|timeout|sandbox_failure>_count`` and ``.../rate`` (per call): how the
   calls ended. ``error`` is the model's fault (an exception, bad arguments, a malformed call),
   ``sandbox_failure`` the platform's (overloaded, unreachable, sandbox error).
-- ``code_pass_rate/correct|incorrect``: share of calls that ran successfully, among the calls of
+- ``code_pass_rate_correct|incorrect``: share of calls that ran successfully, among the calls of
   correct (resp. incorrect) responses.
-- ``first_call_position/mean``: response tokens before the first call *begins* (its ``<tool_call>``
+- ``first_call_position_mean``: response tokens before the first call *begins* (its ``<tool_call>``
   token), as a fraction of the whole response (lower = the model reaches for the tool earlier), over
   responses with a call: 0 for a response that opens with a call.
-- ``response_length/correct|incorrect/mean``: response tokens (with interpreter output) of correct
+- ``response_length_correct|incorrect_mean``: response tokens (with interpreter output) of correct
   and incorrect responses; ``correct_ratio`` the share of correct responses.
 
 A response with no record (the text-only baseline's ``single_turn_agent``) counts as one without calls.
 
 >>> metrics = reduce_dynamics([tool_record(["ok"], [3], 40), None], [True, False], [100, 50])
->>> metrics["tool/code_ratio"], metrics["tool/first_call_position/mean"], metrics["tool/code_pass_rate/correct"]
+>>> metrics["tool/code_ratio"], metrics["tool/first_call_position_mean"], metrics["tool/code_pass_rate_correct"]
 (0.5, 0.4, 1.0)
 """
 
@@ -132,28 +132,28 @@ def reduce_dynamics(records: Sequence[Any], correct: Sequence[bool] | np.ndarray
         f"{p}/responses": float(n),
         f"{p}/correct_ratio": float(correct.mean()),
         f"{p}/code_ratio": float(with_calls.mean()),
-        f"{p}/calls_per_response/mean": float(calls.mean()),
-        f"{p}/calls_per_response/max": float(calls.max()),
+        f"{p}/calls_per_response_mean": float(calls.mean()),
+        f"{p}/calls_per_response_max": float(calls.max()),
         f"{p}/hit_max_turns_ratio": float(hit_max.mean()),
         f"{p}/calls": float(total_calls),
     }
     if lines.size:
-        metrics[f"{p}/code_lines_per_call/mean"] = float(lines.mean())
+        metrics[f"{p}/code_lines_per_call_mean"] = float(lines.mean())
     if with_calls.any():
         per_response = np.fromiter((sum(r.get("code_lines", ())) for r, called in zip(recs, with_calls, strict=True) if called), dtype=np.float64)
-        metrics[f"{p}/code_lines_per_response/mean"] = float(per_response.mean())
+        metrics[f"{p}/code_lines_per_response_mean"] = float(per_response.mean())
     for name in OUTCOME_CLASSES:
         count = sum(1 for c in classes if c == name)
-        metrics[f"{p}/outcome/{name}/count"] = float(count)
+        metrics[f"{p}/outcome_{name}_count"] = float(count)
         if total_calls:
-            metrics[f"{p}/outcome/{name}/rate"] = count / total_calls
+            metrics[f"{p}/outcome_{name}_rate"] = count / total_calls
     for label, mask in (("correct", call_correct), ("incorrect", ~call_correct)):
         if mask.any():
-            metrics[f"{p}/code_pass_rate/{label}"] = float(succeeded[mask].mean())
+            metrics[f"{p}/code_pass_rate_{label}"] = float(succeeded[mask].mean())
     positioned = with_calls & (first_at >= 0) & (lengths > 0)
     if positioned.any():
-        metrics[f"{p}/first_call_position/mean"] = float(np.minimum(first_at[positioned] / lengths[positioned], 1.0).mean())
+        metrics[f"{p}/first_call_position_mean"] = float(np.minimum(first_at[positioned] / lengths[positioned], 1.0).mean())
     for label, mask in (("correct", correct), ("incorrect", ~correct)):
         if mask.any():
-            metrics[f"{p}/response_length/{label}/mean"] = float(lengths[mask].mean())
+            metrics[f"{p}/response_length_{label}_mean"] = float(lengths[mask].mean())
     return metrics

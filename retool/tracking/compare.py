@@ -40,13 +40,13 @@ VALIDATION_KEY = re.compile(r"^val-core/(?P<source>[^/]+)/(?P<var>[^/]+)/(?:(?P<
 """The validation curves verl logs during RL, as MLflow stores them: ``val-core/aime_2024/acc/mean_at_16``, ``.../maj_at_16/mean``, ``.../best_at_16/mean``."""
 DYNAMICS = {
     "tool/code_ratio": "share of responses with code",
-    "tool/calls_per_response/mean": "interpreter calls per response",
-    "tool/code_lines_per_call/mean": "code lines per call",
-    "tool/first_call_position/mean": "first call position (0-1)",
-    "tool/code_pass_rate/correct": "code pass rate (correct answers)",
-    "tool/code_pass_rate/incorrect": "code pass rate (wrong answers)",
-    "tool/response_length/correct/mean": "response tokens (correct)",
-    "tool/response_length/incorrect/mean": "response tokens (wrong)",
+    "tool/calls_per_response_mean": "interpreter calls per response",
+    "tool/code_lines_per_call_mean": "code lines per call",
+    "tool/first_call_position_mean": "first call position (0-1)",
+    "tool/code_pass_rate_correct": "code pass rate (correct answers)",
+    "tool/code_pass_rate_incorrect": "code pass rate (wrong answers)",
+    "tool/response_length_correct_mean": "response tokens (correct)",
+    "tool/response_length_incorrect_mean": "response tokens (wrong)",
     "val-tool/code_ratio": "share with code (validation)",
     "reward-watch/disagreement_rate": "second verifier disagreement",
 }

@@ -6,11 +6,13 @@ rl and the eval stage finish, the stage entrypoint copies the figures a reader c
 the parent, read the way ``retool compare`` reads them (:func:`retool.tracking.compare.load_run_series`:
 latest attempts win):
 
-- ``final/<source>/<stat>``: the eval stage's scores (``status.results``), e.g. ``final/aime_2024/mean_at_30``;
-- ``best_validation/<source>/mean_at_<n>`` and ``..._step``: the best RL validation score and the step it was reached at;
+- ``final/<source>_<stat>``: the eval stage's scores (``status.results``), e.g. ``final/aime_2024_mean_at_30``;
+- ``best_validation/<source>_mean_at_<n>`` and ``..._step``: the best RL validation score and the step it was reached at;
 - ``progress/rl_steps_done``: the last step any rl curve was logged at.
 
-Each section name (before the first ``/``) is one chart section in MLflow's UI.
+Each name has one ``/``: MLflow 3.17 makes the part before the last ``/`` a chart section and the rest
+the chart title (``extractChartSectionName`` in its UI), so ``final``, ``best_validation`` and
+``progress`` are one section each.
 """
 
 from __future__ import annotations
@@ -29,14 +31,14 @@ def headline_metrics(run: RunSeries) -> dict[str, float]:
     metrics: dict[str, float] = {}
     for source, scores in run.eval_results.items():
         for stat, value in scores.items():
-            metrics[mlflow_metric_key(f"final/{source}/{stat}")] = float(value)
+            metrics[mlflow_metric_key(f"final/{source}_{stat}")] = float(value)
     for key, series in run.metrics.items():
         found = stat_of(key)
         if found is None or not series or not found[1].startswith("mean@"):
             continue
         source, stat = found
         step = max(series, key=lambda s: (series[s], -s))
-        name = mlflow_metric_key(f"best_validation/{source}/{stat}")
+        name = mlflow_metric_key(f"best_validation/{source}_{stat}")
         metrics[name] = series[step]
         metrics[f"{name}_step"] = float(step)
     steps = [step for series in run.metrics.values() for step in series]

@@ -254,6 +254,16 @@ class Cluster:
         return eventually(f"stage {stage} of {namespace}/{name} in {states} (operator log:\n{self.operator.tail(15)}\n)",
                           probe, timeout=timeout)
 
+    def gpu_holders(self) -> list[str]:
+        """``namespace/pod on node`` of every pod in the cluster that holds NVIDIA GPUs and has not ended."""
+        pods = json.loads(self.kubectl("get", "pods", "-A", "-o", "json").stdout)["items"]
+        out = []
+        for pod in pods:
+            wants = any("nvidia.com/gpu" in ((c.get("resources") or {}).get("requests") or {}) for c in pod["spec"].get("containers", []))
+            if wants and pod["status"].get("phase") not in ("Succeeded", "Failed") and pod["spec"].get("nodeName"):
+                out.append(f"{pod['metadata']['namespace']}/{pod['metadata']['name']} on {pod['spec']['nodeName']}")
+        return out
+
     def pods_of_job(self, job: str, namespace: str) -> list[dict[str, Any]]:
         return self.items("pods", namespace, "-l", f"batch.kubernetes.io/job-name={job}")
 

@@ -181,7 +181,9 @@ def test_nvidia_stage_pods_are_admitted_under_pod_security_restricted(kube: Clus
     assert kube.apply(run_manifest("restricted", namespace)).returncode == 0
     eventually("the prepare Job", lambda: kube.get("job", "restricted-prepare-1", namespace))
     kube.wait_stage("restricted", namespace, "prepare", "Running")
-    assert kube.pods_of_job("restricted-prepare-1", namespace)
+    # The stage is Running once its Job exists; the Job controller creates the pod after that.
+    eventually("the prepare Job's pod", lambda: kube.pods_of_job("restricted-prepare-1", namespace), timeout=60,
+               show=lambda: _failed_create(kube, namespace, "restricted-prepare-1"))
     # Read after the pod exists: a Pod Security refusal would have come first. Other FailedCreate Events
     # can precede a success (Kueue's pod webhook answers "Job not found" until its cache has the Job).
     refusals = [m for m in _failed_create(kube, namespace, "restricted-prepare-1") if "PodSecurity" in m or "violates" in m]

@@ -88,7 +88,7 @@ def test_a_refused_submitter_pod_is_named_while_kuberay_keeps_the_rayjob_running
         return status if stalled.get("status") == "True" and "submitter pod of RayJob" in stalled.get("message", "") else None
 
     status = eventually("the refused submitter pod on the run", named, timeout=120,
-                        show=lambda: (kube.run_status("subm", namespace), kube.get("rayjob", sft["job"], namespace)))
+                        show=lambda: (kube.run_status("subm", namespace), kube.get("rayjob", sft["job"], namespace), kube.gpu_holders()))
     assert "minimum cpu usage per Container" in _condition(status, "Stalled")["message"]
     entry = next(s for s in status["stages"] if s["name"] == "sft")
     assert entry["message"].startswith("attempt 1 cannot start: the Job controller cannot create the submitter pod")

@@ -20,6 +20,7 @@ from retool.evaluate.results import read_results
 from retool.tracking.evaluation import load_eval_results
 from tests.conftest import free_port, repo_env
 from tests.evaluate.scripted_endpoint import Call, Say, ScriptedEndpoint, ServerThread, build_app, demo_scripts
+from tests.tracking.metric_sections import chart_section
 
 pytestmark = pytest.mark.slow
 
@@ -112,8 +113,8 @@ async def test_eval_round_trips_through_the_real_sandbox(endpoint, data, sandbox
     summary = outcome.summary
     assert summary["val-core/aime/acc/mean@2"] == pytest.approx(5 / 7)
     assert summary["val-core/aime/acc/pass@2"] == pytest.approx(5 / 7)
-    assert summary["eval/tool_calls/total"] == 2 * (1 + 1 + 2 + 0 + 2 + 1 + 1)
-    assert summary["eval/stop/max_turns"] == pytest.approx(1 / 7)
+    assert summary["eval/tool_calls_total"] == 2 * (1 + 1 + 2 + 0 + 2 + 1 + 1)
+    assert summary["eval/stop_max_turns"] == pytest.approx(1 / 7)
     assert summary["eval/errors"] == 0
     assert json.loads(outcome.summary_path.read_text()) == pytest.approx(summary)
 
@@ -143,6 +144,8 @@ def test_eval_cli_with_embedded_sandbox_and_mlflow(endpoint, data, tmp_path):
     (run,) = client.search_runs([experiment.experiment_id])
     assert run.info.status == "FINISHED"
     assert run.data.metrics["val-core/aime/acc/mean_at_1"] == pytest.approx(5 / 7)
+    ours = [k for k in run.data.metrics if not k.startswith(("val-core/", "val-aux/"))]  # verl's names are verl's
+    assert "eval/tool_calls_mean" in ours and {chart_section(k) for k in ours} == {"eval"}, sorted(ours)
     assert run.data.params["model"] == MODEL
     assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"cli.jsonl", "cli.summary.json", "eval"}
     # The eval stage's layout too: what the operator reads into status.results.

@@ -33,7 +33,7 @@ MEAN, MAJ, BEST = "val-core/aime_2024/acc/mean_at_4", "val-core/aime_2024/acc/ma
 TOOL_VAL = {0: 0.1, 100: 0.3, 200: 0.5, 300: 0.6, 400: 0.7}
 TOOL_FIRST_ATTEMPT_AT_200 = 0.9  # the first attempt's step 200, logged again by the second attempt: the second's 0.5 wins
 TEXT_VAL = {0: 0.1, 200: 0.2, 600: 0.3, 1000: 0.4, 1080: 0.3}
-DYNAMICS = {"tool/code_ratio": {1: 0.4, 200: 0.8, 400: 0.98}, "tool/first_call_position/mean": {1: 0.6, 400: 0.2}}
+DYNAMICS = {"tool/code_ratio": {1: 0.4, 200: 0.8, 400: 0.98}, "tool/first_call_position_mean": {1: 0.6, 400: 0.2}}
 
 
 def sample_rows(accuracy: float, n: int = N, source: str = "aime_2024") -> list[dict]:
@@ -144,18 +144,18 @@ def test_parent_runs_carry_the_headline_so_mlflows_compare_view_works_on_them(re
     scores = load_run_series(mlflow_server.uri, resolve_parent(mlflow_server.uri, tool)).eval_results["aime_2024"]
     assert log_headline(mlflow_server.uri, tool) == pytest.approx(
         {
-            **{f"final/aime_2024/{stat.replace('@', '_at_')}": value for stat, value in scores.items()},
-            "best_validation/aime_2024/mean_at_4": 0.7,
-            "best_validation/aime_2024/mean_at_4_step": 400.0,
+            **{f"final/aime_2024_{stat.replace('@', '_at_')}": value for stat, value in scores.items()},
+            "best_validation/aime_2024_mean_at_4": 0.7,
+            "best_validation/aime_2024_mean_at_4_step": 400.0,
             "progress/rl_steps_done": 400.0,
         }
     )
     log_headline(mlflow_server.uri, text)
     client = MlflowClient(mlflow_server.uri)
-    assert client.get_run(tool).data.metrics["final/aime_2024/mean_at_8"] == pytest.approx(0.675)
-    assert client.get_run(text).data.metrics["best_validation/aime_2024/mean_at_4_step"] == 1000.0
+    assert client.get_run(tool).data.metrics["final/aime_2024_mean_at_8"] == pytest.approx(0.675)
+    assert client.get_run(text).data.metrics["best_validation/aime_2024_mean_at_4_step"] == 1000.0
     experiment = client.get_run(tool).info.experiment_id
-    parents = client.search_runs([experiment], filter_string="tags.`retool.role` = 'pipeline' and metrics.`final/aime_2024/mean_at_8` > 0.5")
+    parents = client.search_runs([experiment], filter_string="tags.`retool.role` = 'pipeline' and metrics.`final/aime_2024_mean_at_8` > 0.5")
     assert [r.info.run_id for r in parents] == [tool], "MLflow filters and compares parents by their headline"
 
 

@@ -37,6 +37,7 @@ from retool.spec.validate import parse_run
 from tests.conftest import EXAMPLES
 from tests.preflight.conftest import qwen_tokenizer, sandbox  # noqa: F401  (session fixtures)
 from tests.tracking.conftest import MLflowServer
+from tests.tracking.metric_sections import chart_section
 
 MAX_TURNS = 3
 
@@ -61,19 +62,19 @@ SCRIPTS: dict[str, tuple[str, list[str]]] = {
 }
 KNOWN = {
     "code_ratio": 3 / 8,
-    "calls_per_response/mean": 4 / 8,
-    "calls_per_response/max": 2.0,
+    "calls_per_response_mean": 4 / 8,
+    "calls_per_response_max": 2.0,
     "hit_max_turns_ratio": 1 / 8,
-    "code_lines_per_call/mean": (1 + 1 + 2 + 2) / 4,
-    "code_lines_per_response/mean": (1 + (1 + 2) + 2) / 3,
-    "outcome/success/count": 2.0,
-    "outcome/error/count": 1.0,
-    "outcome/timeout/count": 1.0,
-    "outcome/sandbox_failure/count": 0.0,
-    "outcome/success/rate": 0.5,
-    "outcome/timeout/rate": 0.25,
-    "code_pass_rate/correct": 2 / 3,
-    "code_pass_rate/incorrect": 0.0,
+    "code_lines_per_call_mean": (1 + 1 + 2 + 2) / 4,
+    "code_lines_per_response_mean": (1 + (1 + 2) + 2) / 3,
+    "outcome_success_count": 2.0,
+    "outcome_error_count": 1.0,
+    "outcome_timeout_count": 1.0,
+    "outcome_sandbox_failure_count": 0.0,
+    "outcome_success_rate": 0.5,
+    "outcome_timeout_rate": 0.25,
+    "code_pass_rate_correct": 2 / 3,
+    "code_pass_rate_incorrect": 0.0,
     "correct_ratio": 0.5,
     "responses": 8.0,
 }
@@ -173,9 +174,9 @@ def test_dynamics_of_scripted_rollouts_reach_mlflow_at_the_trainers_step(stage: 
     position = sum(server.first_call_starts[questions[i]] / lengths[i] for i in coded) / len(coded)
     expected = {
         **KNOWN,
-        "first_call_position/mean": position,
-        "response_length/correct/mean": sum(n for n, c in zip(lengths, correct, strict=True) if c) / 4,
-        "response_length/incorrect/mean": sum(n for n, c in zip(lengths, correct, strict=True) if not c) / 4,
+        "first_call_position_mean": position,
+        "response_length_correct_mean": sum(n for n, c in zip(lengths, correct, strict=True) if c) / 4,
+        "response_length_incorrect_mean": sum(n for n, c in zip(lengths, correct, strict=True) if not c) / 4,
     }
 
     for name, value in expected.items():
@@ -193,5 +194,7 @@ def test_dynamics_of_scripted_rollouts_reach_mlflow_at_the_trainers_step(stage: 
     cusum = math.log(0.3 / 0.01) + 7 * math.log(0.7 / 0.99)
     assert [(m.step, pytest.approx(m.value)) for m in client.get_metric_history(run_id, "reward-watch/cusum")] == [(7, cusum)]
     assert "step 7: 1 of 8 disagreed" in client.get_run(run_id).data.tags["retool.rewardSuspect"]
+    ours = [k for k in client.get_run(run_id).data.metrics if k.startswith(("tool/", "val-tool/", "reward-watch/"))]
+    assert ours and all(chart_section(k) in ("tool", "val-tool", "reward-watch") for k in ours), sorted(ours)
     correct_without_success = client.get_metric_history(run_id, "reward-watch/correct_without_success")[0].value
     assert correct_without_success == pytest.approx(2 / 4), "problems four and five are correct without running code"

@@ -19,6 +19,7 @@ from retool.tracking import naming
 from retool.tracking._client import client
 from retool.tracking.params import spec_params
 from retool.tracking.runs import ensure_parent_run
+from tests.tracking.metric_sections import chart_section
 
 
 def make_run(tmp_path: Path, *, s3_uri: str | None = None, endpoint: str | None = None, name: str = "hooks"):
@@ -111,7 +112,8 @@ def test_eval_stage_logs_results_mirrors_and_registers_the_model(tmp_path: Path,
     # 4 problems x 6 samples, problem p correct on samples s with (p+s) % 3 == 0: 2 of 6 each
     assert finished.data.metrics["val-core/aime_2024/acc/mean_at_6"] == pytest.approx(2 / 6)
     headline = mlflow_client.get_run(parent.run_id).data.metrics
-    assert headline["final/aime_2024/mean_at_6"] == pytest.approx(2 / 6), "the parent run carries the eval scores (MLflow's compare view)"
+    assert headline["final/aime_2024_mean_at_6"] == pytest.approx(2 / 6), "the parent run carries the eval scores (MLflow's compare view)"
+    assert {chart_section(k) for k in headline} <= {"final", "best_validation", "progress"}, sorted(headline)
     versions = mlflow_client.search_model_versions(f"name = '{naming.registered_model_name('hooks')}'")
     assert len(versions) == 1 and versions[0].source == f"s3://{server.bucket}/mirror/hooks/models/rl"
     assert server.bucket_keys("mirror/hooks/models/rl/model.safetensors")
