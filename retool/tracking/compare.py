@@ -52,6 +52,18 @@ DYNAMICS = {
 }
 """Dynamics panels and their y-axis labels (docs/recipe.md, "Training dynamics")."""
 DYNAMICS_KEYS = tuple(DYNAMICS)
+RENAMED = {
+    "tool/calls_per_response/mean": "tool/calls_per_response_mean",
+    "tool/code_lines_per_call/mean": "tool/code_lines_per_call_mean",
+    "tool/first_call_position/mean": "tool/first_call_position_mean",
+    "tool/code_pass_rate/correct": "tool/code_pass_rate_correct",
+    "tool/code_pass_rate/incorrect": "tool/code_pass_rate_incorrect",
+    "tool/response_length/correct/mean": "tool/response_length_correct_mean",
+    "tool/response_length/incorrect/mean": "tool/response_length_incorrect_mean",
+}
+"""Names runs recorded before the one-``/`` rule (``retool.recipe.dynamics``) logged, read as today's names,
+so a comparison with an older run still shows its curves. (``first_call_position`` of such runs measured
+where the first call ended; docs/recipe.md says how far apart the two readings are.)"""
 STAT_ORDER = {"mean": 0, "maj": 1, "best": 2, "pass": 3}
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 """One colour per run, in the order the runs are given, the same in every panel (the D3/matplotlib category10 colours)."""
@@ -342,11 +354,11 @@ def load_run_series(tracking_uri: str, parent: Any) -> RunSeries:
             return sorted((r for r in stages if r.data.tags.get(naming.TAG_STAGE) == stage), key=lambda r: int(r.data.tags.get(naming.TAG_ATTEMPT, "0")))
 
         rl = attempts("rl")
-        keys = sorted({key for r in rl for key in r.data.metrics if stat_of(key) or key in DYNAMICS})
+        keys = sorted({key for r in rl for key in r.data.metrics if stat_of(key) or key in DYNAMICS or key in RENAMED})
         metrics = {}
         for key in keys:
             histories = [{m.step: m.value for m in mlflow_client.get_metric_history(r.info.run_id, key)} for r in rl if key in r.data.metrics]
-            metrics[key] = merge_attempts(histories)
+            metrics.setdefault(RENAMED.get(key, key), merge_attempts(histories))
         eval_results: dict[str, dict[str, float]] = {}
         eval_attempt = None
         for run in reversed(attempts("eval")):

@@ -96,6 +96,15 @@ def test_the_latest_attempts_win_the_curves_and_the_final_scores(recorded: tuple
     assert set(curve_keys([run])) == {MEAN, MAJ, BEST}, "verl's val-core curves only: no std, no val-aux, no pass@k"
 
 
+def test_a_run_recorded_under_the_old_two_slash_names_still_shows_its_dynamics(mlflow_server: MLflowServer) -> None:
+    """Runs logged before the one-``/`` rule carry ``tool/first_call_position/mean``; compare reads it as today's name."""
+    experiment = f"retool/compare-old-{uuid.uuid4().hex[:6]}"
+    old = record(mlflow_server, "older", "tool-integrated", experiment, [({0: 0.1}, {"tool/first_call_position/mean": {1: 0.6, 2: 0.5}})], evals=[])
+    run = load_run_series(mlflow_server.uri, resolve_parent(mlflow_server.uri, old))
+    assert run.metrics["tool/first_call_position_mean"] == {1: 0.6, 2: 0.5}
+    assert "tool/first_call_position/mean" not in run.metrics
+
+
 def test_compare_prints_eval_scores_beside_the_validation_curves_and_logs_the_report(
     recorded: tuple[str, str], mlflow_server: MLflowServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
