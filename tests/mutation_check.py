@@ -310,6 +310,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         'return CheckResult("model", "run", "passed", "; ".join(str(f) for f in findings), details)',
         ("tests/preflight/test_model_check.py::test_model_warnings_are_reported_as_warnings_never_as_passed",),
     ),
+    Mutation(
+        "a pod creation etcd or the API server failed to serve (a timeout) is shown as a refusal",
+        "operator/retool_operator/below.py",
+        'return bool(message) and REFUSED.search(message or "") is not None',
+        "return bool(message)",
+        ("tests/operator/test_refusals_below.py",),
+    ),
+    Mutation(
+        "a RayJob read gone before the watch delivered its Complete is taken for deleted outside the operator",
+        "operator/retool_operator/reconcile.py",
+        "MISSING_CONFIRM_SECONDS = 3.0",
+        "MISSING_CONFIRM_SECONDS = 0.0",
+        ("tests/operator/test_integration_upstream.py::test_a_succeeded_rayjob_kuberay_deletes_right_after_complete_is_not_rerun",),
+    ),
 )
 
 
