@@ -11,10 +11,13 @@ this line the preflight runs the checks whose verl 0.9.1 counterpart is ported, 
 - ``tools``: verl 0.9.1's ``load_all_tools`` builds ``code_interpreter`` from the rendered config;
 - ``rl-data``/``eval-data``: verl 0.9.1's ``create_rl_dataset`` builds our dataset class and keeps
   prompts (at least one batch for RL);
-- ``reward``: the function verl loads scores a right answer above a wrong one per data source.
+- ``reward``: the function verl loads scores a right answer above a wrong one per data source;
+- ``model``: the model's shape against the run's hardware and its tokenizer (verl-free, as on 0.6.1);
+- ``sandbox``: the run's sandbox answers and code run through the tool verl 0.9.1 built prints what it
+  should (:mod:`retool.preflight.sandbox_probe`, shared with 0.6.1).
 
-``model``, ``sft-data``, ``sandbox``, ``rollout`` and ``trainer-batch`` are reported as skipped, naming
-this line: they are not ported yet (docs/verl-lines.md). A skipped check never passes a run silently;
+``sft-data``, ``rollout`` and ``trainer-batch`` are reported as skipped, naming this line: they drive
+verl 0.6.1's SFT dataset, agent loop worker and trainer, and are not ported yet (docs/verl-lines.md). A skipped check never passes a run silently;
 the report lists it.
 """
 
@@ -28,16 +31,18 @@ from typing import Any
 from omegaconf import DictConfig
 
 from retool.preflight.checks import CheckResult
+from retool.preflight.model import check_model
 from retool.preflight.plan import PPO_STAGES, Plan, PreflightOptions
 from retool.preflight.report import Report
 from retool.preflight.reward_guard import check_reward_guard, expected_reward_kwargs
+from retool.preflight.sandbox_probe import TEXT_ONLY_SANDBOX, check_sandbox
 from retool.preflight.verl_config import compose_stage, preflight_overrides, stage_files
 from retool.recipe.tool.config import TOOL_NAME
 
 logger = logging.getLogger(__name__)
 
 NOT_PORTED = "not ported to the 0.9 line (verl 0.9.1) yet: docs/verl-lines.md"
-UNPORTED_CHECKS = ("model", "sft-data", "sandbox", "rollout", "trainer-batch")
+UNPORTED_CHECKS = ("sft-data", "rollout", "trainer-batch")
 WRONG = "preflight-not-the-answer"
 
 
@@ -78,7 +83,8 @@ def _config(command: Any, options: PreflightOptions) -> tuple[CheckResult, DictC
     return CheckResult("config", command.stage, "passed", f"{len(command.overrides)} rendered overrides compose into verl 0.9.1's {command.config_name}"), config
 
 
-def _tools(config: DictConfig, scope: str) -> CheckResult:
+def _tools(config: DictConfig, scope: str, built: list[Any]) -> CheckResult:
+    """``tools``; the tools verl built go into ``built`` for the sandbox check."""
     from verl.tools.tool_registry import load_all_tools
 
     path = config.actor_rollout_ref.rollout.multi_turn.get("tool_config_path")
@@ -86,6 +92,7 @@ def _tools(config: DictConfig, scope: str) -> CheckResult:
     names = sorted(tool.name for tool in tools)
     if TOOL_NAME not in names:
         return CheckResult("tools", scope, "failed", f"verl built {names}, not {TOOL_NAME}")
+    built.extend(tools)
     return CheckResult("tools", scope, "passed", f"verl 0.9.1's registry built {', '.join(names)}")
 
 
@@ -136,6 +143,7 @@ def run_preflight(target: Plan, options: PreflightOptions) -> Report:
     except Exception as exc:
         result = CheckResult("tokenizer", "run", "failed", f"{type(exc).__name__}: {exc}")
     results.append(result)
+    _guarded(results, "model", "run", lambda: check_model(target.run.spec, options.tokenizer, tokenizer))
     configs: dict[str, DictConfig] = {}
     for stage, command in target.commands.items():
         holder: dict[str, DictConfig] = {}
@@ -151,7 +159,13 @@ def run_preflight(target: Plan, options: PreflightOptions) -> Report:
         results.append(check_reward_guard(config, stage, expected_reward_kwargs(target.commands[stage].overrides)))
     for stage, config in ppo.items():
         if target.uses_tools:
-            _guarded(results, "tools", stage, lambda config=config, stage=stage: _tools(config, stage))
+            built: list[Any] = []
+            if _guarded(results, "tools", stage, lambda config=config, stage=stage, built=built: _tools(config, stage, built)).status == "passed":
+                _guarded(results, "sandbox", stage, lambda stage=stage, built=built: check_sandbox(built, stage, wait_s=options.sandbox_wait_s))
+            else:
+                results.append(CheckResult("sandbox", stage, "skipped", f"needs tools[{stage}], which failed"))
+        else:
+            results.append(CheckResult("sandbox", stage, "skipped", TEXT_ONLY_SANDBOX))
         if tokenizer is None:
             results += [CheckResult(check, stage, "skipped", "needs the tokenizer, which did not load") for check in ("rl-data", "eval-data", "reward")]
             continue
@@ -165,7 +179,7 @@ def run_preflight(target: Plan, options: PreflightOptions) -> Report:
         _guarded(results, "reward", stage, lambda config=config, stage=stage, val=val: _reward(config, stage, val))
     for check in UNPORTED_CHECKS:
         results.append(CheckResult(check, "run", "skipped", NOT_PORTED))
-    order = {name: i for i, name in enumerate(("tokenizer", "config", "reward-guard", "tools", "rl-data", "eval-data", "reward", *UNPORTED_CHECKS))}
+    order = {name: i for i, name in enumerate(("tokenizer", "model", "config", "reward-guard", "tools", "sandbox", "rl-data", "eval-data", "reward", *UNPORTED_CHECKS))}
     results.sort(key=lambda r: order.get(r.check, len(order)))
     report = Report(
         run=target.run.metadata.name,

@@ -33,9 +33,10 @@ from retool.preflight.data import Prompt, check_eval_data, check_rl_data, first_
 from retool.preflight.plan import PPO_STAGES, Plan, PreflightOptions
 from retool.preflight.reward import AGENT_LOOP_COLUMNS, check_reward, forget_loaded_reward
 from retool.preflight.rollout import Limits, rollout_problems, shape_of
+from retool.preflight.sandbox_probe import TEXT_ONLY_SANDBOX, check_sandbox
 from retool.preflight.sft import check_sft, plain
 from retool.preflight.tokenizer_files import tokenizer_source_problem
-from retool.preflight.tools import check_sandbox, check_tools, tool_schemas
+from retool.preflight.tools import check_tools, tool_schemas
 from retool.preflight.trainer import RecordingRollout, build_trainer, one_per_source, step_rows, training_step
 from retool.preflight.verl_config import VALIDATION_DIR_KEY, compose_stage, compose_verl, preflight_overrides, stage_files
 from retool.recipe.metrics import results_by_source, samples_from_rows, validation_metrics
@@ -257,7 +258,6 @@ def data_checks(state: State, target: Plan, ppo: Mapping[str, DictConfig], token
 
 
 TEXT_ONLY_TOOLS = f"recipe text-only: the rollouts run verl's {TEXT_AGENT_NAME} with no tool, so the rendered config has no tool config to build"
-TEXT_ONLY_SANDBOX = "recipe text-only: no code interpreter, so the run has no sandbox to call"
 
 
 def tool_checks(state: State, target: Plan, ppo: Mapping[str, DictConfig], options: PreflightOptions, sft_dataset: Any) -> dict[str, list[Any]]:
