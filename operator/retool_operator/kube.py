@@ -29,6 +29,8 @@ import aiohttp
 from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from retool.retry_after import parse_retry_after
+
 log = logging.getLogger(__name__)
 
 USER_AGENT = "retool-operator"
@@ -119,18 +121,6 @@ def _status_message(text: str) -> str | None:
         return None
     message = body.get("message") if isinstance(body, dict) else None
     return str(message)[:1000] if message else None
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """``Retry-After`` in seconds: kube-apiserver sends delta-seconds (``"1"`` from its APF and
-    max-in-flight filters, k8s.io/apiserver/pkg/server/filters, v0.36); an HTTP date or garbage is None."""
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        return None
-    return seconds if seconds >= 0 else None
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from types import TracebackType
 import httpx
 from pydantic import ValidationError
 
+from retool.retry_after import parse_retry_after
 from retool.sandbox.api import RunCodeRequest, RunCodeResponse
 
 logger = logging.getLogger(__name__)
@@ -49,17 +50,6 @@ def backoff_delay(attempt: int, *, base_s: float, max_s: float, retry_after_s: f
     if retry_after_s is not None:
         delay = max(delay, retry_after_s * rng.uniform(1.0, 1.2))
     return delay
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """Retry-After in seconds (the delta-seconds form; HTTP dates are not used by sandboxes)."""
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        return None
-    return seconds if seconds >= 0 else None
 
 
 
