@@ -313,8 +313,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "a pod creation etcd or the API server failed to serve (a timeout) is shown as a refusal",
         "operator/retool_operator/below.py",
-        'return bool(message) and REFUSED.search(message or "") is not None',
-        "return bool(message)",
+        "return message is not None and REFUSED.search(message) is not None",
+        "return message is not None",
         ("tests/operator/test_refusals_below.py",),
     ),
     Mutation(

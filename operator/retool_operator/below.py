@@ -69,7 +69,16 @@ occurred``, a closed connection) is the control plane being unwell, which the co
 
 def refuses(message: str | None) -> bool:
     """Whether a controller's reported creation error is the API server refusing the object (``REFUSED``)."""
-    return bool(message) and REFUSED.search(message or "") is not None
+    return message is not None and REFUSED.search(message) is not None
+
+
+def _refused_replicas(conditions: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+    """The ``ReplicaFailure=True`` condition whose message is a refusal (``refuses``), if any: KubeRay's
+    RayCluster and the Deployment controller both report failed pod creations this way."""
+    for cond in conditions or []:
+        if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True" and refuses(cond.get("message")):
+            return cond
+    return None
 
 
 def short(text: str) -> str:
@@ -79,11 +88,8 @@ def short(text: str) -> str:
 
 def rayjob_replica_failure(obj: dict[str, Any] | None) -> str | None:
     """KubeRay's ReplicaFailure condition of the RayJob's cluster, as ``reason: message``; None when absent."""
-    cluster = ((obj or {}).get("status") or {}).get("rayClusterStatus") or {}
-    for cond in cluster.get("conditions") or []:
-        if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True" and refuses(cond.get("message")):
-            return ": ".join(x for x in (cond.get("reason"), cond.get("message")) if x)
-    return None
+    cond = _refused_replicas((((obj or {}).get("status") or {}).get("rayClusterStatus") or {}).get("conditions"))
+    return ": ".join(x for x in (cond.get("reason"), cond.get("message")) if x) if cond else None
 
 
 def replica_failure(deployment: dict[str, Any] | None) -> str | None:
@@ -93,10 +99,8 @@ def replica_failure(deployment: dict[str, Any] | None) -> str | None:
     Without it a refused sandbox pod shows only as missing ready replicas; the reason lives in the
     ReplicaSet's events, which nobody watching the run reads.
     """
-    for cond in ((deployment or {}).get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True" and refuses(cond.get("message")):
-            return " ".join(x for x in (cond.get("reason"), cond.get("message")) if x)
-    return None
+    cond = _refused_replicas(((deployment or {}).get("status") or {}).get("conditions"))
+    return " ".join(x for x in (cond.get("reason"), cond.get("message")) if x) if cond else None
 
 
 def job_without_pods(obj: dict[str, Any] | None) -> bool:
