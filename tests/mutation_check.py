@@ -324,6 +324,21 @@ MUTATIONS: tuple[Mutation, ...] = (
         "MISSING_CONFIRM_SECONDS = 0.0",
         ("tests/operator/test_integration_upstream.py::test_a_succeeded_rayjob_kuberay_deletes_right_after_complete_is_not_rerun",),
     ),
+    # Issue 34: the outcome of a RayJob KubeRay deletes after success survives an operator restart.
+    Mutation(
+        "stage RayJobs are created without the operator's outcome finalizer (a restart takes a deleted success for a deletion)",
+        "operator/retool_operator/builders/stages.py",
+        'meta = {**_child_meta(run, name, lbls, config=config, ray=True), "finalizers": [c.FINALIZER_OUTCOME]}',
+        "meta = _child_meta(run, name, lbls, config=config, ray=True)",
+        ("tests/operator/test_integration_upstream.py::test_a_rayjob_kuberay_deleted_after_success_while_the_operator_was_down_still_counts_as_succeeded",),
+    ),
+    Mutation(
+        "a held RayJob deleted while it runs is followed as running forever",
+        "operator/retool_operator/reconcile.py",
+        'if outcome.state == "missing" or (being_deleted(obj) and outcome.state in ("running", "suspended")):',
+        'if outcome.state == "missing":',
+        ("tests/operator/test_integration_upstream.py::test_a_running_rayjob_deleted_outside_the_operator_fails_its_attempt_and_is_let_go",),
+    ),
 )
 
 

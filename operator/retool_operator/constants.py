@@ -37,6 +37,12 @@ COMPONENT_STORAGE = "storage"
 # On a claim the operator created: what happens to it when the run is deleted (spec.storage.retain).
 ANNOTATION_RETAIN = "retool.dev/retain"
 
+# On every stage RayJob: the operator's hold on it until the run's status has recorded its outcome.
+# KubeRay with DELETE_RAYJOB_CR_AFTER_JOB_FINISHES deletes a finished RayJob itself; without the hold an
+# operator that is down at that moment finds the child gone and cannot tell success from a deletion
+# behind its back. Released as soon as the status has the outcome, or the run is gone (runner.py).
+FINALIZER_OUTCOME = "retool.dev/stage-outcome"
+
 # kopf keeps its progress and diff-base here (annotations), never in the structural status.
 KOPF_ANNOTATION_PREFIX = "kopf.retool.dev"
 

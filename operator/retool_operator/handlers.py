@@ -136,9 +136,11 @@ async def stage_child_event(meta: kopf.Meta, body: kopf.Body, namespace: str, me
     """A stage's Job or RayJob changed (or was deleted): re-reconcile its run (success, failure, suspension).
 
     A finished child's last state is remembered first: KubeRay may delete a finished RayJob before
-    the pass reads it (``DELETE_RAYJOB_CR_AFTER_JOB_FINISHES``)."""
+    the pass reads it (``DELETE_RAYJOB_CR_AFTER_JOB_FINISHES``); a child being deleted that the
+    operator's finalizer holds is let go here when its run no longer needs it (the run is gone)."""
     reconciler = _reconciler(memo)
     reconciler.note_child(namespace, dict(body))
+    await reconciler.settle_deleted_child(namespace, dict(body))
     await reconciler.trigger(namespace, meta["labels"][c.LABEL_RUN])
 
 

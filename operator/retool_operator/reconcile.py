@@ -114,6 +114,25 @@ def job_outcome(obj: dict[str, Any] | None) -> ChildOutcome:
     return ChildOutcome("running", "Job running")
 
 
+def being_deleted(obj: dict[str, Any] | None) -> bool:
+    """The API server has marked it for deletion (``deletionTimestamp``); finalizers may still hold it."""
+    return bool(((obj or {}).get("metadata") or {}).get("deletionTimestamp"))
+
+
+def holds_outcome(obj: dict[str, Any] | None) -> bool:
+    """A stage child still held by the operator's finalizer (``constants.FINALIZER_OUTCOME``)."""
+    return c.FINALIZER_OUTCOME in (((obj or {}).get("metadata") or {}).get("finalizers") or [])
+
+
+def outcome_recorded(status: RetoolRunStatus, child: dict[str, Any]) -> bool:
+    """Whether the run's status no longer needs ``child`` to learn an outcome: its stage has moved past it
+    (finished, retried on a new child, or never named it). Only then may the finalizer go."""
+    labels = (child.get("metadata") or {}).get("labels") or {}
+    name = (child.get("metadata") or {}).get("name")
+    entry = next((e for e in status.stages if e.name == labels.get(c.LABEL_STAGE)), None)
+    return entry is None or entry.job != name or entry.state not in ("Running", "Queued", "Suspended")
+
+
 def child_outcome(stage: str, obj: dict[str, Any] | None) -> ChildOutcome:
     return rayjob_outcome(obj) if stage in RAY_STAGES else job_outcome(obj)
 
@@ -424,11 +443,13 @@ def _follow_child(run: RetoolRun, entry: StageStatus, observed: Observed, now: d
     outcome = child_outcome(name, obj)
     if outcome.state == "missing" and child in observed.missing_unconfirmed:
         return Step(entry, requeue=MISSING_CONFIRM_SECONDS)
-    if outcome.state == "missing":
+    if outcome.state == "missing" or (being_deleted(obj) and outcome.state in ("running", "suspended")):
         # The status names a child only after the API server accepted it (a refused create
-        # leaves the stage as it was), so a missing one was deleted behind the operator's back.
+        # leaves the stage as it was), so a missing one was deleted behind the operator's back;
+        # one being deleted before it finished (held by FINALIZER_OUTCOME) is going the same way.
         kind = "RayJob" if name in RAY_STAGES else "Job"
-        updated, message, event, requeue = failed_attempt(run, entry, f"its {kind} {child} was deleted outside the operator", now)
+        how = "was deleted" if outcome.state == "missing" else "is being deleted"
+        updated, message, event, requeue = failed_attempt(run, entry, f"its {kind} {child} {how} outside the operator", now)
         return Step(updated, message, [event], requeue=requeue)
     if outcome.state == "succeeded":
         message = f"stage {name} succeeded"

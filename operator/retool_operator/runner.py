@@ -45,7 +45,18 @@ from retool_operator.kube import KINDS, ApiError, Kind, KubeClient
 from retool_operator.kuberay_crd import RAYJOB_CRD, KubeRayCRD, kuberay_problems, read_crd
 from retool_operator.queueing import ANNOTATION_SUSPENDED, SUSPENDED_BY, child_queue
 from retool_operator.readyz import IsolationReader
-from retool_operator.reconcile import MISSING_CONFIRM_SECONDS, Decision, Event, Observed, child_outcome, decide, stalls_below
+from retool_operator.reconcile import (
+    MISSING_CONFIRM_SECONDS,
+    Decision,
+    Event,
+    Observed,
+    being_deleted,
+    child_outcome,
+    decide,
+    holds_outcome,
+    outcome_recorded,
+    stalls_below,
+)
 from retool_operator.sandbox_gate import SandboxGate, sandbox_gate
 from retool_operator.status import dump, invalid_spec_status, load, phase_of, set_condition, with_refusals, with_spec_warnings
 from retool_operator.tracking import ensure_parent_run, eval_results, reward_suspect, same_tracker, tracking_target
@@ -408,9 +419,43 @@ class Reconciler:
         if await self._write_status(body, old_status, decision.status):
             for event in decision.events:
                 self.post_event(body, event)
+        for obj in observed.children.values():
+            if being_deleted(obj) and holds_outcome(obj) and outcome_recorded(decision.status, obj):
+                await self._release(namespace, obj)  # the status written above holds its outcome now
         if decision.requeue_after is not None:
             self._requeue((namespace, name), decision.requeue_after)
         return decision
+
+    async def settle_deleted_child(self, namespace: str, child: dict[str, Any]) -> None:
+        """A stage child being deleted while the operator's finalizer holds it: let it go once its run no
+        longer needs it (the run is gone or going, or its status has moved past the child).
+
+        Otherwise the pass its watch event triggers reads the outcome, records it and releases it. This is
+        also how children held across an operator restart, or of a run deleted while the operator was
+        down, are released: kopf hands every existing child to the event handler when it starts."""
+        if not (being_deleted(child) and holds_outcome(child)):
+            return
+        run_name = ((child.get("metadata") or {}).get("labels") or {}).get(c.LABEL_RUN)
+        run = await self.client.get(RUNS, namespace, run_name) if run_name else None
+        if run is None or being_deleted(run) or outcome_recorded(load(run.get("status") or {}), child):
+            await self._release(namespace, child)
+
+    async def _release(self, namespace: str, child: dict[str, Any]) -> None:
+        """Remove FINALIZER_OUTCOME alone. The merge patch carries the resourceVersion it was read at, so it
+        cannot put back a finalizer another controller removed meanwhile (KubeRay's own): on a conflict the
+        newer version's watch event brings the child back here."""
+        meta = child.get("metadata") or {}
+        stage = (meta.get("labels") or {}).get(c.LABEL_STAGE) or ""
+        patch: dict[str, Any] = {"finalizers": [f for f in meta.get("finalizers") or [] if f != c.FINALIZER_OUTCOME]}
+        if meta.get("resourceVersion"):
+            patch["resourceVersion"] = meta["resourceVersion"]
+        try:
+            await self.client.patch(stage_kind(stage), namespace, meta["name"], {"metadata": patch})
+        except ApiError as err:
+            if err.status not in (404, 409):
+                raise
+            return
+        log.info("%s/%s: released %s %s (its outcome is recorded)", namespace, (meta.get("labels") or {}).get(c.LABEL_RUN), stage_kind(stage).plural, meta["name"])
 
     async def _ensure(self, obj: dict[str, Any], refusals: list[str]) -> None:
         """Create-or-patch, a refusal recorded instead of raised (the pass goes on with the rest)."""

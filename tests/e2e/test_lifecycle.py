@@ -86,6 +86,23 @@ def test_deleting_a_run_mid_stage_removes_it_and_the_garbage_collector_removes_i
     assert kube.get("pvc", "retool-data", namespace) is not None, "the claim the run named is not the run's to delete"
 
 
+def test_a_run_deleted_during_a_ray_stage_takes_its_held_rayjob_and_ray_cluster_with_it(kube: Cluster, namespace: str) -> None:
+    """A stage's RayJob carries the operator's outcome finalizer; deleting the run must not leave it (and its
+    Ray cluster's accelerators) Terminating: the garbage collector deletes it, the operator sees its run gone
+    and lets it go, also in foreground deletion, where the run itself waits for it."""
+    assert kube.apply(run_manifest("doomed-ray", namespace)).returncode == 0
+    for stage in ("prepare", "preflight"):
+        kube.wait_stage("doomed-ray", namespace, stage, "Running")
+        kube.finish_pods(f"doomed-ray-{stage}-1", namespace, 0)
+    sft = kube.wait_stage("doomed-ray", namespace, "sft", "Running", "Initializing", "Queued", timeout=60)
+    cluster = eventually("the sft RayJob's cluster", lambda: (kube.get("rayjob", sft["job"], namespace) or {}).get("status", {}).get("rayClusterName"))
+    assert "retool.dev/stage-outcome" in kube.get("rayjob", sft["job"], namespace)["metadata"]["finalizers"]
+    kube.kubectl("delete", "retoolrun", "doomed-ray", "-n", namespace, "--cascade=foreground", "--wait=true", "--timeout=60s")
+    assert kube.get("retoolrun", "doomed-ray", namespace) is None
+    eventually("the RayJob and its RayCluster gone",
+               lambda: kube.get("rayjob", sft["job"], namespace) is None and kube.get("raycluster", cluster, namespace) is None, timeout=60)
+
+
 def test_the_operator_restarted_mid_stage_continues_from_the_cluster(kube: Cluster, namespace: str) -> None:
     assert kube.apply(run_manifest("restart", namespace)).returncode == 0
     kube.wait_stage("restart", namespace, "prepare", "Running")

@@ -126,3 +126,33 @@ def test_a_ray_job_that_fails_in_ray_fails_the_rayjob_and_the_stage_retries_on_a
                          timeout=90, show=lambda: kube.stage("ray-bad", namespace, "sft"))
     assert retried["job"] == "ray-bad-sft-2"
     assert eventually("the second attempt's RayJob", lambda: kube.get("rayjob", "ray-bad-sft-2", namespace))
+
+
+def test_a_rayjob_deleted_after_success_while_the_operator_is_down_still_counts_as_succeeded(
+    kube: Cluster, namespace: str, ray_dashboard: RayHead
+) -> None:
+    """KubeRay with ``DELETE_RAYJOB_CR_AFTER_JOB_FINISHES=true`` deletes a finished RayJob itself
+    (``handleShutdownAfterJobFinishes``, rayjob_controller.go v1.6.1: a plain ``Delete``); the test sends the
+    same DELETE while the operator is down. The operator's finalizer keeps the RayJob, Complete and
+    Terminating, until the restarted operator, which remembers nothing, has recorded the success; then the
+    API server removes it. Without the finalizer the restart found it gone and reran the stage."""
+    rayjob = _rayjob_at_sft(kube, "ray-held", namespace)
+    name = rayjob["metadata"]["name"]
+    assert "retool.dev/stage-outcome" in rayjob["metadata"].get("finalizers", []), rayjob["metadata"]
+    kube.operator.stop()
+    try:
+        assert _play_submitter(kube, ray_dashboard, rayjob, "print('sft done')") == "SUCCEEDED"
+        kube.finish_pods(name, namespace, 0)
+        eventually("KubeRay marking the RayJob Complete", lambda: _deployment_status(kube, name, namespace) == "Complete", timeout=90)
+        kube.kubectl("delete", "rayjob", name, "-n", namespace, "--wait=false")
+        held = eventually("the RayJob Terminating", lambda: (r := kube.get("rayjob", name, namespace)) and r["metadata"].get("deletionTimestamp") and r)
+        assert held["status"]["jobDeploymentStatus"] == "Complete"
+        assert kube.stage("ray-held", namespace, "sft")["state"] == "Running", "nobody observed it yet"
+    finally:
+        kube.operator.start()
+    sft = kube.wait_stage("ray-held", namespace, "sft", "Succeeded", timeout=60)
+    assert sft["attempt"] == 1, sft
+    eventually("the RayJob released and removed", lambda: kube.get("rayjob", name, namespace) is None, timeout=60)
+    merge = kube.wait_stage("ray-held", namespace, "merge", "Running", timeout=60)
+    assert merge["job"] == "ray-held-merge-1"
+    assert kube.get("rayjob", "ray-held-sft-2", namespace) is None

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from retool_operator import below
+from retool_operator import constants as c
 from retool_operator.kube import KINDS
 
 from tests.operator.emulator import JOBS, RAYJOBS, RUNS, TEST_AGENT, eventually, running_operator
@@ -189,6 +190,58 @@ async def test_a_succeeded_rayjob_kuberay_deletes_right_after_complete_is_not_re
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def _gone(cluster: Cluster, name: str) -> bool:
+    return await cluster.api.get(RAYJOBS, NS, name) is None
+
+
+async def test_a_rayjob_kuberay_deleted_after_success_while_the_operator_was_down_still_counts_as_succeeded(cluster: Cluster) -> None:
+    """The operator's finalizer (``retool.dev/stage-outcome``) holds a stage's RayJob until the run's status
+    has its outcome: KubeRay deleting it (DELETE_RAYJOB_CR_AFTER_JOB_FINISHES) while the operator is down
+    leaves it Terminating with its Complete status, and the restarted operator, which remembers nothing,
+    records success from it and then lets it go. Without the finalizer the restart found it gone and
+    reran the stage as "deleted outside the operator"."""
+    async with running_operator(cluster.config):
+        kuberay = await _to_sft(cluster, "down")
+        created = await cluster.api.get(RAYJOBS, NS, "down-sft-1")
+        assert created is not None and created["metadata"].get("finalizers") == [c.FINALIZER_OUTCOME]
+    await kuberay.end("down-sft-1", "Complete", "SUCCEEDED")
+    await kuberay.delete_finished("down-sft-1")
+    held = await cluster.api.get(RAYJOBS, NS, "down-sft-1")
+    assert held is not None and held["metadata"].get("deletionTimestamp"), "held by the finalizer while the operator is down"
+    async with running_operator(cluster.config):
+        await cluster.child(JOBS, "down-merge-1")
+        sft = stage_of(await cluster.status("down"), "sft")
+        assert (sft["state"], sft["attempt"]) == ("Succeeded", 1), sft
+        await eventually(lambda: _gone(cluster, "down-sft-1"), what="the finalizer released once success was recorded")
+    assert await cluster.api.get(RAYJOBS, NS, "down-sft-2") is None
+
+
+async def test_a_running_rayjob_deleted_outside_the_operator_fails_its_attempt_and_is_let_go(cluster: Cluster) -> None:
+    """Held by the finalizer, a RayJob deleted while it runs would look alive forever: being deleted before it
+    finished counts as deleted outside the operator (a failed attempt), and the finalizer goes once the
+    status has moved on."""
+    async with running_operator(cluster.config):
+        await _to_sft(cluster, "cut", failurePolicy={"maxRetries": 0})
+        await cluster.api._request("DELETE", RAYJOBS.path(NS, "cut-sft-1"))
+        status = await cluster.phase_is("cut", "Failed")
+        sft = stage_of(status, "sft")
+        assert (sft["state"], sft["attempt"]) == ("Failed", 1), sft
+        assert "its RayJob cut-sft-1 is being deleted outside the operator" in (sft.get("message") or ""), sft
+        await eventually(lambda: _gone(cluster, "cut-sft-1"), what="the deleted attempt let go")
+
+
+async def test_the_rayjobs_of_a_deleted_run_are_let_go_even_when_it_was_deleted_while_the_operator_was_down(cluster: Cluster) -> None:
+    """The garbage collector deletes a deleted run's RayJobs; the finalizer must not keep them (and their Ray
+    clusters) once the run is gone, including when the operator was down at the time: kopf hands every
+    existing RayJob to the event handler when the operator starts."""
+    async with running_operator(cluster.config):
+        await _to_sft(cluster, "bye")
+    await cluster.api._request("DELETE", RUNS.path(NS, "bye"))
+    await cluster.api._request("DELETE", RAYJOBS.path(NS, "bye-sft-1"))  # the garbage collector, for the emulator
+    async with running_operator(cluster.config):
+        await eventually(lambda: _gone(cluster, "bye-sft-1"), what="the deleted run's RayJob let go")
 
 
 async def test_a_workload_kueue_deactivates_fails_the_stage_instead_of_queueing_forever(cluster: Cluster) -> None:

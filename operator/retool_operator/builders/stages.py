@@ -304,7 +304,9 @@ def build_stage_rayjob(run: RetoolRun, stage: str, attempt: int, *, config: Oper
         spec["suspend"] = True  # Kueue unsuspends it on admission (shutdownAfterJobFinishes is required for that)
     if run.spec.failure_policy.stage_deadline_seconds:
         spec["activeDeadlineSeconds"] = run.spec.failure_policy.stage_deadline_seconds
-    return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": _child_meta(run, name, lbls, config=config, ray=True), "spec": spec}
+    # Held until the run's status records the outcome (constants.FINALIZER_OUTCOME): KubeRay may delete it once finished.
+    meta = {**_child_meta(run, name, lbls, config=config, ray=True), "finalizers": [c.FINALIZER_OUTCOME]}
+    return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": meta, "spec": spec}
 
 
 def build_stage_child(run: RetoolRun, stage: str, attempt: int, *, config: OperatorConfig, tracking: Tracking) -> dict[str, Any]:
