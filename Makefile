@@ -77,7 +77,7 @@ e2e-test: e2e-build helm ## only the end-to-end scenarios (tests/e2e)
 
 # Not part of `make test`: each mutation copies the working tree and runs the tests that should
 # catch it, with and without the bug (a few minutes). Figures of the last run: docs/development.md.
-mutation-check: install ## one-line bugs in a copy of the tree: does the suite catch each? (tests/mutation_check.py)
+mutation-check: install install-verl09 ## one-line bugs in a copy of the tree: does the suite catch each? (tests/mutation_check.py)
 	$(PY) tests/mutation_check.py
 
 lint: install ## ruff

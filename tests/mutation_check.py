@@ -42,6 +42,8 @@ class Mutation:
     """What replaces it (the original's indentation is kept)."""
     tests: tuple[str, ...]
     """Test files or node ids that must catch it; only these run."""
+    venv: str = ""
+    """The virtualenv of the checkout that runs them, when not ``--python``'s: ``.venv-verl09`` for the 0.9 line's tests."""
 
 
 MUTATIONS: tuple[Mutation, ...] = (
@@ -324,6 +326,15 @@ MUTATIONS: tuple[Mutation, ...] = (
         "MISSING_CONFIRM_SECONDS = 0.0",
         ("tests/operator/test_integration_upstream.py::test_a_succeeded_rayjob_kuberay_deletes_right_after_complete_is_not_rerun",),
     ),
+    # Issue 32: the turn-format invariant on the 0.9 line.
+    Mutation(
+        "the 0.9 sft stage uses verl 0.9.1's own SFT dataset (each message tokenized alone: Qwen3's reasoning dropped)",
+        "retool/recipe/render/v0_9.py",
+        '"data.custom_cls.path": v0_9.SFT_DATASET_CLASS_PATH,',
+        '"data.custom_cls.path": None,',
+        ("tests/verl09/test_token_parity.py",),
+        venv=".venv-verl09",
+    ),
     # Issue 34: the outcome of a RayJob KubeRay deletes after success survives an operator restart.
     Mutation(
         "stage RayJobs are created without the operator's outcome finalizer (a restart takes a deleted success for a deletion)",
@@ -410,16 +421,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{m.file}: {m.name}")
         return 0 if chosen else 2
 
-    baselines: dict[tuple[str, ...], Outcome] = {}
+    baselines: dict[tuple[str, tuple[str, ...]], Outcome] = {}
     results: list[tuple[Mutation, str, Outcome | None]] = []
     started = time.monotonic()
     for m in chosen:
         with tempfile.TemporaryDirectory(prefix="retool-mutation-") as tmp:
             root = Path(tmp) / "repo"
             copy_tree(args.repo.resolve(), root)
-            if m.tests not in baselines:
-                baselines[m.tests] = run_tests(root, args.python, m.tests, args.timeout)
-            base = baselines[m.tests]
+            python = str(args.repo.resolve() / m.venv / "bin" / "python") if m.venv else args.python
+            if (python, m.tests) not in baselines:
+                baselines[(python, m.tests)] = run_tests(root, python, m.tests, args.timeout)
+            base = baselines[(python, m.tests)]
             if not base.passed:
                 verdict, outcome = "baseline FAILS", base
             else:
@@ -428,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
                 except ValueError as err:
                     verdict, outcome = "STALE", Outcome(False, 0.0, str(err))
                 else:
-                    outcome = run_tests(root, args.python, m.tests, args.timeout)
+                    outcome = run_tests(root, python, m.tests, args.timeout)
                     verdict = "NOT caught" if outcome.passed else "caught"
         results.append((m, verdict, outcome))
         print(f"{verdict:<14} {outcome.seconds:6.1f} s  {m.name}  [{m.file}]", flush=True)

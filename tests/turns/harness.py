@@ -9,8 +9,6 @@ JSON on its own lines) followed by its end-of-turn token ``<|im_end|>``, where a
 from __future__ import annotations
 
 import asyncio
-import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,32 +19,9 @@ from omegaconf import OmegaConf
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, _DummyConfig
 from verl.workers.rollout.replica import TokenOutput
 
-from retool.data.schema import TOOL_NAME
-from retool.evaluate.chat import AssistantTurn, ToolCall
 from retool.recipe.tool.config import render_tool_config
 from retool.recipe.verl_plugins.agent_loop import RetoolToolAgentLoop
-
-
-@dataclass(frozen=True)
-class Turn:
-    """One assistant turn: what the model writes before its call (or its whole answer), and the call's code."""
-
-    text: str
-    code: str | None = None
-
-    def generated(self) -> str:
-        """The turn's text as the model generates it, in the template's layout."""
-        if self.code is None:
-            return self.text
-        call = "<tool_call>\n" + json.dumps({"name": TOOL_NAME, "arguments": {"code": self.code}}) + "\n</tool_call>"
-        return f"{self.text}\n{call}" if self.text else call
-
-    def message(self) -> dict[str, Any]:
-        """The same turn as a chat message (the SFT data's layout: arguments an object)."""
-        message: dict[str, Any] = {"role": "assistant", "content": self.text, "tool_calls": None}
-        if self.code is not None:
-            message["tool_calls"] = [{"type": "function", "function": {"name": TOOL_NAME, "arguments": {"code": self.code}}}]
-        return message
+from tests.turns.scenarios import Turn
 
 
 @dataclass
@@ -117,40 +92,3 @@ def run_agent_loop(tokenizer: Any, config: Any, model: ScriptedModel, prompt: Se
             RetoolToolAgentLoop._class_initialized = False
 
     return asyncio.run(go())
-
-
-CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-
-
-def hermes_split(text: str, turn_index: int) -> AssistantTurn:
-    """A generated turn as vLLM's OpenAI server returns it with ``--tool-call-parser hermes``
-    (vllm/entrypoints/openai/tool_parsers/hermes_tool_parser.py, ``extract_tool_calls``): the content is
-    the text before the first ``<tool_call>``, each call's arguments re-serialised with ``json.dumps``."""
-    calls = [json.loads(m) for m in CALL.findall(text)]
-    if not calls:
-        return AssistantTurn(content=text, tool_calls=(), finish_reason="stop")
-    content = text[: text.find("<tool_call>")]
-    tool_calls = tuple(ToolCall(id=f"call_{turn_index}_{i}", name=c["name"], arguments=json.dumps(c["arguments"], ensure_ascii=False)) for i, c in enumerate(calls))
-    return AssistantTurn(content=content, tool_calls=tool_calls, finish_reason="tool_calls")
-
-
-@dataclass
-class ScriptedChat:
-    """The evaluation's chat endpoint played by the same scripted model; keeps every request's messages."""
-
-    turns: Sequence[Turn]
-    requests: list[list[dict[str, Any]]] = field(default_factory=list)
-
-    async def complete(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], turn_index: int = 0, sample_index: int = 0) -> AssistantTurn:
-        self.requests.append(json.loads(json.dumps(list(messages))))
-        return hermes_split(self.turns[turn_index].generated(), turn_index)
-
-
-def as_vllm_renders(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Messages as vLLM hands them to the chat template: tool-call arguments parsed from their JSON
-    string into an object (vllm/entrypoints/chat_utils.py, ``_postprocess_messages``)."""
-    rendered = json.loads(json.dumps(list(messages)))
-    for message in rendered:
-        for call in message.get("tool_calls") or ():
-            call["function"]["arguments"] = json.loads(call["function"]["arguments"])
-    return rendered

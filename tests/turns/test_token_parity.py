@@ -25,64 +25,22 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from retool.data.schema import SFT_SCHEMA, code_interpreter_tool, rl_row
+from retool.data.schema import SFT_SCHEMA, code_interpreter_tool
 from retool.evaluate.loop import run_conversation
 from retool.evaluate.tools import sandbox_tool, training_tool_schema
 from retool.recipe.dynamics import code_lines
 from retool.recipe.turns import missing_turn_end, token_mismatch, turn_end_ids
 from tests.preflight.conftest import sandbox  # noqa: F401  (session fixture)
-from tests.turns.harness import ScriptedChat, ScriptedModel, Turn, as_vllm_renders, loop_config, run_agent_loop, write_tool_config
+from tests.turns.harness import ScriptedModel, loop_config, run_agent_loop, write_tool_config
+from tests.turns.scenarios import PROMPT, SCENARIOS, ScriptedChat, as_vllm_renders, conversation, rendered, thinking
 
 pytestmark = pytest.mark.slow
-
-LONG_THOUGHT = "<think>\n" + " ".join(f"Step {i}: the sum of the first {i} odd numbers is {i * i}." for i in range(1, 40)) + "\n</think>\n\n"
-FINAL = "<think>\nThe interpreter's output settles it.\n</think>\n\n"
-
-SCENARIOS = {
-    "a call at token 0": [Turn("", "print(6 * 7)"), Turn(FINAL + "So the product is \\boxed{42}.")],
-    "a call after a long thought": [Turn(LONG_THOUGHT + "Let me check it with code.", "x = 2 ** 10\nprint(x)"), Turn(FINAL + "It is \\boxed{1024}.")],
-    "several calls, one failing": [
-        Turn("First the sum.", "print(sum(range(10)))"),
-        Turn("Now a division.", "print(1 / 0)"),
-        Turn("That failed; count instead.", "for i in range(3):\n    print(i)"),
-        Turn(FINAL + "The answer is \\boxed{45}."),
-    ],
-}
-
-
-def thinking(turns: list[Turn]) -> list[Turn]:
-    """The turns as Qwen3 writes them in thinking mode: every turn opens with a non-empty ``<think>`` block.
-
-    (Qwen3's template keeps an assistant turn's reasoning in the history only when it is not empty,
-    while verl's SFT dataset renders each turn as the conversation's last, where the template writes
-    an empty block: with empty reasoning the two differ by design of the template; see docs/recipe.md.)
-    """
-    return [t if t.text.startswith("<think>") else Turn(f"<think>\nTurn {i}: what next?\n</think>\n\n{t.text or 'Computing.'}", t.code) for i, t in enumerate(turns)]
-
-
-PROMPT = rl_row(data_source="parity", question="What is the answer?", ground_truth="42", index=0, split="train", source_id=None)["prompt"]
-
 
 @pytest.fixture(params=["qwen25", "qwen3"])
 def tokenizer(request: pytest.FixtureRequest) -> Any:
     from verl.utils import hf_tokenizer
 
     return hf_tokenizer(request.getfixturevalue("qwen25_tokenizer" if request.param == "qwen25" else "qwen_tokenizer"))
-
-
-def conversation(turns: list[Turn], tool_messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The prompt and the turns as chat messages, each call answered by the tool message verl built for it."""
-    assert len(tool_messages) == len(turns) - 1, "every call but the last turn's answer got a tool message"
-    messages = [{**m, "tool_calls": None} for m in PROMPT]
-    for turn, tool in zip(turns, [*tool_messages, None], strict=True):
-        messages.append(turn.message())
-        if tool is not None:
-            messages.append({"role": "tool", "content": tool["content"], "tool_calls": None})
-    return messages
-
-
-def rendered(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]], **kwargs: Any) -> list[int]:
-    return list(tokenizer.apply_chat_template(messages, tools=tools, tokenize=True, **kwargs))
 
 
 def sft_ids(tokenizer: Any, messages: list[dict[str, Any]], path: Path) -> list[int]:

@@ -42,7 +42,11 @@ SFT_KEYS: dict[str, str | None] = {
 }
 """0.6.1 ``fsdp_sft_trainer`` key -> verl 0.9.1 ``sft_trainer_engine`` key (None: gone, multi-turn is the only mode)."""
 
-SFT_ADDED: dict[str, Any] = {"data.use_dynamic_bsz": False}
+SFT_ADDED: dict[str, Any] = {
+    "data.use_dynamic_bsz": False,
+    "data.custom_cls.path": v0_9.SFT_DATASET_CLASS_PATH,
+    "data.custom_cls.name": v0_9.SFT_DATASET_CLASS_NAME,
+}
 
 PPO_KEYS: dict[str, str | None] = {
     "custom_reward_function.path": "reward.custom_reward_function.path",

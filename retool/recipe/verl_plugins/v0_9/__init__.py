@@ -10,6 +10,8 @@ imported unchanged. What changed, read from verl 0.9.1's source (PyPI ``verl==0.
 - ``RayPPOTrainer.reward_fn``/``val_reward_fn`` and ``compute_reward`` are gone: the reward loop
   scores every sample during the rollout and the trainer reads the scores back with
   ``verl.trainer.ppo.reward.extract_reward``: :mod:`.trainer` watches there.
+- ``MultiTurnSFTDataset`` tokenizes every message alone and checks the concatenation against the whole
+  conversation: :mod:`.sft_dataset` tokenizes each in its conversation, as 0.6.1 did.
 - ``verl.trainer.main_ppo`` runs the V1 (TransferQueue) trainer unless ``trainer.use_v1=false``; the
   legacy task runner moved to ``verl.trainer.main_ppo_v0``: :mod:`.main_ppo` (why not V1:
   docs/verl-lines.md).
@@ -32,6 +34,12 @@ PPO_MAIN_MODULE = f"{_PACKAGE}.main_ppo"
 
 AGENT_LOOP_CONFIG = str(_DIR / "agent_loops.yaml")
 """``actor_rollout_ref.rollout.agent.agent_loop_config_path`` on this line: :mod:`.agent_loop` as ``tool_agent``."""
+
+SFT_DATASET_MODULE = f"{_PACKAGE}.sft_dataset"
+SFT_DATASET_CLASS_PATH = f"pkg://{SFT_DATASET_MODULE}"
+SFT_DATASET_CLASS_NAME = "RetoolSFTDataset"
+"""The sft stage's ``data.custom_cls`` on this line: verl 0.9.1's SFT dataset with each message tokenized in
+its conversation (0.9.1 tokenizes it alone, which drops Qwen3's reasoning): :mod:`.sft_dataset`."""
 
 SFT_MODULE = "verl.trainer.sft_trainer"
 """verl 0.9.1's SFT trainer (``fsdp_sft_trainer`` was removed), Hydra config ``sft_trainer_engine``."""
