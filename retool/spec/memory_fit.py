@@ -128,6 +128,25 @@ def _layer_activation(tokens: int, shape: Shape) -> float:
     return tokens * (6 * shape.hidden_size + 4 * shape.intermediate_size) * 2
 
 
+def update_activation_terms(tokens: int, shape: Shape) -> tuple[Term, ...]:
+    """The actor update's activations for ``tokens`` tokens on one device (bench/gpu_training_memory.py measures them)."""
+    layer = f"(6 x {shape.hidden_size} + 4 x {shape.intermediate_size}) x 2 B"
+    return (
+        Term("checkpointed layer inputs", f"{shape.layers} layers x {tokens} tokens x {shape.hidden_size} x 2 B", _gib(shape.layers * tokens * shape.hidden_size * 2)),
+        Term("one recomputed layer with its gradients", f"{tokens} tokens x {layer} x 2", _gib(2 * _layer_activation(tokens, shape))),
+        Term("logits", f"{tokens} tokens x {shape.vocab_size} x {LOGIT_BYTES} B", _gib(tokens * shape.vocab_size * LOGIT_BYTES)),
+    )
+
+
+def log_prob_activation_terms(tokens: int, shape: Shape, logit_bytes: int) -> tuple[Term, ...]:
+    """The log-prob forward's activations for ``tokens`` tokens on one device (no gradient)."""
+    layer = f"(6 x {shape.hidden_size} + 4 x {shape.intermediate_size}) x 2 B"
+    return (
+        Term("one layer's activations", f"{tokens} tokens x {layer}", _gib(_layer_activation(tokens, shape))),
+        Term("logits", f"{tokens} tokens x {shape.vocab_size} x {logit_bytes} B", _gib(tokens * shape.vocab_size * logit_bytes)),
+    )
+
+
 def memory_plan(spec: RetoolRunSpec, shape: Shape, device_gib: float) -> MemoryPlan:
     """The three phases of an rl stage on one device of ``device_gib`` (see the module docstring)."""
     from retool.recipe.render.profiles import engine_profile  # pure; imported late: the renderer imports the spec
@@ -162,20 +181,13 @@ def memory_plan(spec: RetoolRunSpec, shape: Shape, device_gib: float) -> MemoryP
     if ref_resident:
         rollout_terms.append(ref)
 
-    checkpoints = Term(
-        "checkpointed layer inputs", f"{shape.layers} layers x {train_tokens} tokens x {shape.hidden_size} x 2 B", _gib(shape.layers * train_tokens * shape.hidden_size * 2)
-    )
-    layer = f"(6 x {shape.hidden_size} + 4 x {shape.intermediate_size}) x 2 B"
-    recompute = Term("one recomputed layer with its gradients", f"{train_tokens} tokens x {layer} x 2", _gib(2 * _layer_activation(train_tokens, shape)))
-    logits = Term("logits", f"{train_tokens} tokens x {shape.vocab_size} x {LOGIT_BYTES} B", _gib(train_tokens * shape.vocab_size * LOGIT_BYTES))
-    update_terms = [actor, *([ref] if ref_resident else []), checkpoints, recompute, logits, overhead, graphs]
+    update_terms = [actor, *([ref] if ref_resident else []), *update_activation_terms(train_tokens, shape), overhead, graphs]
 
     params = Term("actor fp32 params", f"{ACTOR_PARAM_BYTES} B x {b} / {devices} devices", _gib(ACTOR_PARAM_BYTES * p / devices)) if rl.offload else actor
     log_prob_terms = [
         params,
         *([ref] if kl else []),
-        Term("one layer's activations", f"{log_prob_tokens} tokens x {layer}", _gib(_layer_activation(log_prob_tokens, shape))),
-        Term("logits", f"{log_prob_tokens} tokens x {shape.vocab_size} x {logit_bytes} B", _gib(log_prob_tokens * shape.vocab_size * logit_bytes)),
+        *log_prob_activation_terms(log_prob_tokens, shape, logit_bytes),
         overhead,
         graphs,
     ]
