@@ -356,7 +356,7 @@ def compare(path: Path) -> str:
         statics.append((case, case["static_bytes"], mf.ACTOR_BYTES_PER_PARAM * case["parameters"], step))
         for t, row in case["phases"].items():
             tokens = int(t)
-            update_est = sum(term.gib for term in mf.update_activation_terms(tokens, shape))
+            update_est = sum(term.gib for term in mf.update_activation_terms(tokens, shape, case["parameters"]))
             log_prob_est = sum(term.gib for term in mf.log_prob_activation_terms(tokens, shape, mf.LOGIT_BYTES_FORWARD))
             cells = []
             for phase, est in (("update", update_est), ("log_prob", None), ("log_prob_entropy", log_prob_est)):
