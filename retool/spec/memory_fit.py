@@ -23,17 +23,31 @@ Actor update (verl ``update_actor`` loads parameters and optimizer back whatever
   - the reference model when KL is on and not offloaded (2 bytes x P / N);
   - activations of one micro-batch with gradient checkpointing (``ppo_max_token_len_per_gpu`` tokens
     T per device; Ulysses splits the packed sequence over the sequence-parallel ranks): the layer
-    inputs kept at each checkpoint (layers x T x hidden x 2 bytes), one layer recomputed in the
-    backward pass with its gradients (T x (6 x hidden + 4 x intermediate) x 2 bytes x 2), and the
-    logits (T x vocabulary x 6 bytes: bf16 logits, their log-softmax and its gradient);
+    inputs kept at each checkpoint (layers x T x hidden x 2 bytes), and the largest of what comes on
+    top of them at different moments: the logits' peak (T x (vocabulary x 8 + hidden x 8) bytes: bf16
+    logits, the per-row log-softmax kept for the backward pass, their gradients, the final hidden
+    states and theirs), one layer recomputed in the backward pass with its gradients
+    (T x (6 x hidden + 4 x intermediate) x 2 bytes x 2), FSDP's root (lm_head) and the embedding
+    gathered in bf16 with their gradients (12 bytes x vocabulary x hidden, unsharded whatever N) and
+    AdamW's step (4 bytes x P / N: torch's foreach AdamW keeps a temporary of the second moment);
   - ``TRAINER_OVERHEAD_GIB`` outside PyTorch's tensors (CUDA context, NCCL), and vLLM's CUDA graphs,
     which sleeping does not free.
 Log-probabilities (old policy and reference, forward only, ``log_prob_max_token_len_per_gpu``
 tokens T' per device): the actor's fp32 parameters (all 16 bytes x P / N when not offloaded), the
-reference model's bf16 parameters when KL is on, one layer's activations
-(T' x (6 x hidden + 4 x intermediate) x 2 bytes), the logits (T' x vocabulary x 4 bytes: bf16
-logits and one bf16 temporary; x 2 with entropy chunking, which the Ascend profile turns on), and
-the same overhead.
+reference model's bf16 parameters when KL is on, the largest of the logits with verl's entropy
+(T' x vocabulary x 6 bytes: the old policy's pass computes it: bf16 logits, the softmax and its
+product with the logits), one layer's activations (T' x (6 x hidden + 4 x intermediate) x 2 bytes)
+and lm_head with the gathered embedding (6 bytes x vocabulary x hidden); with entropy chunking (the
+Ascend profile, not measured) one layer plus T' x vocabulary x 2 bytes; and the same overhead.
+
+The per-token and per-parameter bytes were measured on one NVIDIA H100 80GB HBM3 with verl's way of
+running the actor (bench/gpu_training_memory.py; bench/RESULTS.md, "Training memory on a real GPU
+(issue 29)"; the data in bench/data/gpu_training_memory_h100.json, which a test holds these terms
+to). The earlier paper values summed the recomputed layer with the logits and took 6 and 4 bytes
+for the logits: the update 10-17 % low for 0.5B-1.5B and 17 % high for 32B at long T, the log-prob
+pass 2-28 % low (0.5B worst), and both blind to the root's and the optimizer step's peaks, which
+decide short micro-batches (2-4k tokens: 17-78 % low). One device cannot show FSDP over N ranks
+(the root term is taken unsharded, the step's temporary sharded), NCCL's buffers or vLLM.
 
 These are estimates (a few GiB either way): a refusal means the phase is over the device by more
 than that. docs/recipe.md ("Training memory: what fits where") has the table of models and devices
@@ -54,12 +68,27 @@ REF_BYTES_PER_PARAM = 2
 VLLM_NON_TORCH_GIB = 0.5
 VLLM_CUDA_GRAPH_GIB = 1.0
 TRAINER_OVERHEAD_GIB = 1.5
-LOGIT_BYTES = 6
-"""Actor update: bf16 logits, their log-softmax and its gradient."""
-LOGIT_BYTES_FORWARD = 4
-"""Log-probabilities (no gradient): bf16 logits and one bf16 temporary of the log-prob or entropy."""
+LOGIT_BYTES = 8
+"""Actor update, per token and vocabulary entry: the bf16 logits, the per-row log-softmax kept for the
+backward pass, and their gradients (bench/gpu_training_memory.py on one H100: 8.05-8.27 B; was 6)."""
+LOGIT_HIDDEN_BYTES = 8
+"""Actor update, per token and hidden unit beside the logits: the final hidden states and their
+gradient (measured about 8 B: the update's peak is T x (8 x vocabulary + 8 x hidden) above the checkpoints)."""
+ROOT_BYTES = 12
+"""Actor update, per vocabulary x hidden: FSDP's root (lm_head) and the embedding gathered in bf16, their
+bf16 gradients and the fp32 copies reduced from them, unsharded whatever N (measured 12.0 B on one rank; the peak
+for short micro-batches)."""
+OPTIMIZER_STEP_BYTES = 4
+"""AdamW's step beyond the 16 B/param (torch's foreach AdamW, verl's default, keeps one fp32 temporary of the
+second moment's square root: measured 4.0 B/param)."""
+LOGIT_BYTES_FORWARD = 6
+"""Log-probabilities (no gradient), per token and vocabulary entry: the actor's old log-probabilities come
+with verl's entropy (``compute_log_prob(calculate_entropy=True)``): bf16 logits, the softmax and its product
+with the logits (measured 6.0 B; 2.0 B without the entropy, the reference's pass; was 4)."""
 LOGIT_BYTES_CHUNKED = 2
-"""Log-probabilities with entropy chunking (the Ascend profile): the bf16 logits alone."""
+"""Log-probabilities with entropy chunking (the Ascend profile): the bf16 logits alone (not measured)."""
+ROOT_BYTES_FORWARD = 6
+"""Log-probabilities, per vocabulary x hidden: lm_head in bf16 and the embedding's gather (measured 6.0 B)."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +157,58 @@ def _layer_activation(tokens: int, shape: Shape) -> float:
     return tokens * (6 * shape.hidden_size + 4 * shape.intermediate_size) * 2
 
 
+def update_activation_terms(tokens: int, shape: Shape, parameters_per_device: float) -> tuple[Term, ...]:
+    """The actor update's memory above its 16 B/param for ``tokens`` tokens on one device.
+
+    Measured on one H100 (bench/RESULTS.md, "Training memory on a real GPU"): above the parameters,
+    gradients and moments the peak is the checkpointed layer inputs plus the largest of the logits'
+    peak, FSDP's root parameters and gradients, and the optimizer step; one recomputed layer never
+    coincides with the logits and is below them for every Qwen2.5 shape, so it is a candidate of the
+    maximum rather than a summand (the sum over-estimated 32B by 17 %, and 8 B logits under-estimated
+    0.5B by 17 %).
+    """
+    h, v = shape.hidden_size, shape.vocab_size
+    layer = f"(6 x {h} + 4 x {shape.intermediate_size}) x 2 B x 2"
+    candidates = {
+        f"logits {tokens} tokens x ({v} x {LOGIT_BYTES} B + {h} x {LOGIT_HIDDEN_BYTES} B)": tokens * (v * LOGIT_BYTES + h * LOGIT_HIDDEN_BYTES),
+        f"one recomputed layer with its gradients {tokens} tokens x {layer}": 2 * _layer_activation(tokens, shape),
+        f"lm_head and embedding gathered with gradients {ROOT_BYTES} B x {v} x {h}": ROOT_BYTES * v * h,
+        f"AdamW step {OPTIMIZER_STEP_BYTES} B x {parameters_per_device / 1e9:.1f}B params per device": OPTIMIZER_STEP_BYTES * parameters_per_device,
+    }
+    return (
+        Term("checkpointed layer inputs", f"{shape.layers} layers x {tokens} tokens x {h} x 2 B", _gib(shape.layers * tokens * h * 2)),
+        _largest(candidates),
+    )
+
+
+def _largest(candidates: dict[str, float]) -> Term:
+    """One term for moments that do not coincide: the largest, each candidate's GiB in the arithmetic."""
+    return Term("activation peak", "the largest of " + "; ".join(f"{what} ({_gib(b):.1f} GiB)" for what, b in candidates.items()), _gib(max(candidates.values())))
+
+
+def log_prob_activation_terms(tokens: int, shape: Shape, logit_bytes: int) -> tuple[Term, ...]:
+    """The log-prob forward's memory above the parameters for ``tokens`` tokens on one device (no gradient).
+
+    Measured on one H100: the largest of the logits with the entropy's temporaries and the gathered
+    lm_head/embedding; one layer's activations are freed before the logits and stay below them.
+    With entropy chunking (``LOGIT_BYTES_CHUNKED``, the Ascend profile: torch_npu's cross-entropy and
+    the chunks' temporaries, not measured) the layer and the logits stay summed, as before the
+    measurement: a GPU run is no evidence to lower an Ascend estimate.
+    """
+    h, v = shape.hidden_size, shape.vocab_size
+    if logit_bytes == LOGIT_BYTES_CHUNKED:
+        return (
+            Term("one layer's activations", f"{tokens} tokens x (6 x {h} + 4 x {shape.intermediate_size}) x 2 B", _gib(_layer_activation(tokens, shape))),
+            Term("logits", f"{tokens} tokens x {v} x {logit_bytes} B", _gib(tokens * v * logit_bytes)),
+        )
+    candidates = {
+        f"logits {tokens} tokens x {v} x {logit_bytes} B": tokens * v * logit_bytes,
+        f"one layer {tokens} tokens x (6 x {h} + 4 x {shape.intermediate_size}) x 2 B": _layer_activation(tokens, shape),
+        f"lm_head and embedding gathered {ROOT_BYTES_FORWARD} B x {v} x {h}": ROOT_BYTES_FORWARD * v * h,
+    }
+    return (_largest(candidates),)
+
+
 def memory_plan(spec: RetoolRunSpec, shape: Shape, device_gib: float) -> MemoryPlan:
     """The three phases of an rl stage on one device of ``device_gib`` (see the module docstring)."""
     from retool.recipe.render.profiles import engine_profile  # pure; imported late: the renderer imports the spec
@@ -162,20 +243,13 @@ def memory_plan(spec: RetoolRunSpec, shape: Shape, device_gib: float) -> MemoryP
     if ref_resident:
         rollout_terms.append(ref)
 
-    checkpoints = Term(
-        "checkpointed layer inputs", f"{shape.layers} layers x {train_tokens} tokens x {shape.hidden_size} x 2 B", _gib(shape.layers * train_tokens * shape.hidden_size * 2)
-    )
-    layer = f"(6 x {shape.hidden_size} + 4 x {shape.intermediate_size}) x 2 B"
-    recompute = Term("one recomputed layer with its gradients", f"{train_tokens} tokens x {layer} x 2", _gib(2 * _layer_activation(train_tokens, shape)))
-    logits = Term("logits", f"{train_tokens} tokens x {shape.vocab_size} x {LOGIT_BYTES} B", _gib(train_tokens * shape.vocab_size * LOGIT_BYTES))
-    update_terms = [actor, *([ref] if ref_resident else []), checkpoints, recompute, logits, overhead, graphs]
+    update_terms = [actor, *([ref] if ref_resident else []), *update_activation_terms(train_tokens, shape, p / devices), overhead, graphs]
 
     params = Term("actor fp32 params", f"{ACTOR_PARAM_BYTES} B x {b} / {devices} devices", _gib(ACTOR_PARAM_BYTES * p / devices)) if rl.offload else actor
     log_prob_terms = [
         params,
         *([ref] if kl else []),
-        Term("one layer's activations", f"{log_prob_tokens} tokens x {layer}", _gib(_layer_activation(log_prob_tokens, shape))),
-        Term("logits", f"{log_prob_tokens} tokens x {shape.vocab_size} x {logit_bytes} B", _gib(log_prob_tokens * shape.vocab_size * logit_bytes)),
+        *log_prob_activation_terms(log_prob_tokens, shape, logit_bytes),
         overhead,
         graphs,
     ]

@@ -300,7 +300,7 @@ def _memory(spec: RetoolRunSpec, shape: ModelShape) -> list[Finding]:
                 "error",
                 "spec.rl.maxResponseLength",
                 f"computing log-probabilities does not fit one device ({device}): {plan.log_prob.arithmetic()}: "
-                "shorten maxPromptLength + maxResponseLength, set rl.offload: true, or add nodes or devices",
+                "shorten maxPromptLength + maxResponseLength, " + ("" if rl.offload else "set rl.offload: true, ") + "or add nodes or devices",
             )
         )
     return out

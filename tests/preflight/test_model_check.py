@@ -58,7 +58,7 @@ def test_the_passing_check_reports_the_rollout_memory_arithmetic(tmp_path: Path)
     memory = result.details["rollout_memory_gib"]
     assert memory["device_gib"] == 64.0 and memory["weights_gib"] == pytest.approx(7.1, abs=0.1)
     assert "rollout weights 7.1 GiB of 57.6 GiB per device" in result.summary
-    assert "the actor update 48.2 GiB and log-probabilities 47.9 GiB of 64.0 GiB" in result.summary, result.summary
+    assert "the actor update 47.0 GiB and log-probabilities 47.9 GiB of 64.0 GiB" in result.summary, result.summary
     assert memory["update_phase_gib"] < 64.0 and memory["log_prob_phase_gib"] < 64.0
 
 
@@ -67,7 +67,6 @@ def test_a_run_whose_actor_update_cannot_fit_fails_with_the_arithmetic(tmp_path:
     assert result.status == "failed", result.summary
     assert "spec.rl.offload: the rollout phase does not fit one device (ascend): vLLM gpuMemoryUtilization 0.9 x 64.0 GiB = 57.6 GiB" in result.summary
     assert "actor kept on the device (offload: false) 16 B x 7.6B params / 8 devices = 14.2 GiB" in result.summary
-
 
 
 def test_model_warnings_are_reported_as_warnings_never_as_passed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -179,8 +179,8 @@ REFUSED = [
     ),
     pytest.param(
         "qwen32b-h200", {"hardware": {"product": H100}}, QWEN_32B,
-        {"spec.hardware.nodes"}, "checkpointed layer inputs 64 layers x 18432 tokens x 5120 x 2 B",
-        id="32B on one node of H100 even with offload: the update is over",
+        {"spec.hardware.nodes", "spec.rl.maxResponseLength"}, "checkpointed layer inputs 64 layers x 18432 tokens x 5120 x 2 B",
+        id="32B on one node of H100 even with offload: the update is over, and so are the log-probs' 73728 tokens x 6 B of logits",
     ),
     pytest.param(
         "smoke-qwen0.5b", {"hardware": {"product": "NVIDIA-L4"}, "rl": {"maxResponseLength": 20000, "useKlLoss": True}}, QWEN_0_5B,
@@ -266,3 +266,36 @@ def test_the_docs_table_of_what_fits_where_is_what_the_code_computes() -> None:
 
     doc = (REPO / "docs" / "recipe.md").read_text(encoding="utf-8")
     assert fit_table() in doc, "docs/recipe.md's training memory table is stale: paste `python -m retool.spec.memory_fit`"
+
+
+def test_the_activation_terms_cover_what_one_h100_measured() -> None:
+    """memory_fit's update and log-prob terms against bench/data/gpu_training_memory_h100.json (issue 29).
+
+    The constants came from that run; this keeps them from drifting below it (a run we would accept
+    and that would not fit) or far above it (a run we would refuse and that fits).
+    """
+    import importlib.util
+
+    from retool.spec import memory_fit as mf
+
+    loader = importlib.util.spec_from_file_location("gpu_training_memory", REPO / "bench" / "gpu_training_memory.py")
+    assert loader is not None and loader.loader is not None
+    bench = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(bench)
+    data = json.loads((REPO / "bench" / "data" / "gpu_training_memory_h100.json").read_text())
+    checked = 0
+    for case in data["cases"]:
+        s = case["shape"]
+        shape = mf.Shape(
+            case["parameters"], case["layers"], s["hidden_size"], s["intermediate_size"], s["vocab_size"], s["num_key_value_heads"], s["hidden_size"] // s["num_attention_heads"], 2
+        )
+        assert abs(case["static_bytes"] / (mf.ACTOR_BYTES_PER_PARAM * case["parameters"]) - 1) < 0.01
+        for t, row in case["phases"].items():
+            update = max(row["update"]["peak_above_base"], bench._step_above_static(case)) / mf.GIB
+            log_prob = row["log_prob_entropy"]["peak_above_base"] / mf.GIB
+            estimated_update = sum(term.gib for term in mf.update_activation_terms(int(t), shape, case["parameters"]))
+            estimated_log_prob = sum(term.gib for term in mf.log_prob_activation_terms(int(t), shape, mf.LOGIT_BYTES_FORWARD))
+            assert 0.99 <= estimated_update / update <= 1.1, (case["name"], case["layers"], t, estimated_update, update)
+            assert 0.99 <= estimated_log_prob / log_prob <= 1.1, (case["name"], case["layers"], t, estimated_log_prob, log_prob)
+            checked += 1
+    assert checked >= 20
