@@ -84,11 +84,22 @@ def parse_rollup_memory(text: str) -> int:
 
 
 def _read(path: str) -> str | None:
+    """The whole text of a /proc file; None when it cannot be read. Plain descriptor reads, not
+    ``open()``'s three I/O layers: the zygote reads its own status before every fork and the memory
+    watch several files per process per tick."""
     try:
-        with open(path) as f:
-            return f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode()
 
 
 def resident_kib(pid: int | str) -> int:

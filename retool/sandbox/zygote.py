@@ -70,10 +70,13 @@ class Zygote:
             raise ZygoteLostError(f"the zygote failed: {reply['error']}")
         return reply
 
-    def fork(self, setup: dict[str, Any], go_r: int, out_w: int, err_w: int, ack_w: int) -> tuple[int, int]:
-        """A new execution process waiting for its job: (pid, the zygote's resident KiB it starts from)."""
-        reply = self._call({"op": "fork", "setup": setup}, [go_r, out_w, err_w, ack_w])
-        return reply["pid"], reply["baseline_kib"]
+    def fork(self, setup: dict[str, Any], go_r: int, out_w: int, err_w: int, ack_w: int, *, reap_first: bool = False) -> tuple[int, int, int]:
+        """A new execution process waiting for its job: (pid, the zygote's resident KiB it starts from,
+        processes of the last execution still alive). With ``reap_first`` the zygote first does what
+        ``reap`` does, in the same round trip (each costs both processes CPU, the zygote's mostly
+        copy-on-write faults: its pages are shared with the execution it just forked)."""
+        reply = self._call({"op": "fork", "setup": setup, "reap": reap_first}, [go_r, out_w, err_w, ack_w])
+        return reply["pid"], reply["baseline_kib"], reply["left"]
 
     def kill(self) -> None:
         """SIGKILL to every process of the execution (detached ones included); returns at once."""
@@ -130,15 +133,19 @@ def _serve(sock: socket.socket, worker: int, pid_namespace: bool) -> NoReturn:
 def _handle(message: dict[str, Any], fds: list[int], pid_namespace: bool) -> dict[str, Any]:
     op = message.get("op")
     if op == "fork":
-        if len(fds) != 4:
-            raise ValueError(f"fork needs 4 descriptors, got {len(fds)}")
-        baseline = accounting.resident_kib("self")
-        pid = os.fork()
-        if pid == 0:
-            child.main(*fds, message["setup"])
-        for fd in fds:
-            os.close(fd)
-        return {"pid": pid, "baseline_kib": baseline}
+        try:
+            if len(fds) != 4:
+                raise ValueError(f"fork needs 4 descriptors, got {len(fds)}")
+            left = _reap_all(pid_namespace) if message.get("reap") else 0
+            prepared = child.prepare(message["setup"])
+            baseline = accounting.resident_kib("self")
+            pid = os.fork()
+            if pid == 0:
+                child.main(*fds, message["setup"], prepared)  # never returns
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return {"pid": pid, "baseline_kib": baseline, "left": left}
     for fd in fds:
         os.close(fd)
     if op == "kill":
