@@ -129,8 +129,11 @@ def _encode_rule(access: int, fd: int) -> ctypes.Array:
     return ctypes.create_string_buffer(struct.pack("=Qi", access, fd), 12)
 
 
+_PATH_BENEATH, _NO_FLAGS = ctypes.c_int(RULE_PATH_BENEATH), ctypes.c_uint32(0)
+
+
 def _add_rule(ruleset: int, attr: ctypes.Array) -> None:
-    _syscall(SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(RULE_PATH_BENEATH), attr, ctypes.c_uint32(0))
+    _syscall(SYS_ADD_RULE, ctypes.c_int(ruleset), _PATH_BENEATH, attr, _NO_FLAGS)
 
 
 def _add_path(ruleset: int, path: str, access: int) -> bool:

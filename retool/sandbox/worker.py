@@ -137,13 +137,29 @@ class Worker:
         self.broken = False
         self.cgroups = cgroups.Subtree(self.plan.cgroup_version, tuple(Path(d) for d in self.plan.cgroup_dirs)) if self.plan.cgroup_version else None
         self._cgroup_names = (f"w{config.slot}-{secrets.token_hex(4)}-{n}" for n in itertools.count(1))
+        self.layers = {
+            "drop": self.drop,
+            "uid": self.uid,
+            "gid": self.gid,
+            "landlock_abi": self.plan.landlock_abi,
+            "read_paths": list(self.read_paths),
+            "seccomp": self.plan.seccomp,
+            "signals_scoped": self.plan.signals_scoped,
+            "deny_chmod": self.plan.deny_chmod,
+            # Dumpable lets the worker read its smaps (the memory watch); siblings cannot use it
+            # where Landlock, namespaces or distinct uids keep them apart.
+            "dumpable": self.plan.landlock_abi >= 1 or self.plan.namespaces is not None or self.plan.uid_per_execution,
+            # Same-uid executions in a pid namespace could otherwise signal the zygote (their parent).
+            "protect_parent": self.pid_namespace and self.drop != "uid",
+        }
+        """Every execution's setup but its directory: the zygote holds it (``Zygote(layers=...)``)."""
         self.zygote: Zygote | None = None
         self.warm_stack = accounting.start_stack("self")  # the zygote's and its executions' too (forks)
 
     # ---- lifecycle -------------------------------------------------------------------------
     def serve(self) -> None:
         # Before the first request is read: the zygote's memory never holds one (see ``zygote``).
-        self.zygote = Zygote(self.pid_namespace, close_in_zygote=(self.sock.fileno(),))
+        self.zygote = Zygote(self.pid_namespace, close_in_zygote=(self.sock.fileno(),), layers=self.layers)
         try:
             self._serve()
         finally:
@@ -225,26 +241,9 @@ class Worker:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         ack_r, ack_w = os.pipe()
-        plan = self.plan
-        setup = {
-            "cwd": workdir,
-            "drop": self.drop,
-            "uid": self.uid,
-            "gid": self.gid,
-            "landlock_abi": plan.landlock_abi,
-            "read_paths": list(self.read_paths),
-            "seccomp": plan.seccomp,
-            "signals_scoped": plan.signals_scoped,
-            "deny_chmod": plan.deny_chmod,
-            # Dumpable lets the worker read its smaps (the memory watch); siblings cannot use it
-            # where Landlock, namespaces or distinct uids keep them apart.
-            "dumpable": plan.landlock_abi >= 1 or plan.namespaces is not None or plan.uid_per_execution,
-            # Same-uid executions in a pid namespace could otherwise signal the zygote (their parent).
-            "protect_parent": self.pid_namespace and self.drop != "uid",
-        }
         assert self.zygote is not None
         try:
-            pid, baseline, left = self.zygote.fork(setup, go_r, out_w, err_w, ack_w, reap_first=reap_first)
+            pid, baseline, left = self.zygote.fork(workdir, go_r, out_w, err_w, ack_w, reap_first=reap_first)
         finally:
             for fd in (go_r, out_w, err_w, ack_w):
                 os.close(fd)
