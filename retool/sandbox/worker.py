@@ -195,12 +195,14 @@ class Worker:
     def _after(self, finished: Prepared) -> Prepared | None:
         """Reap and clean after an execution, and pre-fork the next one (None: this worker is broken).
 
-        One zygote round trip reaps every process the execution left and forks the next execution
-        (``Zygote.fork(reap_first=True)``): reaped before the fork, as before, in one message instead
-        of two. The finished execution's cgroups and directory go after it: the next execution has
-        its own directory (with a private /tmp, the same one, and it runs nothing before the worker
-        has emptied it: its job is sent only after this returns). Whatever goes wrong here breaks
-        this worker (the pool replaces it and sweeps its directory), never the next execution.
+        Where nothing has to happen between the reap and the next fork (no cgroups of the finished
+        execution to remove first, so a worker never has two; no private /tmp to empty: the next
+        execution gets a directory of its own), one zygote round trip reaps every process the
+        execution left and forks the next one (``Zygote.fork(reap_first=True)``): reaped before
+        the fork as before, in one message instead of two, and the finished execution's directory
+        is removed after. Otherwise: reap, remove its cgroups, empty its directory, then fork.
+        Whatever goes wrong here breaks this worker (the pool replaces it and sweeps its
+        directory), never the next execution.
         """
         following = None
         try:
@@ -210,7 +212,7 @@ class Worker:
                 self.zygote.kill()
                 self.zygote.wait(finished.pid)
                 finished.pid = 0
-            if not self.broken:
+            if not self.broken and finished.group is None and not self.pid_namespace:
                 following = self._prefork(reap_first=True)
             elif self.zygote.reap():
                 logger.warning("processes of the last execution still alive after 5 s")
@@ -220,6 +222,8 @@ class Worker:
                 except cgroups.CgroupError as exc:
                     logger.warning("execution cgroup left behind (removed when the replica stops): %s", exc)
             self._clean(finished.workdir)
+            if following is None and not self.broken:
+                following = self._prefork()
         except Exception:
             logger.exception("worker %d could not clean up after an execution: retiring", self.config.slot)
             self.broken = True
