@@ -28,11 +28,9 @@ def children(pid: int | str) -> list[int]:
     except OSError:
         return kids
     for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/children") as f:
-                kids.extend(int(x) for x in f.read().split())
-        except OSError:
-            continue
+        text = _read(f"/proc/{pid}/task/{task}/children")
+        if text is not None:
+            kids.extend(int(x) for x in text.split())
     return kids
 
 
@@ -51,11 +49,10 @@ def descendants(pid: int | str) -> list[int]:
         except OSError:
             continue
         for task in tasks:
-            try:
-                with open(f"/proc/{current}/task/{task}/children") as f:
-                    kids = [int(x) for x in f.read().split()]
-            except OSError:
+            text = _read(f"/proc/{current}/task/{task}/children")
+            if text is None:
                 continue
+            kids = [int(x) for x in text.split()]
             found.extend(kids)
             frontier.extend(kids)
     return found
@@ -84,11 +81,22 @@ def parse_rollup_memory(text: str) -> int:
 
 
 def _read(path: str) -> str | None:
+    """The whole text of a /proc file; None when it cannot be read. Plain descriptor reads, not
+    ``open()``'s three I/O layers: the zygote reads its own status before every fork and its children
+    after every execution, the memory watch several files per process per tick."""
     try:
-        with open(path) as f:
-            return f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode()
 
 
 def resident_kib(pid: int | str) -> int:

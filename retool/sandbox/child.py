@@ -18,11 +18,13 @@ import io
 import json
 import linecache
 import os
+import platform
 import resource
 import signal
 import sys
 import traceback
 import types
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from retool.sandbox import isolation, landlock, seccomp
@@ -50,8 +52,11 @@ def _close_other_fds(keep: set[int]) -> None:
 
 
 def _baseline_vm_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[0]) * resource.getpagesize()
+    fd = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return int(os.read(fd, 256).split()[0]) * resource.getpagesize()
+    finally:
+        os.close(fd)
 
 
 def _exit_code_of(exc: SystemExit) -> int:
@@ -66,7 +71,58 @@ def _exit_code_of(exc: SystemExit) -> int:
     return 1
 
 
-def main(go_fd: int, stdout_fd: int, stderr_fd: int, ack_fd: int, setup: dict[str, Any]) -> NoReturn:
+@dataclass(frozen=True)
+class Prepared:
+    """The layers every execution of a zygote applies identically, built once in the zygote.
+
+    A fork copies them into each execution, which then only applies them: its Landlock rules
+    (the read-only paths opened, their rights decided, encoded; the execution adds its own
+    directory) and its seccomp filter (assembled and encoded; the execution patches in its pid).
+    Built in each execution they cost ~1.5 ms of CPU per request, most of it copy-on-write faults
+    of the pages the building touches (bench/RESULTS.md, "where the time goes"). What is applied
+    is unchanged: ``landlock.PreparedRules`` and ``seccomp.PreparedFilter`` say why.
+    """
+
+    rules: landlock.PreparedRules | None
+    filter: seccomp.PreparedFilter | None
+
+
+def prepare(layers: dict[str, Any]) -> Prepared:
+    """In the zygote, once, before its first fork: the prepared layers of its executions (``layers``:
+    their setup but the directory). Also leaves the zygote's environment at ``SAFE_ENV``
+    (``scrub_environment``): its executions inherit that."""
+    scrub_environment()
+    rules = landlock.prepare(layers["read_paths"], layers["landlock_abi"]) if layers["landlock_abi"] else None
+    policy = seccomp.ExecutionPolicy(
+        pid=0,  # an execution's own, patched in by it (``PreparedFilter.render``)
+        signals_scoped=layers["signals_scoped"],
+        deny_chmod=layers["deny_chmod"],
+        # Same-uid executions in a pid namespace could otherwise signal the zygote (this process, their parent).
+        protected=(os.getpid(),) if layers.get("protect_parent") else (),
+    )
+    return Prepared(rules, seccomp.prepare(platform.machine(), policy) if layers["seccomp"] else None)
+
+
+def execution_signals() -> None:
+    """The signal dispositions of a fresh ``python main.py`` (SIGINT raises KeyboardInterrupt, the
+    others do what the kernel does by default), set in the zygote when it starts: every execution
+    inherits them with the fork. Set in each execution they cost ~0.3 ms of CPU per request (the
+    ``signal`` module's enum conversions touching pages shared with the zygote). The zygote itself
+    loses nothing: it had these already but SIGINT, which now ends it through KeyboardInterrupt
+    (its loop's ``except BaseException``) instead of the default action; either way it dies."""
+    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGALRM, signal.SIGXCPU, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def scrub_environment() -> None:
+    """Leave this process's environment at exactly ``SAFE_ENV`` (the zygote's: every execution
+    inherits it and only adds its own directory's variables)."""
+    os.environ.clear()
+    os.environ.update(SAFE_ENV)
+
+
+def main(go_fd: int, stdout_fd: int, stderr_fd: int, ack_fd: int, setup: dict[str, Any], prepared: Prepared) -> NoReturn:
     """Entry of a freshly forked child; never returns.
 
     Everything that does not depend on the request (detaching, dropping privileges, the isolation
@@ -78,13 +134,12 @@ def main(go_fd: int, stdout_fd: int, stderr_fd: int, ack_fd: int, setup: dict[st
         worker = os.getppid()
         os.setsid()
         isolation.die_with_parent(worker)
-        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGALRM, signal.SIGXCPU, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        _close_other_fds({go_fd, stdout_fd, stderr_fd, ack_fd})
+        # Signal dispositions: the zygote's (``execution_signals``), which a fork keeps.
+        # The prepared Landlock paths stay open until the execution has restricted itself (``_settle``).
+        _close_other_fds({go_fd, stdout_fd, stderr_fd, ack_fd, *(prepared.rules.fds if prepared.rules else ())})
         baseline_vm = _baseline_vm_bytes()
         stdin_fd = os.memfd_create("stdin")  # before seccomp, which refuses memfds to the code
-        _settle(setup, stdout_fd, stderr_fd, worker)
+        _settle(setup, prepared, stdout_fd, stderr_fd, worker)
         os.write(ack_fd, b"k")
         os.close(ack_fd)
         job = json.loads(_read_all(go_fd))
@@ -96,7 +151,7 @@ def main(go_fd: int, stdout_fd: int, stderr_fd: int, ack_fd: int, setup: dict[st
     os._exit(exit_code)
 
 
-def _settle(setup: dict[str, Any], stdout_fd: int, stderr_fd: int, worker: int) -> None:
+def _settle(setup: dict[str, Any], prepared: Prepared, stdout_fd: int, stderr_fd: int, worker: int) -> None:
     cwd = setup["cwd"]
     os.chdir(cwd)
     _yield_to_the_server()
@@ -112,21 +167,16 @@ def _settle(setup: dict[str, Any], stdout_fd: int, stderr_fd: int, worker: int) 
         isolation.drop_capabilities()
     isolation.die_with_parent(worker)  # new credentials cleared it
     isolation.no_new_privs()
-    if setup["landlock_abi"]:
-        policy = landlock.Policy(read=tuple(setup["read_paths"]), write=(cwd,))
-        landlock.restrict_self(policy, setup["landlock_abi"])
-    if setup["seccomp"]:
-        policy = seccomp.ExecutionPolicy(
-            pid=os.getpid(),
-            signals_scoped=setup["signals_scoped"],
-            deny_chmod=setup["deny_chmod"],
-            protected=(worker,) if setup.get("protect_parent") else (),
-        )
-        seccomp.confine(policy)
+    if prepared.rules is not None:
+        try:
+            prepared.rules.restrict_self(write=(cwd,))
+        finally:
+            prepared.rules.close()
+    if prepared.filter is not None:
+        seccomp.install_encoded(prepared.filter.render(os.getpid()))
     if setup["dumpable"]:
         isolation.set_dumpable(True)
-    os.environ.clear()
-    os.environ.update(SAFE_ENV, HOME=cwd, TMPDIR=cwd, PWD=cwd)
+    os.environ.update(HOME=cwd, TMPDIR=cwd, PWD=cwd)  # to the zygote's, which is SAFE_ENV (``prepare``)
     if "tempfile" in sys.modules:  # forget a temp dir the template may have cached
         sys.modules["tempfile"].tempdir = None
     sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8")
@@ -151,8 +201,12 @@ def _yield_to_the_server() -> None:
     which Landlock takes away, and a lower nice value needs CAP_SYS_NICE.
     """
     isolation.set_dumpable(True)  # a non-dumpable process's /proc files are root's: not writable as a plain uid
-    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as handle:
-        handle.write(str(OOM_SCORE_ADJ))
+    with contextlib.suppress(OSError):
+        fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, str(OOM_SCORE_ADJ).encode())
+        finally:
+            os.close(fd)
     isolation.set_dumpable(False)
     with contextlib.suppress(OSError):
         os.setpriority(os.PRIO_PROCESS, 0, NICE)

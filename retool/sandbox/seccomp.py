@@ -39,7 +39,7 @@ import errno
 import os
 import platform
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from retool.sandbox.isolation import _check, _libc, no_new_privs
 
@@ -317,11 +317,23 @@ def supported() -> bool:
     return platform.machine() in ARCHES
 
 
+_INSTRUCTION = struct.Struct("HBBI")
+
+
+def encode(program: list[tuple[int, int, int, int]]) -> bytes:
+    """The program as the kernel reads it (an array of struct sock_filter)."""
+    return b"".join(_INSTRUCTION.pack(*instruction) for instruction in program)
+
+
 def install(program: list[tuple[int, int, int, int]]) -> None:
     """Load a filter into this process (sets no_new_privs first); OSError when the kernel refuses."""
-    raw = b"".join(struct.pack("HBBI", *instruction) for instruction in program)
+    install_encoded(encode(program))
+
+
+def install_encoded(raw: bytes) -> None:
+    """``install`` for a program already encoded (``encode``, ``PreparedFilter.render``)."""
     buffer = ctypes.create_string_buffer(raw, len(raw))
-    fprog = _SockFprog(len(program), ctypes.cast(buffer, ctypes.c_void_p))
+    fprog = _SockFprog(len(raw) // _INSTRUCTION.size, ctypes.cast(buffer, ctypes.c_void_p))
     no_new_privs()
     _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0), "seccomp filter")
 
@@ -329,6 +341,58 @@ def install(program: list[tuple[int, int, int, int]]) -> None:
 def confine(policy: ExecutionPolicy) -> None:
     """Install the execution filter in this process."""
     install(build_filter(platform.machine(), policy))
+
+
+_PROBE_PIDS = (1_000_003, 2_000_029)
+"""Two pids no constant of a filter equals: building with each tells which instructions hold the pid."""
+
+
+@dataclass(frozen=True)
+class PreparedFilter:
+    """An execution filter built and encoded once, without its pid.
+
+    Only the execution's own pid differs between the filters of one worker's executions, and only
+    in the constants of a few instructions (``own``: the pid, ``group``: its process group, the
+    negated pid). Building the program is ~100 instructions of Python assembly and thousands of
+    short-lived objects: in a freshly forked process that is half a millisecond of CPU and
+    hundreds of copy-on-write page faults per execution. Prepared once in the zygote, an
+    execution only patches those constants into a copy of the bytes (``render``), and the result
+    is byte for byte what ``build_filter`` gives for its pid (``tests/sandbox/test_layers.py``).
+    """
+
+    raw: bytes
+    own_at: tuple[int, ...]
+    group_at: tuple[int, ...]
+
+    def render(self, pid: int) -> bytes:
+        program = bytearray(self.raw)
+        for positions, value in ((self.own_at, pid & 0xFFFFFFFF), (self.group_at, -pid & 0xFFFFFFFF)):
+            for at in positions:
+                struct.pack_into("I", program, at * _INSTRUCTION.size + 4, value)  # k: after code, jt, jf
+        return bytes(program)
+
+
+def prepare(arch: str, policy: ExecutionPolicy) -> PreparedFilter:
+    """The filter of ``policy`` for any pid (``policy.pid`` is ignored); see ``PreparedFilter``."""
+    first, second = (build_filter(arch, replace(policy, pid=pid)) for pid in _PROBE_PIDS)
+    if len(first) != len(second):
+        raise ValueError("the filter's shape depends on the pid")
+    own, group = [], []
+    for at, (a, b) in enumerate(zip(first, second, strict=True)):
+        if a == b:
+            continue
+        if a[:3] != b[:3]:
+            raise ValueError(f"instruction {at} of the filter depends on the pid beyond its constant")
+        if (a[3], b[3]) == tuple(pid & 0xFFFFFFFF for pid in _PROBE_PIDS):
+            own.append(at)
+        elif (a[3], b[3]) == tuple(-pid & 0xFFFFFFFF for pid in _PROBE_PIDS):
+            group.append(at)
+        else:
+            raise ValueError(f"instruction {at} of the filter holds a constant derived from the pid in another way")
+    prepared = PreparedFilter(encode(first), tuple(own), tuple(group))
+    if prepared.render(_PROBE_PIDS[1]) != encode(second):
+        raise ValueError("the prepared filter does not render the filter it was built from")
+    return prepared
 
 
 def probe() -> str | None:

@@ -137,13 +137,29 @@ class Worker:
         self.broken = False
         self.cgroups = cgroups.Subtree(self.plan.cgroup_version, tuple(Path(d) for d in self.plan.cgroup_dirs)) if self.plan.cgroup_version else None
         self._cgroup_names = (f"w{config.slot}-{secrets.token_hex(4)}-{n}" for n in itertools.count(1))
+        self.layers = {
+            "drop": self.drop,
+            "uid": self.uid,
+            "gid": self.gid,
+            "landlock_abi": self.plan.landlock_abi,
+            "read_paths": list(self.read_paths),
+            "seccomp": self.plan.seccomp,
+            "signals_scoped": self.plan.signals_scoped,
+            "deny_chmod": self.plan.deny_chmod,
+            # Dumpable lets the worker read its smaps (the memory watch); siblings cannot use it
+            # where Landlock, namespaces or distinct uids keep them apart.
+            "dumpable": self.plan.landlock_abi >= 1 or self.plan.namespaces is not None or self.plan.uid_per_execution,
+            # Same-uid executions in a pid namespace could otherwise signal the zygote (their parent).
+            "protect_parent": self.pid_namespace and self.drop != "uid",
+        }
+        """Every execution's setup but its directory: the zygote holds it (``Zygote(layers=...)``)."""
         self.zygote: Zygote | None = None
         self.warm_stack = accounting.start_stack("self")  # the zygote's and its executions' too (forks)
 
     # ---- lifecycle -------------------------------------------------------------------------
     def serve(self) -> None:
         # Before the first request is read: the zygote's memory never holds one (see ``zygote``).
-        self.zygote = Zygote(self.pid_namespace, close_in_zygote=(self.sock.fileno(),))
+        self.zygote = Zygote(self.pid_namespace, close_in_zygote=(self.sock.fileno(),), layers=self.layers)
         try:
             self._serve()
         finally:
@@ -172,24 +188,46 @@ class Worker:
             if job.get("fetch_files") and "sandbox_error" not in result:
                 result["files"] = self._fetch(prepared.workdir, job["fetch_files"])
             protocol.send(self.sock, result)
-            self._after(prepared)
-            if not self.broken:
-                prepared = self._prefork()
+            following = self._after(prepared)
+            if following is not None:
+                prepared = following
 
-    def _after(self, prepared: Prepared) -> None:
-        """Reap and clean after an execution; whatever goes wrong here breaks this worker (the pool
-        replaces it and sweeps its directory), never the next execution."""
+    def _after(self, finished: Prepared) -> Prepared | None:
+        """Reap and clean after an execution, and pre-fork the next one (None: this worker is broken).
+
+        Where nothing has to happen between the reap and the next fork (no cgroups of the finished
+        execution to remove first, so a worker never has two; no private /tmp to empty: the next
+        execution gets a directory of its own), one zygote round trip reaps every process the
+        execution left and forks the next one (``Zygote.fork(reap_first=True)``): reaped before
+        the fork as before, in one message instead of two, and the finished execution's directory
+        is removed after. Otherwise: reap, remove its cgroups, empty its directory, then fork.
+        Whatever goes wrong here breaks this worker (the pool replaces it and sweeps its
+        directory), never the next execution.
+        """
+        following = None
         try:
-            self._reap(prepared)
-            if prepared.group is not None:  # after the answer: off the request's path
+            os.close(finished.pidfd)
+            assert self.zygote is not None
+            if finished.pid:  # not waited for (a harness failure)
+                self.zygote.kill()
+                self.zygote.wait(finished.pid)
+                finished.pid = 0
+            if not self.broken and finished.group is None and not self.pid_namespace:
+                following = self._prefork(reap_first=True)
+            elif self.zygote.reap():
+                logger.warning("processes of the last execution still alive after 5 s")
+            if finished.group is not None:  # after the answer: off the request's path
                 try:
-                    prepared.group.remove()
+                    finished.group.remove()
                 except cgroups.CgroupError as exc:
                     logger.warning("execution cgroup left behind (removed when the replica stops): %s", exc)
-            self._clean(prepared.workdir)
+            self._clean(finished.workdir)
+            if following is None and not self.broken:
+                following = self._prefork()
         except Exception:
             logger.exception("worker %d could not clean up after an execution: retiring", self.config.slot)
             self.broken = True
+        return None if self.broken else following
 
     def _new_workdir(self) -> str:
         if self.pid_namespace:
@@ -200,35 +238,21 @@ class Worker:
             os.chown(name, self.uid, self.gid, dir_fd=self.root_fd)
         return os.path.join(self.config.tmp_root, name)
 
-    def _prefork(self) -> Prepared:
+    def _prefork(self, reap_first: bool = False) -> Prepared:
+        """Fork the next execution (after reaping the last one's processes, with ``reap_first``)."""
         workdir = self._new_workdir()
         go_r, go_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         ack_r, ack_w = os.pipe()
-        plan = self.plan
-        setup = {
-            "cwd": workdir,
-            "drop": self.drop,
-            "uid": self.uid,
-            "gid": self.gid,
-            "landlock_abi": plan.landlock_abi,
-            "read_paths": list(self.read_paths),
-            "seccomp": plan.seccomp,
-            "signals_scoped": plan.signals_scoped,
-            "deny_chmod": plan.deny_chmod,
-            # Dumpable lets the worker read its smaps (the memory watch); siblings cannot use it
-            # where Landlock, namespaces or distinct uids keep them apart.
-            "dumpable": plan.landlock_abi >= 1 or plan.namespaces is not None or plan.uid_per_execution,
-            # Same-uid executions in a pid namespace could otherwise signal the zygote (their parent).
-            "protect_parent": self.pid_namespace and self.drop != "uid",
-        }
         assert self.zygote is not None
         try:
-            pid, baseline = self.zygote.fork(setup, go_r, out_w, err_w, ack_w)
+            pid, baseline, left = self.zygote.fork(workdir, go_r, out_w, err_w, ack_w, reap_first=reap_first)
         finally:
             for fd in (go_r, out_w, err_w, ack_w):
                 os.close(fd)
+        if left:
+            logger.warning("processes of the last execution still alive after 5 s")
         for fd in (out_r, err_r, ack_r):
             os.set_blocking(fd, False)
         quiet = _enlarge_pipe(out_r) and _enlarge_pipe(err_r)
@@ -286,9 +310,7 @@ class Worker:
         deadline = start + limits.run_timeout_s
         out, err = Capture(self.config.output_limit_bytes), Capture(self.config.output_limit_bytes)
         open_fds = {prepared.out_r: out, prepared.err_r: err}
-        memory = accounting.MemoryWatch(
-            limit_kib=limits.memory_limit_mb * 1024, baseline_kib=prepared.baseline_kib, inspect=self._inspect, warm_stack=self.warm_stack
-        )
+        memory = accounting.MemoryWatch(limit_kib=limits.memory_limit_mb * 1024, baseline_kib=prepared.baseline_kib, inspect=self._inspect, warm_stack=self.warm_stack)
         watch_disk = not self.pid_namespace
         next_watch = start + WATCH_INTERVAL_S
         disk_every = WATCH_INTERVAL_S
@@ -482,18 +504,6 @@ class Worker:
         if self.zygote is not None:
             with contextlib.suppress(ZygoteLostError):  # gone: its executions died with it (parent-death signal)
                 self.zygote.kill()
-
-    def _reap(self, prepared: Prepared) -> None:
-        """Wait until every process of the execution is gone, zombies included (they count against
-        RLIMIT_NPROC of the next one)."""
-        os.close(prepared.pidfd)
-        assert self.zygote is not None
-        if prepared.pid:
-            self.zygote.kill()
-            self.zygote.wait(prepared.pid)
-            prepared.pid = 0
-        if self.zygote.reap():
-            logger.warning("processes of the last execution still alive after 5 s")
 
     def _clean(self, workdir: str) -> None:
         """Remove what the execution left; a private /tmp that cannot be emptied breaks the worker

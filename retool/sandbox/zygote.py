@@ -17,10 +17,12 @@ descendants. It dies with its worker, and every execution dies with it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -40,9 +42,12 @@ class Exit:
 class Zygote:
     """The worker's handle on its zygote (blocking calls over a Unix socket pair)."""
 
-    def __init__(self, pid_namespace: bool, close_in_zygote: tuple[int, ...] = ()) -> None:
+    def __init__(self, pid_namespace: bool, close_in_zygote: tuple[int, ...] = (), layers: dict[str, Any] | None = None) -> None:
         """``close_in_zygote``: the worker's descriptors the zygote has no business holding (its
-        channel to the server: the server must see EOF the moment the worker dies)."""
+        channel to the server: the server must see EOF the moment the worker dies). ``layers``:
+        what every execution's setup holds but its directory (``child.main``'s ``setup`` without
+        ``cwd``): the zygote gets it with its memory, prepares it once (``child.prepare``), and
+        each fork request carries only the directory."""
         ours, theirs = socket.socketpair()
         worker = os.getpid()
         pid = os.fork()
@@ -51,7 +56,7 @@ class Zygote:
             for fd in close_in_zygote:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-            _serve(theirs, worker, pid_namespace)
+            _serve(theirs, worker, pid_namespace, layers)
         theirs.close()
         self.sock = ours
         self.pid = pid
@@ -70,10 +75,13 @@ class Zygote:
             raise ZygoteLostError(f"the zygote failed: {reply['error']}")
         return reply
 
-    def fork(self, setup: dict[str, Any], go_r: int, out_w: int, err_w: int, ack_w: int) -> tuple[int, int]:
-        """A new execution process waiting for its job: (pid, the zygote's resident KiB it starts from)."""
-        reply = self._call({"op": "fork", "setup": setup}, [go_r, out_w, err_w, ack_w])
-        return reply["pid"], reply["baseline_kib"]
+    def fork(self, cwd: str, go_r: int, out_w: int, err_w: int, ack_w: int, *, reap_first: bool = False) -> tuple[int, int, int]:
+        """A new execution process in ``cwd``, waiting for its job: (pid, the zygote's resident KiB it
+        starts from, processes of the last execution still alive). With ``reap_first`` the zygote
+        first does what ``reap`` does, in the same round trip (each costs both processes CPU, the
+        zygote's mostly copy-on-write faults: its pages are shared with the execution it just forked)."""
+        reply = self._call({"op": "fork", "cwd": cwd, "reap": reap_first}, [go_r, out_w, err_w, ack_w])
+        return reply["pid"], reply["baseline_kib"], reply["left"]
 
     def kill(self) -> None:
         """SIGKILL to every process of the execution (detached ones included); returns at once."""
@@ -105,11 +113,13 @@ class ZygoteLostError(RuntimeError):
 
 
 # ---- inside the zygote ------------------------------------------------------------------------
-def _serve(sock: socket.socket, worker: int, pid_namespace: bool) -> NoReturn:
+def _serve(sock: socket.socket, worker: int, pid_namespace: bool, layers: dict[str, Any] | None) -> NoReturn:
     code = 0
+    prepared = functools.cache(lambda: child.prepare(layers))  # on the first fork, then for every one
     try:
         os.setsid()  # a process group of its own: no execution's group signal reaches it
         isolation.die_with_parent(worker)
+        child.execution_signals()
         isolation.prctl(isolation.PR_SET_CHILD_SUBREAPER, 1)
         while True:
             try:
@@ -117,7 +127,7 @@ def _serve(sock: socket.socket, worker: int, pid_namespace: bool) -> NoReturn:
             except protocol.ChannelClosedError:
                 break
             try:
-                reply = _handle(message, fds, pid_namespace)
+                reply = _handle(message, fds, pid_namespace, layers, prepared)
             except Exception as exc:
                 reply = {"error": f"{type(exc).__name__}: {exc}"}
             protocol.send(sock, reply)
@@ -127,18 +137,24 @@ def _serve(sock: socket.socket, worker: int, pid_namespace: bool) -> NoReturn:
     os._exit(code)
 
 
-def _handle(message: dict[str, Any], fds: list[int], pid_namespace: bool) -> dict[str, Any]:
+def _handle(message: dict[str, Any], fds: list[int], pid_namespace: bool, layers: dict[str, Any] | None, prepared: Callable[[], child.Prepared]) -> dict[str, Any]:
     op = message.get("op")
     if op == "fork":
-        if len(fds) != 4:
-            raise ValueError(f"fork needs 4 descriptors, got {len(fds)}")
-        baseline = accounting.resident_kib("self")
-        pid = os.fork()
-        if pid == 0:
-            child.main(*fds, message["setup"])
-        for fd in fds:
-            os.close(fd)
-        return {"pid": pid, "baseline_kib": baseline}
+        try:
+            if len(fds) != 4:
+                raise ValueError(f"fork needs 4 descriptors, got {len(fds)}")
+            if layers is None:
+                raise ValueError("this zygote was started without the executions' layers")
+            left = _reap_all(pid_namespace) if message.get("reap") else 0
+            layered = prepared()
+            baseline = accounting.resident_kib("self")
+            pid = os.fork()
+            if pid == 0:
+                child.main(*fds, {**layers, "cwd": message["cwd"]}, layered)  # never returns
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return {"pid": pid, "baseline_kib": baseline, "left": left}
     for fd in fds:
         os.close(fd)
     if op == "kill":

@@ -125,6 +125,26 @@ def test_other_abis_cannot_go_around_the_filter() -> None:
     assert run_bpf(program, 0, x86_64, (0,)) == ALLOW  # read
 
 
+@pytest.mark.parametrize("arch", sorted(seccomp.ARCHES))
+@pytest.mark.parametrize(
+    "policy",
+    [
+        seccomp.ExecutionPolicy(pid=0),
+        seccomp.ExecutionPolicy(pid=0, signals_scoped=True),
+        seccomp.ExecutionPolicy(pid=0, signals_scoped=True, deny_chmod=True, protected=(7,)),
+        seccomp.ExecutionPolicy(pid=0, deny_chmod=True, allow_memfd=True),
+    ],
+)
+def test_a_prepared_filter_is_the_built_filter_of_each_pid(arch: str, policy: seccomp.ExecutionPolicy) -> None:
+    """The zygote prepares the filter once; each execution patches in its pid: byte for byte the
+    filter built for that pid, for pids on both sides of every constant the program holds."""
+    prepared = seccomp.prepare(arch, policy)
+    assert prepared.own_at and (prepared.group_at or policy.signals_scoped)
+    for pid in (1, 2, 7, 62, 300, P, 32768, 4194304, 2**31 - 1):
+        built = seccomp.build_filter(arch, seccomp.ExecutionPolicy(pid, policy.signals_scoped, policy.deny_chmod, policy.protected, policy.allow_memfd))
+        assert prepared.render(pid) == seccomp.encode(built), pid
+
+
 def test_namespace_denial_is_what_runtime_default_does_without_sys_admin() -> None:
     program = seccomp.build_namespace_denial("x86_64")
     arch, numbers = seccomp.ARCHES["x86_64"]
@@ -340,6 +360,42 @@ def test_landlock_confines_an_execution_to_its_directory(tmp_path: Path, abi: in
     assert outcome["loopback TCP"] == ("EACCES" if abi >= 4 else "ok")
     assert outcome["signal the parent"] == ("EPERM" if abi >= 6 else "ok")
     assert (sibling / "answer.txt").read_text() == "42"
+
+
+def test_landlock_rules_prepared_once_confine_each_process_and_leave_no_descriptor(tmp_path: Path) -> None:
+    """What the zygote does: the read and device rules opened and encoded once, before forking;
+    each execution adds its own directory, restricts itself and closes the inherited paths."""
+    if KERNEL_ABI < 1:
+        pytest.skip("no Landlock in this kernel")
+    read = landlock.read_paths([*SYSTEM_READ_PATHS, sys.base_prefix, sys.prefix, *sys.path], keep_out=[str(tmp_path)])
+    prepared = landlock.prepare(read, KERNEL_ABI)
+    try:
+        for name in ("first", "second"):
+            mine, other = tmp_path / name, tmp_path / f"{name}-other"
+            mine.mkdir()
+            other.mkdir()
+
+            def confined(mine: Path = mine, other: Path = other) -> dict[str, object]:
+                prepared.restrict_self(write=(str(mine),))
+                prepared.close()
+                return {
+                    "own file": _attempt(lambda: (mine / "x").write_text("ok")),
+                    "system file": _attempt(lambda: open("/etc/hostname").read()),
+                    "/dev/null": _attempt(lambda: open("/dev/null", "w").write("x")),
+                    "other directory": _attempt(lambda: (other / "x").write_text("no")),
+                    "prepared paths still open": [fd for fd in prepared.fds if _attempt(lambda fd=fd: os.fstat(fd)) == "ok"],
+                }
+
+            assert in_child(confined) == {
+                "own file": "ok",
+                "system file": "ok",
+                "/dev/null": "ok",
+                "other directory": "EACCES",
+                "prepared paths still open": [],
+            }
+        assert all(os.fstat(fd) for fd in prepared.fds)  # the preparing process keeps them for the next fork
+    finally:
+        prepared.close()
 
 
 def test_seccomp_filter_holds_in_a_real_process() -> None:
