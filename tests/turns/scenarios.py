@@ -7,6 +7,7 @@ endpoint (vLLM's hermes parser) with the same turns.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -15,6 +16,9 @@ from typing import Any
 
 from retool.data.schema import TOOL_NAME, rl_row
 from retool.evaluate.chat import AssistantTurn, ToolCall
+from retool.evaluate.loop import run_conversation
+from retool.evaluate.tools import sandbox_tool, training_tool_schema
+from retool.recipe.turns import token_mismatch
 
 
 @dataclass(frozen=True)
@@ -119,3 +123,26 @@ def as_vllm_renders(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
         for call in message.get("tool_calls") or ():
             call["function"]["arguments"] = json.loads(call["function"]["arguments"])
     return rendered
+
+
+def eval_mismatch(tokenizer: Any, sandbox_url: str, turns: Sequence[Turn], asked: Sequence[Sequence[int]], template: list[int]) -> str | None:
+    """``retool eval`` on the same turns against the real sandbox: each request, rendered as vLLM renders it,
+    must be the prompt the agent loop sent at that turn (``asked``), and the finished conversation the
+    template's ids; the first mismatch described (``token_mismatch``), or None."""
+    chat = ScriptedChat(turns)
+
+    async def evaluate() -> Any:
+        async with sandbox_tool(sandbox_url, run_timeout_s=10.0, memory_limit_mb=512) as tool:
+            return await run_conversation(chat, tool, PROMPT, tools=[training_tool_schema()], max_turns=8)
+
+    transcript = asyncio.run(evaluate())
+    eval_tools = [training_tool_schema()]
+    if len(chat.requests) != len(asked):
+        return f"retool eval sent {len(chat.requests)} requests, the agent loop {len(asked)}"
+    for index, (request, prompt) in enumerate(zip(chat.requests, asked, strict=True)):
+        sent = rendered(tokenizer, as_vllm_renders(request), eval_tools, add_generation_prompt=True)
+        problem = token_mismatch(list(prompt), sent, tokenizer, expected_name=f"agent loop turn {index}", actual_name=f"retool eval turn {index}")
+        if problem is not None:
+            return problem
+    final = rendered(tokenizer, as_vllm_renders(transcript.messages), eval_tools)
+    return token_mismatch(template, final, tokenizer, expected_name="apply_chat_template", actual_name="retool eval")

@@ -17,7 +17,6 @@ A mismatch names the first differing position and both decoded neighbourhoods
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +25,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from retool.data.schema import SFT_SCHEMA, code_interpreter_tool
-from retool.evaluate.loop import run_conversation
-from retool.evaluate.tools import sandbox_tool, training_tool_schema
 from retool.recipe.dynamics import code_lines
 from retool.recipe.turns import missing_turn_end, token_mismatch, turn_end_ids
 from tests.preflight.conftest import sandbox  # noqa: F401  (session fixture)
 from tests.turns.harness import ScriptedModel, loop_config, run_agent_loop, write_tool_config
-from tests.turns.scenarios import PROMPT, SCENARIOS, ScriptedChat, as_vllm_renders, conversation, rendered, thinking
+from tests.turns.scenarios import PROMPT, SCENARIOS, conversation, eval_mismatch, rendered, thinking
 
 pytestmark = pytest.mark.slow
 
@@ -72,19 +69,7 @@ def test_rl_sft_and_eval_see_one_token_sequence(scenario: str, tokenizer: Any, s
     assert (problem := token_mismatch(template, sft, tokenizer, expected_name="apply_chat_template", actual_name="MultiTurnSFTDataset")) is None, problem
 
     # retool eval asks the model, turn by turn, what the agent loop asked it.
-    chat = ScriptedChat(turns)
-
-    async def evaluate() -> Any:
-        async with sandbox_tool(sandbox, run_timeout_s=10.0, memory_limit_mb=512) as tool:
-            return await run_conversation(chat, tool, PROMPT, tools=[training_tool_schema()], max_turns=8)
-
-    transcript = asyncio.run(evaluate())
-    eval_tools = [training_tool_schema()]
-    for index, (request, asked) in enumerate(zip(chat.requests, model.prompts, strict=True)):
-        sent = rendered(tokenizer, as_vllm_renders(request), eval_tools, add_generation_prompt=True)
-        assert (problem := token_mismatch(asked, sent, tokenizer, expected_name=f"agent loop turn {index}", actual_name=f"retool eval turn {index}")) is None, problem
-    final = rendered(tokenizer, as_vllm_renders(transcript.messages), eval_tools)
-    assert (problem := token_mismatch(template, final, tokenizer, expected_name="apply_chat_template", actual_name="retool eval")) is None, problem
+    assert (problem := eval_mismatch(tokenizer, sandbox, turns, model.prompts, template)) is None, problem
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))

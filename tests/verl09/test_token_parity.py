@@ -22,7 +22,6 @@ neighbourhoods (:func:`retool.recipe.turns.token_mismatch`).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 from pathlib import Path
@@ -34,14 +33,12 @@ import pytest
 from transformers import AutoTokenizer
 
 from retool.data.schema import SFT_SCHEMA, code_interpreter_tool
-from retool.evaluate.loop import run_conversation
-from retool.evaluate.tools import sandbox_tool, training_tool_schema
 from retool.recipe.render.command import hydra_overrides
 from retool.recipe.turns import missing_turn_end, token_mismatch, turn_end_ids
 from tests.preflight.conftest import qwen_tokenizer, sandbox  # noqa: F401  (session fixtures)
 from tests.render.verl_config import compose_verl
 from tests.turns.conftest import qwen25_tokenizer  # noqa: F401  (session fixture)
-from tests.turns.scenarios import PROMPT, SCENARIOS, ScriptedChat, as_vllm_renders, conversation, rendered, thinking
+from tests.turns.scenarios import PROMPT, SCENARIOS, conversation, eval_mismatch, rendered, thinking
 from tests.verl09.conftest import TINY_QWEN3
 from tests.verl09.lines import rendered as rendered_stage
 from tests.verl09.loop import run_loop
@@ -101,16 +98,4 @@ def test_rl_sft_and_eval_see_one_token_sequence_on_verl_091(scenario: str, model
     assert (problem := token_mismatch(template, sft, tokenizer, expected_name="apply_chat_template", actual_name="the 0.9 sft dataset")) is None, problem
 
     # retool eval asks the model, turn by turn, what the agent loop asked it.
-    chat = ScriptedChat(turns)
-
-    async def evaluate() -> Any:
-        async with sandbox_tool(sandbox, run_timeout_s=10.0, memory_limit_mb=512) as tool:
-            return await run_conversation(chat, tool, PROMPT, tools=[training_tool_schema()], max_turns=8)
-
-    transcript = asyncio.run(evaluate())
-    eval_tools = [training_tool_schema()]
-    for index, (request, asked) in enumerate(zip(chat.requests, llm.prompts, strict=True)):
-        sent = rendered(tokenizer, as_vllm_renders(request), eval_tools, add_generation_prompt=True)
-        assert (problem := token_mismatch(asked, sent, tokenizer, expected_name=f"agent loop turn {index}", actual_name=f"retool eval turn {index}")) is None, problem
-    final = rendered(tokenizer, as_vllm_renders(transcript.messages), eval_tools)
-    assert (problem := token_mismatch(template, final, tokenizer, expected_name="apply_chat_template", actual_name="retool eval")) is None, problem
+    assert (problem := eval_mismatch(tokenizer, sandbox, turns, llm.prompts, template)) is None, problem
