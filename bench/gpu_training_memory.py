@@ -77,6 +77,9 @@ SHAPES: dict[str, dict[str, Any]] = {
     "7B": _shape(3584, 18944, 28, 28, 4, 152064, tied=False),
     "32B": _shape(5120, 27648, 64, 40, 8, 152064, tied=False),
     "72B": _shape(8192, 29568, 80, 64, 8, 152064, tied=False),
+    # Held out of the fit (--holdout): Qwen2.5-3B-Instruct and -14B-Instruct config.json values.
+    "3B": _shape(2048, 11008, 36, 16, 2, 151936, tied=True),
+    "14B": _shape(5120, 13824, 48, 40, 8, 152064, tied=False),
 }
 # (shape, layers, token counts) in the order they run: the big shapes first (they matter for the fit
 # table), the two layer counts of one shape next to each other. None = the model's own layer count.
@@ -89,6 +92,12 @@ CASES: tuple[tuple[str, int | None, tuple[int, ...]], ...] = (
     ("0.5B", None, (2048, 4096, 8192, 16384)),
     ("72B", 1, (2048, 4096, 8192)),
 )
+HOLDOUT: tuple[tuple[str, int | None, tuple[int, ...]], ...] = (
+    ("3B", None, (3072, 8192)),
+    ("14B", 3, (6144, 12288)),
+    ("7B", 3, (24576,)),
+)
+"""Shapes, layer counts and token counts the constants were NOT fitted on (a second run checks them out of sample)."""
 TINY: tuple[tuple[str, dict[str, Any], tuple[int, ...]], ...] = (("tiny", _shape(64, 128, 2, 4, 2, 512, tied=False), (64, 128)),)
 
 
@@ -289,7 +298,7 @@ def _free(empty_cache: bool = True) -> None:
         torch.cuda.empty_cache()
 
 
-def measure(out: Path, tiny: bool, budget_s: float) -> dict[str, Any]:
+def measure(out: Path, tiny: bool, budget_s: float, *, holdout: bool = False) -> dict[str, Any]:
     import torch
     import transformers
 
@@ -308,7 +317,8 @@ def measure(out: Path, tiny: bool, budget_s: float) -> dict[str, Any]:
         torch.cuda.init()
         free, total = torch.cuda.mem_get_info()
         result["non_torch_bytes_at_start"] = total - free - torch.cuda.memory_reserved()
-    cases = [(n, s, s["num_hidden_layers"], t) for n, s, t in TINY] if tiny else [(n, SHAPES[n], layers or SHAPES[n]["num_hidden_layers"], t) for n, layers, t in CASES]
+    chosen = HOLDOUT if holdout else CASES
+    cases = [(n, s, s["num_hidden_layers"], t) for n, s, t in TINY] if tiny else [(n, SHAPES[n], layers or SHAPES[n]["num_hidden_layers"], t) for n, layers, t in chosen]
     start = time.perf_counter()
     for name, shape, layers, tokens in cases:
         if time.perf_counter() - start > budget_s:
@@ -403,12 +413,13 @@ def main(argv: list[str] | None = None) -> int:
     m = sub.add_parser("measure", help="run the models on this machine's device and write JSON")
     m.add_argument("--out", type=Path, default=Path("gpu_training_memory.json"))
     m.add_argument("--tiny", action="store_true", help="one tiny config (a CPU check that the code runs end to end)")
+    m.add_argument("--holdout", action="store_true", help="the held-out cases (HOLDOUT) instead of the fitted ones")
     m.add_argument("--budget-s", type=float, default=210.0, help="skip the cases that would start after this many seconds")
     c = sub.add_parser("compare", help="measured vs memory_fit's terms (needs retool)")
     c.add_argument("json", type=Path)
     args = parser.parse_args(argv)
     if args.mode == "measure":
-        measure(args.out, args.tiny, args.budget_s)
+        measure(args.out, args.tiny, args.budget_s, holdout=args.holdout)
         print(f"wrote {args.out}")
     else:
         print(compare(args.json))
