@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from retool.data.schema import SFT_SCHEMA, TOOL_NAME, code_interpreter_tool
-from retool.preflight.agent import Episode
+from retool.preflight.scripted import Episode
 
 OUTPUT_LABEL = "preflight result"
 
