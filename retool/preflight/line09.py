@@ -49,6 +49,7 @@ from retool.preflight.report import Report
 from retool.preflight.reward_guard import check_reward_guard, expected_reward_kwargs
 from retool.preflight.sandbox_probe import TEXT_ONLY_SANDBOX, check_sandbox
 from retool.preflight.verl_config import compose_stage, preflight_overrides, stage_files
+from retool.recipe.render.v0_9 import sft_overrides
 from retool.recipe.tool.config import TOOL_NAME
 
 logger = logging.getLogger(__name__)
@@ -68,7 +69,8 @@ LINE_09 = Line(
     verl="verl 0.9.1",
     create_sft_dataset=engine_sft_dataset,
     sft_config="sft_trainer_engine",
-    sft_multiturn={"data.messages_key": "messages", "data.tools_key": "tools"},
+    # The 0.6 keys as the 0.9 line's SFT render moves them (and what it adds: data.ignore_input_ids_mismatch).
+    sft_multiturn=sft_overrides({"data.multiturn.enable": True, "data.multiturn.messages_key": "messages", "data.multiturn.tools_key": "tools"}),
     rollout=InProcessRollout09,
     build_trainer=trainer09.build_trainer,
     training_step=trainer09.training_step,
