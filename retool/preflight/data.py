@@ -22,7 +22,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 from omegaconf import DictConfig
-from verl.trainer.main_ppo import create_rl_dataset
 
 from retool.data.schema import AGENT_NAME, agent_name_for
 from retool.preflight.checks import CheckResult
@@ -101,6 +100,8 @@ def agent_mismatch(files: Any, recipe: str) -> tuple[str | None, dict[str, dict[
 
 def load(config: DictConfig, tokenizer: Any, files: Any, *, is_train: bool) -> Any:
     key = "train_max_samples" if is_train else "val_max_samples"
+    from verl.trainer.main_ppo import create_rl_dataset  # verl 0.6.1's (0.9.1 moved it: the 0.9 line's own check uses verl.trainer.ppo.utils)
+
     return create_rl_dataset(files, config.data, tokenizer, None, is_train=is_train, max_samples=config.data.get(key, -1))
 
 

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from retool.data.schema import SFT_SCHEMA, TOOL_NAME, code_interpreter_tool
-from retool.preflight.agent import Episode
+from retool.preflight.scripted import Episode
 
 OUTPUT_LABEL = "preflight result"
 
@@ -61,13 +61,18 @@ def text_conversation(question: str, ground_truth: str) -> list[dict[str, Any]]:
 
 def write_conversations(path: Path, problems: Sequence[tuple[str, str]], tools: list[dict[str, Any]] | None = None, *, with_tool: bool = True) -> Path:
     """One SFT row per (question, ground truth), with ``tools`` (default: the built-in schema); with
-    ``with_tool=False`` the text-only conversation, without tools."""
+    ``with_tool=False`` the text-only conversation, without a tools column."""
     if with_tool:
         rows = [{"messages": conversation(q, gt), "tools": tools or [code_interpreter_tool()], "data_source": "preflight"} for q, gt in problems]
     else:
         rows = [{"messages": text_conversation(q, gt), "tools": None, "data_source": "preflight"} for q, gt in problems]
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows, schema=SFT_SCHEMA), path)
+    table = pa.Table.from_pylist(rows, schema=SFT_SCHEMA)
+    if not with_tool:
+        # No tools column at all: verl 0.9.1's SFT dataset reads parquet with dtype_backend="pyarrow",
+        # so a null becomes pd.NA, which the chat template cannot take as ``tools`` (0.6.1 reads None).
+        table = table.drop(["tools"])
+    pq.write_table(table, path)
     return path
 
 

@@ -14,11 +14,19 @@ this line the preflight runs the checks whose verl 0.9.1 counterpart is ported, 
 - ``reward``: the function verl loads scores a right answer above a wrong one per data source;
 - ``model``: the model's shape against the run's hardware and its tokenizer (verl-free, as on 0.6.1);
 - ``sandbox``: the run's sandbox answers and code run through the tool verl 0.9.1 built prints what it
-  should (:mod:`retool.preflight.sandbox_probe`, shared with 0.6.1).
+  should (:mod:`retool.preflight.sandbox_probe`, shared with 0.6.1);
+- ``sft-data``: the SFT file through verl 0.9.1's own SFT dataset, the one ``sft_trainer`` builds on
+  ``sft_trainer_engine`` (``create_sft_dataset`` in ``verl/trainer/sft_trainer.py``, building
+  ``MultiTurnSFTDataset``), checked by :func:`retool.preflight.sft.check_sft` as on 0.6.1 (lengths
+  against ``sft.maxLength``, loss mask on assistant tokens only, tool calls the rollout's parser reads);
+- ``rollout``: scripted rollouts (the turns verl 0.9.1's SFT dataset trains on, replayed by a scripted
+  model server) through verl 0.9.1's ``AgentLoopWorker`` with our agent loop and tool, the run's
+  sandbox and an in-process ``RewardLoopWorker`` (:mod:`retool.preflight.agent09`);
+- ``trainer-batch``: a training step's batch assembled as verl 0.9.1's ``RayPPOTrainer.fit`` does and
+  the trainer's own ``_validate`` (:mod:`retool.preflight.trainer09`).
 
-``sft-data``, ``rollout`` and ``trainer-batch`` are reported as skipped, naming this line: they drive
-verl 0.6.1's SFT dataset, agent loop worker and trainer, and are not ported yet (docs/verl-lines.md). A skipped check never passes a run silently;
-the report lists it.
+The last three are the 0.6 line's checks (:mod:`retool.preflight.flow`), given verl 0.9.1's pieces as
+:data:`LINE_09`.
 """
 
 from __future__ import annotations
@@ -30,20 +38,44 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from retool.preflight import flow, trainer09
+from retool.preflight.agent09 import InProcessRollout09
 from retool.preflight.checks import CheckResult
+from retool.preflight.data import first_prompts
+from retool.preflight.flow import Line, StageData, State
 from retool.preflight.model import check_model
 from retool.preflight.plan import PPO_STAGES, Plan, PreflightOptions
 from retool.preflight.report import Report
 from retool.preflight.reward_guard import check_reward_guard, expected_reward_kwargs
 from retool.preflight.sandbox_probe import TEXT_ONLY_SANDBOX, check_sandbox
 from retool.preflight.verl_config import compose_stage, preflight_overrides, stage_files
+from retool.recipe.render.v0_9 import sft_overrides
 from retool.recipe.tool.config import TOOL_NAME
 
 logger = logging.getLogger(__name__)
 
-NOT_PORTED = "not ported to the 0.9 line (verl 0.9.1) yet: docs/verl-lines.md"
-UNPORTED_CHECKS = ("sft-data", "rollout", "trainer-batch")
 WRONG = "preflight-not-the-answer"
+CHECK_ORDER = ("tokenizer", "model", "config", "sft-data", "reward-guard", "tools", "sandbox", "rl-data", "eval-data", "reward", "rollout", "trainer-batch")
+
+
+def engine_sft_dataset(files: Any, data: DictConfig, tokenizer: Any, max_samples: int = -1) -> Any:
+    """verl 0.9.1's SFT dataset as ``SFTTrainer._build_dataset`` builds it (``verl/trainer/sft_trainer.py``; no processor for a text model)."""
+    from verl.trainer.sft_trainer import create_sft_dataset
+
+    return create_sft_dataset(files, data, tokenizer, None, max_samples=max_samples)
+
+
+LINE_09 = Line(
+    verl="verl 0.9.1",
+    create_sft_dataset=engine_sft_dataset,
+    sft_config="sft_trainer_engine",
+    # The 0.6 keys as the 0.9 line's SFT render moves them (and what it adds: data.ignore_input_ids_mismatch).
+    sft_multiturn=sft_overrides({"data.multiturn.enable": True, "data.multiturn.messages_key": "messages", "data.multiturn.tools_key": "tools"}),
+    rollout=InProcessRollout09,
+    build_trainer=trainer09.build_trainer,
+    training_step=trainer09.training_step,
+    trainer_scope=trainer09.trainer_scope,
+)
 
 
 def _guarded(results: list[CheckResult], check: str, scope: str, body: Callable[[], CheckResult]) -> CheckResult:
@@ -96,7 +128,7 @@ def _tools(config: DictConfig, scope: str, built: list[Any]) -> CheckResult:
     return CheckResult("tools", scope, "passed", f"verl 0.9.1's registry built {', '.join(names)}")
 
 
-def _data(config: DictConfig, tokenizer: Any, scope: str) -> tuple[list[CheckResult], Any]:
+def _data(config: DictConfig, tokenizer: Any, scope: str) -> tuple[list[CheckResult], Any, Any]:
     from verl.trainer.ppo.utils import create_rl_dataset
 
     results = []
@@ -106,7 +138,7 @@ def _data(config: DictConfig, tokenizer: Any, scope: str) -> tuple[list[CheckRes
     results.append(CheckResult("rl-data", scope, status, f"{len(train)} RL prompts kept ({batches} full batches of {config.data.train_batch_size})", {"kept": len(train)}))
     val = create_rl_dataset(config.data.val_files, config.data, tokenizer, None, is_train=False)
     results.append(CheckResult("eval-data", scope, "passed" if len(val) else "failed", f"{len(val)} eval prompts kept", {"kept": len(val)}))
-    return results, val
+    return results, train, val
 
 
 def _reward(config: DictConfig, scope: str, dataset: Any) -> CheckResult:
@@ -132,11 +164,18 @@ def _reward(config: DictConfig, scope: str, dataset: Any) -> CheckResult:
     return CheckResult("reward", scope, "passed", ", ".join(f"{s}: right {r:g}, wrong {w:g}" for s, (r, w) in scores.items()), {"scores": scores})
 
 
+def right_score(result: CheckResult) -> float | None:
+    """The score of a right answer when every data source gives the same one (what each scripted rollout must score)."""
+    rights = {right for right, _ in result.details.get("scores", {}).values()}
+    return rights.pop() if len(rights) == 1 else None
+
+
 def run_preflight(target: Plan, options: PreflightOptions) -> Report:
     """The 0.9 line's checks of ``target`` (see the module docstring); findings are results, never exceptions."""
     started = time.monotonic()
     options.work_dir.mkdir(parents=True, exist_ok=True)
-    results: list[CheckResult] = []
+    state = State()
+    results = state.results
     tokenizer: Any = None
     try:
         result, tokenizer = _tokenizer(options, target.run, target.uses_tools)
@@ -144,7 +183,6 @@ def run_preflight(target: Plan, options: PreflightOptions) -> Report:
         result = CheckResult("tokenizer", "run", "failed", f"{type(exc).__name__}: {exc}")
     results.append(result)
     _guarded(results, "model", "run", lambda: check_model(target.run.spec, options.tokenizer, tokenizer))
-    configs: dict[str, DictConfig] = {}
     for stage, command in target.commands.items():
         holder: dict[str, DictConfig] = {}
 
@@ -153,15 +191,20 @@ def run_preflight(target: Plan, options: PreflightOptions) -> Report:
             return result
 
         if _guarded(results, "config", stage, compose).status == "passed":
-            configs[stage] = holder["config"]
-    ppo = {stage: configs[stage] for stage in PPO_STAGES if stage in configs}
+            state.configs[stage] = holder["config"]
+    flow.sft_check(state, target, options, tokenizer, LINE_09)
+    ppo = {stage: state.configs[stage] for stage in PPO_STAGES if stage in state.configs}
     for stage, config in ppo.items():
         results.append(check_reward_guard(config, stage, expected_reward_kwargs(target.commands[stage].overrides)))
+    data: dict[str, StageData] = {}
+    tools: dict[str, list[Any]] = {}
+    right_scores: dict[str, float] = {}
     for stage, config in ppo.items():
         if target.uses_tools:
             built: list[Any] = []
             if _guarded(results, "tools", stage, lambda config=config, stage=stage, built=built: _tools(config, stage, built)).status == "passed":
-                _guarded(results, "sandbox", stage, lambda stage=stage, built=built: check_sandbox(built, stage, wait_s=options.sandbox_wait_s))
+                if _guarded(results, "sandbox", stage, lambda stage=stage, built=built: check_sandbox(built, stage, wait_s=options.sandbox_wait_s)).status == "passed":
+                    tools[stage] = built
             else:
                 results.append(CheckResult("sandbox", stage, "skipped", f"needs tools[{stage}], which failed"))
         else:
@@ -170,16 +213,21 @@ def run_preflight(target: Plan, options: PreflightOptions) -> Report:
             results += [CheckResult(check, stage, "skipped", "needs the tokenizer, which did not load") for check in ("rl-data", "eval-data", "reward")]
             continue
         try:
-            found, val = _data(config, tokenizer, stage)
+            found, train, val = _data(config, tokenizer, stage)
         except Exception as exc:
             results.append(CheckResult("rl-data", stage, "failed", f"verl 0.9.1's create_rl_dataset: {type(exc).__name__}: {exc}"))
             results.append(CheckResult("reward", stage, "skipped", "needs prompts, which did not load"))
             continue
         results += found
-        _guarded(results, "reward", stage, lambda config=config, stage=stage, val=val: _reward(config, stage, val))
-    for check in UNPORTED_CHECKS:
-        results.append(CheckResult(check, "run", "skipped", NOT_PORTED))
-    order = {name: i for i, name in enumerate(("tokenizer", "model", "config", "reward-guard", "tools", "sandbox", "rl-data", "eval-data", "reward", *UNPORTED_CHECKS))}
+        if len(train) and len(val):
+            data[stage] = StageData(train, val, first_prompts(train), first_prompts(val))
+        reward = _guarded(results, "reward", stage, lambda config=config, stage=stage, val=val: _reward(config, stage, val))
+        right = right_score(reward) if reward.status == "passed" else None
+        if right is not None:
+            right_scores[stage] = right
+    for stage, config in ppo.items():
+        flow.rollout_checks(state, target, stage, config, options, tokenizer=tokenizer, data=data, tools=tools, right_scores=right_scores, line=LINE_09)
+    order = {name: i for i, name in enumerate(CHECK_ORDER)}
     results.sort(key=lambda r: order.get(r.check, len(order)))
     report = Report(
         run=target.run.metadata.name,
@@ -190,8 +238,7 @@ def run_preflight(target: Plan, options: PreflightOptions) -> Report:
         sandbox_url=target.ctx.sandbox_url if target.uses_tools else None,
         results=tuple(results),
         seconds=time.monotonic() - started,
-        facts={"verl_line": "0.9.1"},
+        facts={**state.facts, "verl_line": "0.9.1"},
     )
     logger.info("preflight (0.9 line) of %s/%s %s in %.1f s", report.namespace, report.run, "passed" if report.passed else "FAILED", report.seconds)
     return report
-

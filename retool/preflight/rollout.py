@@ -19,8 +19,8 @@ import torch
 from verl import DataProto
 
 from retool.data.schema import AGENT_NAME, TEXT_AGENT_NAME
-from retool.preflight.agent import Transcript
 from retool.preflight.episodes import OUTPUT_LABEL
+from retool.preflight.scripted import Transcript
 from retool.recipe.tool.config import TOOL_NAME
 
 MAX_LISTED = 5

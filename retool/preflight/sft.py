@@ -1,7 +1,11 @@
 """The SFT data as verl's multi-turn SFT dataset will train on it.
 
 The dataset is built by verl's own ``create_sft_dataset`` from the SFT stage's composed config and
-the model's tokenizer, so the loss mask checked here is the one the trainer uses. What can go
+the model's tokenizer, so the loss mask checked here is the one the trainer uses: on verl 0.6.1
+``verl/trainer/fsdp_sft_trainer.py`` (the default), on verl 0.9.1 ``verl/trainer/sft_trainer.py``
+(the function its ``SFTTrainer._build_dataset`` calls on ``sft_trainer_engine``), passed in as
+``create_dataset``. Both build ``MultiTurnSFTDataset`` (``verl/utils/dataset/multiturn_sft_dataset.py``),
+whose rows, ``messages``/``tools`` and padding/truncation keys are the same on both lines. What can go
 wrong without any error from verl:
 
 - a trajectory longer than ``sft.maxLength`` is cut (``truncation=right``) and loses its answer;
@@ -25,13 +29,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf, open_dict
 from verl.experimental.agent_loop.tool_parser import ToolParser
-from verl.trainer.fsdp_sft_trainer import create_sft_dataset
 from verl.utils.dataset.multiturn_sft_dataset import convert_nested_value_to_list_recursive
 
 from retool.preflight.checks import CheckResult
@@ -221,16 +224,31 @@ def check_row(dataset: Any, view: Any, index: int, tokenizer: Any, parser: Any |
     return problems, {"trained_tokens": int(loss.sum()), "spans": len(spans), "mismatch": mismatch}
 
 
-def check_sft(config: DictConfig, tokenizer: Any, *, tool_format: str | None, sample: int, max_truncated_fraction: float) -> tuple[CheckResult, Any]:
-    """The ``sft-data`` check on the SFT stage's composed config; returns the result and verl's dataset (None if it did not load)."""
+SFTDatasetFactory = Callable[[Any, DictConfig, Any, int], Any]
+"""``(files, data config, tokenizer, max_samples)`` -> verl's SFT dataset, as the line's SFT trainer builds it."""
+
+
+def fsdp_sft_dataset(files: Any, data: DictConfig, tokenizer: Any, max_samples: int = -1) -> Any:
+    """verl 0.6.1's: ``fsdp_sft_trainer.create_sft_dataset`` (the default line's SFT trainer)."""
+    from verl.trainer.fsdp_sft_trainer import create_sft_dataset
+
+    return create_sft_dataset(files, data, tokenizer, max_samples=max_samples)
+
+
+def check_sft(
+    config: DictConfig, tokenizer: Any, *, tool_format: str | None, sample: int, max_truncated_fraction: float, create_dataset: SFTDatasetFactory = fsdp_sft_dataset
+) -> tuple[CheckResult, Any]:
+    """The ``sft-data`` check on the SFT stage's composed config; returns the result and verl's dataset (None if it did not load).
+
+    ``create_dataset``: the line's SFT dataset factory (default verl 0.6.1's, :func:`fsdp_sft_dataset`)."""
     data = config.data
     problems, total = files_problems(data.train_files, "sft")
     if problems:
         details = {"file": str(data.train_files), "field_problems": [str(p) for p in problems], "field_problem_count": total}
         return CheckResult("sft-data", "sft", "failed", fields_summary(problems, total, "sft"), details), None
     try:
-        dataset = create_sft_dataset(data.train_files, data, tokenizer, max_samples=data.get("train_max_samples", -1))
-        view = create_sft_dataset(data.train_files, untruncated_config(data), tokenizer, max_samples=data.get("train_max_samples", -1))
+        dataset = create_dataset(data.train_files, data, tokenizer, data.get("train_max_samples", -1))
+        view = create_dataset(data.train_files, untruncated_config(data), tokenizer, data.get("train_max_samples", -1))
     except Exception as exc:
         return CheckResult("sft-data", "sft", "failed", f"verl's SFT dataset could not load {data.train_files}: {type(exc).__name__}: {exc}"), None
     if len(dataset) == 0:

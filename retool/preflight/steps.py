@@ -3,99 +3,45 @@
 The steps share a :class:`State` (results so far, composed configs). Each asks the state whether
 what it needs passed; if not it records ``skipped`` with the reason and returns nothing, so later
 steps skip in turn. The checks themselves live in ``sft``, ``data``, ``tools``, ``reward`` and
-``rollout``; this module wires them to the run's stages.
+``rollout``; this module wires them to the run's stages on verl 0.6.1. The ``sft-data``, ``rollout``
+and ``trainer-batch`` steps are the line-neutral ones of :mod:`retool.preflight.flow`, given verl
+0.6.1's pieces as :data:`LINE_06`.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-import traceback
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from verl import DataProto
-from verl.trainer.fsdp_sft_trainer import create_sft_dataset
 from verl.trainer.ppo.utils import need_critic
 from verl.utils import hf_tokenizer
 from verl.utils.config import validate_config
 from verl.utils.dataset.rl_dataset import collate_fn
 
 from retool.data.schema import TEXT_AGENT_NAME, code_interpreter_tool
-from retool.preflight import episodes
-from retool.preflight.agent import InProcessRollout, ScriptedServer
+from retool.preflight import episodes, flow
+from retool.preflight.agent import InProcessRollout
 from retool.preflight.checks import CheckResult
-from retool.preflight.data import Prompt, check_eval_data, check_rl_data, first_prompts
+from retool.preflight.data import check_eval_data, check_rl_data, first_prompts
+from retool.preflight.flow import Line, StageData, State, error_text, groups, timed
 from retool.preflight.plan import PPO_STAGES, Plan, PreflightOptions
-from retool.preflight.reward import AGENT_LOOP_COLUMNS, check_reward, forget_loaded_reward
-from retool.preflight.rollout import Limits, rollout_problems, shape_of
+from retool.preflight.reward import AGENT_LOOP_COLUMNS, check_reward
 from retool.preflight.sandbox_probe import TEXT_ONLY_SANDBOX, check_sandbox
-from retool.preflight.sft import check_sft, plain
+from retool.preflight.sft import fsdp_sft_dataset, plain
 from retool.preflight.tokenizer_files import tokenizer_source_problem
-from retool.preflight.tools import check_tools, tool_schemas
-from retool.preflight.trainer import RecordingRollout, build_trainer, one_per_source, step_rows, training_step
-from retool.preflight.verl_config import VALIDATION_DIR_KEY, compose_stage, compose_verl, preflight_overrides, stage_files
-from retool.recipe.metrics import results_by_source, samples_from_rows, validation_metrics
-from retool.recipe.render.command import hydra_overrides
+from retool.preflight.tools import check_tools
+from retool.preflight.trainer import build_trainer, training_step
+from retool.preflight.verl_config import VALIDATION_DIR_KEY, compose_stage, preflight_overrides, stage_files
 from retool.recipe.tool.config import TOOL_NAME
-from retool.tracking.evaluation import read_sample_rows
+
+__all__ = ["LINE_06", "StageData", "State", "error_text", "groups", "timed"]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class State:
-    results: list[CheckResult] = field(default_factory=list)
-    facts: dict[str, Any] = field(default_factory=dict)
-    configs: dict[str, DictConfig] = field(default_factory=dict)
-
-    def add(self, result: CheckResult) -> CheckResult:
-        logger.log(logging.ERROR if result.failed else logging.INFO, "preflight %s: %s: %s", result.label, result.status, result.summary)
-        self.results.append(result)
-        return result
-
-    def blocked(self, scope: str, checks: Sequence[str]) -> str | None:
-        """Why a check in ``scope`` cannot run: a needed check failed, was skipped or never ran."""
-        stages = set(scope.split("+"))
-        for name in checks:
-            relevant = [r for r in self.results if r.check == name and (r.scope == "run" or stages & set(r.scope.split("+")))]
-            if not relevant:
-                return f"needs {name}, which did not run"
-            bad = next((r for r in relevant if r.status in ("failed", "skipped")), None)
-            if bad is not None:
-                return f"needs {bad.label}, which {bad.status}"
-        return None
-
-    def skip(self, check: str, scope: str, reason: str) -> None:
-        self.add(CheckResult(check, scope, "skipped", reason))
-
-
-def timed(check: Callable[[], tuple[CheckResult, Any]]) -> tuple[CheckResult, Any]:
-    started = time.monotonic()
-    result, value = check()
-    return CheckResult(result.check, result.scope, result.status, result.summary, {**result.details, "seconds": round(time.monotonic() - started, 2)}), value
-
-
-def groups(configs: Mapping[str, DictConfig], key: Callable[[DictConfig], Any]) -> list[tuple[str, DictConfig]]:
-    """Stages whose ``key`` is equal share one check: [(``"rl+eval"``, the first one's config), ...]."""
-    found: dict[str, list[str]] = {}
-    first: dict[str, DictConfig] = {}
-    for stage, config in configs.items():
-        marker = repr(key(config))
-        found.setdefault(marker, []).append(stage)
-        first.setdefault(marker, config)
-    return [("+".join(stages), first[marker]) for marker, stages in found.items()]
-
-
-def error_text(exc: BaseException) -> str:
-    """The exception and where it was raised (the innermost frame), in one line."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
-    return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}{where}"
 
 
 # ------------------------------------------------------------------------------ tokenizer, config
@@ -182,37 +128,7 @@ def ppo_config_problem(config: DictConfig) -> str | None:
     return None
 
 
-# ------------------------------------------------------------------------------ sft
-
-
-def sft_check(state: State, target: Plan, options: PreflightOptions, tokenizer: Any) -> Any:
-    if "sft" not in target.commands:
-        return None
-    reason = state.blocked("sft", ["tokenizer", "config"])
-    if reason:
-        state.skip("sft-data", "sft", reason)
-        return None
-    ppo = next((state.configs[s] for s in ("rl", "eval") if s in state.configs), None)
-    tool_format = str(ppo.actor_rollout_ref.rollout.multi_turn.format) if ppo is not None else None
-    result, dataset = timed(
-        lambda: check_sft(state.configs["sft"], tokenizer, tool_format=tool_format, sample=options.sft_sample, max_truncated_fraction=options.max_truncated_fraction)
-    )
-    state.add(result)
-    for key in ("rows", "p50", "p90", "p99", "max", "over_max_length"):
-        if key in result.details:
-            state.facts[f"sft_tokens_{key}" if key not in ("rows", "over_max_length") else f"sft_{key}"] = result.details[key]
-    return dataset
-
-
 # ------------------------------------------------------------------------------ data, tools, reward
-
-
-@dataclass(frozen=True)
-class StageData:
-    train: Any
-    val: Any
-    train_prompts: list[Prompt]
-    val_prompts: list[Prompt]
 
 
 def tool_config_path(config: DictConfig) -> str | None:
@@ -323,170 +239,20 @@ def reward_checks(state: State, target: Plan, ppo: Mapping[str, DictConfig], dat
 # ------------------------------------------------------------------------------ rollout, trainer batch
 
 
-def episode_data_config(state: State, target: Plan) -> DictConfig:
-    """The SFT data config that tokenizes scripted turns: the run's, or verl's multi-turn defaults without SFT."""
-    if "sft" in state.configs:
-        return state.configs["sft"].data
-    rl = target.run.spec.rl
-    overrides = {
-        "data.multiturn.enable": True,
-        "data.multiturn.messages_key": "messages",
-        "data.multiturn.tools_key": "tools",
-        "data.max_length": rl.max_prompt_length + rl.max_response_length,
-        "data.truncation": "right",
-    }
-    return compose_verl("sft_trainer", hydra_overrides(overrides)).data
+LINE_06 = Line(
+    verl="verl 0.6.1",
+    create_sft_dataset=fsdp_sft_dataset,
+    sft_config="sft_trainer",
+    sft_multiturn={"data.multiturn.enable": True, "data.multiturn.messages_key": "messages", "data.multiturn.tools_key": "tools"},
+    rollout=InProcessRollout,
+    build_trainer=build_trainer,
+    training_step=training_step,
+)
 
 
-def scripted_episodes(state: State, target: Plan, stage: str, tokenizer: Any, prompts: Sequence[Prompt], tools: Sequence[Any], work_dir: Path) -> list[episodes.Episode]:
-    problems = [(p.question, p.ground_truth) for p in prompts]
-    with_tool = target.uses_tools
-    path = episodes.write_conversations(work_dir / stage / "episodes.parquet", problems, tools=tool_schemas(tools), with_tool=with_tool)
-    dataset = create_sft_dataset([str(path)], episode_data_config(state, target), tokenizer)
-    return episodes.episodes_from_sft(dataset, problems, [tokenizer.eos_token_id], with_tool=with_tool)
+def sft_check(state: State, target: Plan, options: PreflightOptions, tokenizer: Any) -> Any:
+    return flow.sft_check(state, target, options, tokenizer, LINE_06)
 
 
-def _failure_hint(text: str) -> str:
-    if "tensor_dict1 and tensor_dict2" in text:
-        return "; a reward result key repeats a column of the trainer's batch"
-    if "JSON serializable" in text:
-        return "; a reward result value cannot be written to the validation dump"
-    return ""
-
-
-def rollout_checks(
-    state: State,
-    target: Plan,
-    stage: str,
-    config: DictConfig,
-    options: PreflightOptions,
-    *,
-    tokenizer: Any,
-    data: Mapping[str, StageData],
-    tools: Mapping[str, list[Any]],
-    right_scores: Mapping[str, float],
-) -> None:
-    # A reward whose results do not fit the batch still scores: the rollout then shows what the trainer would do with it.
-    # A text-only run has no tool and no sandbox (both skipped with that reason): its rollouts need neither.
-    needs = ["tokenizer", "config", "rl-data", "eval-data", *(["tools", "sandbox"] if target.uses_tools else [])]
-    reason = state.blocked(stage, needs)
-    if reason or stage not in data or (target.uses_tools and stage not in tools) or stage not in right_scores:
-        state.skip("rollout", stage, reason or "needs data, tools and reward, which did not load")
-        state.skip("trainer-batch", stage, reason or "needs a rollout")
-        return
-    stage_data, right = data[stage], right_scores[stage]
-    # The rl stage validates on the eval sets with the eval stage's sampling settings; when the eval
-    # stage is checked too, its validation (with the per-sample dump) covers that path once.
-    validates = bool(config.trainer.test_freq and config.trainer.test_freq > 0) or bool(config.trainer.val_before_train)
-    validate = stage == "eval" or (validates and "eval" not in target.commands)
-    prompts = ([*stage_data.train_prompts] if stage == "rl" else []) + ([*stage_data.val_prompts] if validate else [])
-    started = time.monotonic()
-    try:
-        scripted = scripted_episodes(state, target, stage, tokenizer, prompts, tools.get(stage, []), options.work_dir)
-    except Exception as exc:
-        state.add(CheckResult("rollout", stage, "failed", f"the scripted turns could not be tokenized by verl's SFT dataset: {error_text(exc)}"))
-        state.skip("trainer-batch", stage, f"needs rollout[{stage}], which failed")
-        return
-    server = ScriptedServer(tokenizer, scripted, missing_output_turn=episodes.missing_output_turn(tokenizer, [tokenizer.eos_token_id]))
-    rollout_errors: list[str] = []
-    batch_errors: list[str] = []
-    details: dict[str, Any] = {"flows": []}
-    metrics: dict[str, float] = {}
-    forget_loaded_reward()
-    try:
-        rollout = InProcessRollout(config, server)
-    except Exception as exc:
-        state.add(CheckResult("rollout", stage, "failed", f"verl's agent-loop worker could not be built: {error_text(exc)}"))
-        state.skip("trainer-batch", stage, f"needs rollout[{stage}], which failed")
-        return
-    with rollout:
-        recorder = RecordingRollout(rollout)
-        try:
-            trainer = build_trainer(config, tokenizer, stage_data.train, one_per_source(stage_data.val, stage_data.val_prompts), recorder)
-        except Exception as exc:
-            state.add(CheckResult("rollout", stage, "skipped", "needs the trainer"))
-            state.add(CheckResult("trainer-batch", stage, "failed", f"RayPPOTrainer could not be built as main_ppo builds it: {error_text(exc)}"))
-            return
-        flows: list[tuple[str, Callable[[], Any]]] = []
-        if stage == "rl":
-            rows = step_rows(stage_data.train_prompts, int(config.actor_rollout_ref.rollout.n), int(config.actor_rollout_ref.rollout.agent.num_workers))
-            flows.append(("training step", lambda: training_step(trainer, stage_data.train, rows)))
-        if validate:
-            flows.append(("validation", trainer._validate))
-        for name, flow in flows:
-            before = len(recorder.outputs)
-            details["flows"].append(name)
-            try:
-                value = flow()
-            except Exception as exc:
-                logger.debug("%s of %s failed", name, stage, exc_info=True)
-                text = error_text(exc)
-                (batch_errors if len(recorder.outputs) > before else rollout_errors).append(f"{name}: {text}{_failure_hint(text)}")
-                continue
-            if name == "validation":
-                metrics = dict(value)
-    seconds = time.monotonic() - started
-    shape = shape_of(target.uses_tools)
-    spec = target.run.spec
-    eval_turns = stage == "eval" and spec.eval.max_turns is not None
-    limits = Limits(
-        max_turns=spec.eval.max_turns if eval_turns else spec.rl.max_turns,  # type: ignore[arg-type]
-        max_turns_field="spec.eval.maxTurns" if eval_turns else "spec.rl.maxTurns",
-        max_response_length=spec.rl.max_response_length,
-    )
-    problems, counts = rollout_problems(recorder.outputs, list(server.transcripts.values()), tokenizer, right, shape, rollout.agents, limits)
-    details.update(counts)
-    details["seconds"] = round(seconds, 2)
-    state.facts[f"{stage}_scripted_rollouts"] = counts["samples"]
-    state.facts[f"{stage}_rollout_seconds"] = round(seconds, 2)
-    all_rollout = rollout_errors + problems
-    if all_rollout:
-        state.add(CheckResult("rollout", stage, "failed", all_rollout[0], {**details, "problems": all_rollout}))
-    else:
-        sources = ", ".join(p.data_source for p in prompts)
-        if shape.calls_tool:
-            summary = f"{counts['samples']} scripted rollouts of {sources} called the sandbox and scored {right:g}"
-        else:
-            summary = f"{counts['samples']} scripted single-turn rollouts of {sources} (verl's {shape.agent}, no tool) scored {right:g}"
-        state.add(CheckResult("rollout", stage, "passed", summary, details))
-    if metrics:
-        batch_errors += validation_problems(metrics, config, [p.data_source for p in stage_data.val_prompts], right)
-        dump = config.trainer.get("validation_data_dir")
-        if dump:
-            batch_errors += dump_problems(Path(str(dump)) / "0.jsonl", [p.data_source for p in stage_data.val_prompts])
-    batch_details = {"flows": details["flows"], "validation_metrics": {k: v for k, v in metrics.items() if k.startswith("val-core/")}}
-    if batch_errors:
-        state.add(CheckResult("trainer-batch", stage, "failed", batch_errors[0], {**batch_details, "problems": batch_errors}))
-    elif all_rollout:
-        state.skip("trainer-batch", stage, f"needs rollout[{stage}], which failed")
-    else:
-        summary = f"{' and '.join(details['flows'])} joined, scored and summarised the rollouts as RayPPOTrainer does"
-        state.add(CheckResult("trainer-batch", stage, "passed", summary, batch_details))
-
-
-def validation_problems(metrics: Mapping[str, float], config: DictConfig, sources: Sequence[str], right: float) -> list[str]:
-    """verl's validation metrics must name every eval set and report the scripted answers as right."""
-    n = int(config.actor_rollout_ref.rollout.val_kwargs.n)
-    problems = []
-    for source in sources:
-        core = "acc" if f"val-core/{source}/acc/mean@{n}" in metrics else "reward"
-        key = f"val-core/{source}/{core}/mean@{n}"
-        expected = 1.0 if core == "acc" else right
-        if key not in metrics:
-            problems.append(f"verl's validation metrics have no {key} (got {sorted(k for k in metrics if k.startswith('val-core/'))[:4]})")
-        elif abs(float(metrics[key]) - expected) > 1e-6:
-            problems.append(f"{key} is {metrics[key]:g}; every scripted answer is right, so it must be {expected:g}")
-    return problems
-
-
-def dump_problems(path: Path, sources: Sequence[str]) -> list[str]:
-    """The eval stage's per-sample dump must give retool's eval report one result per eval set."""
-    if not path.exists():
-        return [f"verl wrote no validation dump at {path}"]
-    try:
-        results = results_by_source(validation_metrics(*samples_from_rows(read_sample_rows(str(path)))))
-    except ValueError as exc:
-        return [f"retool's eval report cannot read verl's validation dump: {exc}"]
-    if sorted(results) != sorted(sources):
-        return [f"retool's eval report files the validation dump's results under {sorted(results)}, the eval sets are {sorted(sources)}"]
-    return []
+def rollout_checks(state: State, target: Plan, stage: str, config: DictConfig, options: PreflightOptions, **kwargs: Any) -> None:
+    flow.rollout_checks(state, target, stage, config, options, line=LINE_06, **kwargs)

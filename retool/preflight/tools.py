@@ -13,14 +13,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from verl.tools.utils.tool_registry import initialize_tools_from_config
-
 from retool.preflight.checks import CheckResult
 from retool.preflight.sft import plain
 from retool.recipe.tool.config import TOOL_NAME
 
 logger = logging.getLogger(__name__)
-
 
 
 def tool_schemas(tools: Sequence[Any]) -> list[dict[str, Any]]:
@@ -30,6 +27,8 @@ def tool_schemas(tools: Sequence[Any]) -> list[dict[str, Any]]:
 
 def check_tools(tool_config_path: str, scope: str, sft_tools: list[dict[str, Any]] | None) -> tuple[CheckResult, list[Any]]:
     """``tools``: the registry builds the tools; one is ``code_interpreter``; its schema is the one SFT trained with."""
+    from verl.tools.utils.tool_registry import initialize_tools_from_config  # verl 0.6.1's registry (0.9.1: verl.tools.tool_registry)
+
     try:
         tools = initialize_tools_from_config(tool_config_path)
     except Exception as exc:

@@ -8,7 +8,13 @@ the same on both lines; this adapter changes only what verl 0.9.1 names or runs 
   ``sft_trainer_engine`` config, where the model, engine and data keys moved (:data:`SFT_KEYS`).
   Multi-turn is the only mode (``data.multiturn.enable`` is gone); micro-batches stay fixed-size
   (``data.use_dynamic_bsz=false``: 0.9.1's default packs by a token budget of 8192, shorter than
-  a ReTool trajectory).
+  a ReTool trajectory). ``data.ignore_input_ids_mismatch=true``: like 0.6.1, 0.9.1's
+  ``MultiTurnSFTDataset`` trains on each message rendered alone, concatenated; unlike 0.6.1 its
+  ``sanity_check`` raises when that differs from the whole conversation's rendering
+  (``verl/utils/dataset/multiturn_sft_dataset.py``), which Qwen3's template does for every ReTool
+  trajectory (the ``<think></think>`` it adds to the last assistant turn only). With the key, 0.9.1
+  trains what 0.6.1 trains; the preflight's ``sft-data`` check reports the difference as a warning
+  on both lines (found by the 0.9 line's preflight, issue 32).
 - rl/eval: the reward keys live under ``reward.`` (verl 0.9.1 no longer migrates the top-level
   ``custom_reward_function.*`` in ``main_ppo``: rendered the 0.6 way, verl would silently score
   with its default scorer; the reward guard, ``retool.preflight.reward_guard``, catches exactly
@@ -44,8 +50,12 @@ SFT_KEYS: dict[str, str | None] = {
 
 SFT_ADDED: dict[str, Any] = {
     "data.use_dynamic_bsz": False,
+    # Each message tokenized in its conversation, as 0.6.1 did (verl_plugins/v0_9/sft_dataset.py) ...
     "data.custom_cls.path": v0_9.SFT_DATASET_CLASS_PATH,
     "data.custom_cls.name": v0_9.SFT_DATASET_CLASS_NAME,
+    # ... and, as 0.6.1 did, that concatenation trained where the whole conversation renders otherwise
+    # (Qwen3: a turn with empty reasoning gets <think></think> only as the last turn); docs/verl-lines.md.
+    "data.ignore_input_ids_mismatch": True,
 }
 
 PPO_KEYS: dict[str, str | None] = {
