@@ -11,10 +11,13 @@ without the reasoning the RL rollouts and ``retool eval`` show the model (tests/
 Here message *i*'s ids are the template's rendering of ``messages[:i+1]`` less that of ``messages[:i]``
 (for an assistant message the generation prompt in between is masked out), exactly verl 0.6.1's
 ``MultiTurnSFTDataset._process_message_tokens``: the concatenation is the whole conversation's rendering
-wherever the template renders a prefix the same way inside the conversation (every template we ship,
-including Qwen3 with non-empty reasoning; docs/recipe.md names the one exception, a Qwen3 turn with
-*empty* reasoning followed by another turn). Everything else (padding, truncation, position ids, the
-sanity check itself) stays verl 0.9.1's. Multimodal rows (a processor) keep verl's own path.
+wherever the template renders a prefix the same way inside the conversation (Qwen2.5, and Qwen3 with
+non-empty reasoning). The exception is Qwen3's turn with *empty* reasoning followed by another turn:
+the template writes its ``<think></think>`` only when it is the last turn, so the concatenation (each
+turn as the model generates it, think block first, which is what the RL rollout holds) differs from
+the whole rendering by design; 0.6.1 warned and trained the concatenation, and the 0.9 line's sft stage
+does the same (``data.ignore_input_ids_mismatch=true``; docs/verl-lines.md). Everything else (padding,
+truncation, position ids) stays verl 0.9.1's. Multimodal rows (a processor) keep verl's own path.
 
 Configure with ``data.custom_cls.path=pkg://retool.recipe.verl_plugins.v0_9.sft_dataset`` and
 ``data.custom_cls.name=RetoolSFTDataset`` (verl 0.9.1 ``trainer/sft_trainer.py`` ``create_sft_dataset``);
