@@ -145,7 +145,12 @@ def test_the_0_9_sft_data_check_runs_verls_sft_dataset_and_fails_a_bad_row(qwen_
     files = sft_file(tmp_path / "sft.parquet", conversations)
     config = compose_verl("sft_trainer_engine", hydra_overrides({**command.overrides, "data.train_files": files, "data.max_length": 1024}))
     result, dataset = check_sft(config, AutoTokenizer.from_pretrained(qwen_model), tool_format="hermes", sample=8, max_truncated_fraction=0.05, create_dataset=engine_sft_dataset)
-    assert type(dataset).__module__ == "verl.utils.dataset.multiturn_sft_dataset"
+    # The dataset the sft stage's verl builds: the rendered data.custom_cls, a subclass of verl 0.9.1's own.
+    from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
+
+    from retool.recipe.verl_plugins.v0_9.sft_dataset import RetoolSFTDataset
+
+    assert type(dataset) is RetoolSFTDataset and isinstance(dataset, MultiTurnSFTDataset)
     assert (result.status, finding in result.summary) == (status, True), result
 
 
