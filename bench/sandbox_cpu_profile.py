@@ -112,9 +112,16 @@ def snapshot(tree: dict[str, list[int]]) -> dict[str, float]:
 
 def setup_cpu_s(server: int) -> tuple[float, int]:
     """Mean CPU of a pre-forked execution that finished its setup and waits for its job (schedstat: ns)."""
-    time.sleep(1.0)  # the last pre-forks finish their setup
-    samples = [s for s in (_schedstat_s(pid) for pid in replica_tree(server)["idle"]) if s is not None]
-    return (sum(samples) / len(samples) if samples else float("nan")), len(samples)
+    # The last pre-forks may still be setting up: read until their CPU times stop growing (5 s at most).
+    deadline, samples = time.monotonic() + 5.0, None
+    while True:
+        current = {pid: s for pid in replica_tree(server)["idle"] if (s := _schedstat_s(pid)) is not None}
+        if (current and current == samples) or time.monotonic() > deadline:
+            break
+        samples = current
+        time.sleep(0.1)
+    values = list(current.values())
+    return (sum(values) / len(values) if values else float("nan")), len(values)
 
 
 def measure_ours(url: str, server: int, concurrency: int, duration: float) -> dict:
