@@ -46,6 +46,7 @@ from retool_operator.kuberay_crd import RAYJOB_CRD, KubeRayCRD, kuberay_problems
 from retool_operator.queueing import ANNOTATION_SUSPENDED, SUSPENDED_BY, child_queue
 from retool_operator.readyz import IsolationReader
 from retool_operator.reconcile import (
+    FOLLOWED_STATES,
     MISSING_CONFIRM_SECONDS,
     Decision,
     Event,
@@ -609,7 +610,7 @@ class Reconciler:
         workloads: dict[str, list[dict[str, Any]] | None] = {}
         stalls = _Stalls()
         finished = self._finished.get((namespace, run.metadata.name), {})
-        current_jobs = {entry.job for entry in status.stages if entry.state in ("Running", "Queued", "Suspended") and entry.job}
+        current_jobs = {entry.job for entry in status.stages if entry.state in FOLLOWED_STATES and entry.job}
         for gone in set(finished) - current_jobs:
             finished.pop(gone, None)  # recorded in status by an earlier pass
         missing = self._missing.setdefault((namespace, run.metadata.name), {})
@@ -617,7 +618,7 @@ class Reconciler:
             missing.pop(gone, None)
         unconfirmed: set[str] = set()
         for entry in status.stages:
-            if entry.state in ("Running", "Queued", "Suspended") and entry.job:
+            if entry.state in FOLLOWED_STATES and entry.job:
                 obj = await self.client.get(stage_kind(entry.name), namespace, entry.job) or finished.get(entry.job)
                 if obj is None and time.monotonic() - missing.setdefault(entry.job, time.monotonic()) < MISSING_CONFIRM_SECONDS:
                     unconfirmed.add(entry.job)
