@@ -51,6 +51,8 @@ CLAIM_SETTLE_SECONDS = 2.0
 bind (``FailedBinding``) on its first sync of it, but not before the operator's pass that created it
 reads it back; a claim it binds or provisions, or leaves to its first consumer, lets the stage start."""
 JOB_FAILED_CREATE = "FailedCreate"
+POD_CREATED = "SuccessfulCreate"
+"""The Job controller's (and the ReplicaSet controller's) Normal Event for each pod it created."""
 CLAIM_PROVISIONING_FAILED = "ProvisioningFailed"
 CLAIM_FAILED_BINDING = "FailedBinding"
 POD_UNSCHEDULABLE = "Unschedulable"
@@ -72,13 +74,43 @@ def refuses(message: str | None) -> bool:
     return message is not None and REFUSED.search(message) is not None
 
 
-def _refused_replicas(conditions: list[dict[str, Any]] | None) -> dict[str, Any] | None:
-    """The ``ReplicaFailure=True`` condition whose message is a refusal (``refuses``), if any: KubeRay's
-    RayCluster and the Deployment controller both report failed pod creations this way."""
+def _refused_replicas(conditions: list[dict[str, Any]] | None, now: dt.datetime) -> dict[str, Any] | None:
+    """The ``ReplicaFailure=True`` condition whose message is a refusal (``refuses``) and that has held for
+    ``EVENTS_AFTER_SECONDS``, if any: KubeRay's RayCluster and the Deployment controller both report failed
+    pod creations this way, and both retry. A refusal that clears within seconds is not one to show: in a
+    namespace created a moment before (GitOps applying the Namespace and the run together), the first pod
+    creation meets the ServiceAccount admission before the controller made ``default`` ("error looking up
+    service account ... not found", a Forbidden) and the next creation succeeds."""
     for cond in conditions or []:
         if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True" and refuses(cond.get("message")):
-            return cond
+            return cond if held_since(cond.get("lastTransitionTime"), now) else None
     return None
+
+
+def replicas_refusal_settling(deployment: dict[str, Any] | None, now: dt.datetime) -> bool:
+    """A Deployment whose pods were refused less than ``EVENTS_AFTER_SECONDS`` ago: read it again then."""
+    conditions = ((deployment or {}).get("status") or {}).get("conditions")
+    return any(
+        cond.get("type") == "ReplicaFailure" and cond.get("status") == "True" and refuses(cond.get("message")) and not held_since(cond.get("lastTransitionTime"), now)
+        for cond in conditions or []
+    )
+
+
+def held_since(stamp: Any, now: dt.datetime, seconds: float = EVENTS_AFTER_SECONDS) -> bool:
+    """Whether a condition that changed at ``stamp`` (RFC 3339; none: yes) has held for ``seconds``."""
+    when = timestamp(stamp)
+    return when is None or (now - when).total_seconds() >= seconds
+
+
+def timestamp(stamp: Any) -> dt.datetime | None:
+    """An API timestamp (``2026-11-27T06:13:06Z``, or with microseconds as Events' ``eventTime``), None when absent or unreadable."""
+    if not stamp:
+        return None
+    try:
+        when = dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
 
 
 def short(text: str) -> str:
@@ -86,20 +118,20 @@ def short(text: str) -> str:
     return short_message(text)
 
 
-def rayjob_replica_failure(obj: dict[str, Any] | None) -> str | None:
+def rayjob_replica_failure(obj: dict[str, Any] | None, now: dt.datetime) -> str | None:
     """KubeRay's ReplicaFailure condition of the RayJob's cluster, as ``reason: message``; None when absent."""
-    cond = _refused_replicas((((obj or {}).get("status") or {}).get("rayClusterStatus") or {}).get("conditions"))
+    cond = _refused_replicas((((obj or {}).get("status") or {}).get("rayClusterStatus") or {}).get("conditions"), now)
     return ": ".join(x for x in (cond.get("reason"), cond.get("message")) if x) if cond else None
 
 
-def replica_failure(deployment: dict[str, Any] | None) -> str | None:
+def replica_failure(deployment: dict[str, Any] | None, now: dt.datetime) -> str | None:
     """Why a Deployment's pods cannot be created, from its ``ReplicaFailure`` condition (True while its
     ReplicaSet's pod creations fail: Pod Security admission, quota, a missing RuntimeClass); None otherwise.
 
     Without it a refused sandbox pod shows only as missing ready replicas; the reason lives in the
     ReplicaSet's events, which nobody watching the run reads.
     """
-    cond = _refused_replicas(((deployment or {}).get("status") or {}).get("conditions"))
+    cond = _refused_replicas(((deployment or {}).get("status") or {}).get("conditions"), now)
     return " ".join(x for x in (cond.get("reason"), cond.get("message")) if x) if cond else None
 
 
@@ -117,22 +149,45 @@ def latest_warning(events: list[dict[str, Any]], reason: str, *, any_type: bool 
     """The message of the most recent Warning Event with ``reason`` (by lastTimestamp / eventTime), or None.
 
     ``any_type``: Normal Events count too (the volume controller reports a missing StorageClass as Normal)."""
-    matching = [e for e in events if e.get("reason") == reason and (any_type or e.get("type", "Warning") == "Warning")]
-    if not matching:
+    found = _latest(events, reason, any_type=any_type)
+    return None if found is None else str(found.get("message") or reason)
+
+
+def creation_refusal(events: list[dict[str, Any]]) -> str | None:
+    """The newest ``FailedCreate`` Warning of a Job, unless a pod was created after it (``SuccessfulCreate``:
+    the controller's retry got through, e.g. once a fresh namespace's ``default`` ServiceAccount existed).
+    A Job whose pod has just ended has no active pod until its controller marks it finished, and its
+    Events still hold that early refusal: it is not refused now."""
+    failed = _latest(events, JOB_FAILED_CREATE)
+    if failed is None:
         return None
+    created = _latest(events, POD_CREATED, any_type=True)
+    if created is not None and _event_time(created) >= _event_time(failed):
+        return None
+    return str(failed.get("message") or JOB_FAILED_CREATE)
 
-    def when(event: dict[str, Any]) -> str:
-        return str(event.get("lastTimestamp") or event.get("eventTime") or (event.get("metadata") or {}).get("creationTimestamp") or "")
 
-    return str(max(matching, key=when).get("message") or reason)
+def _latest(events: list[dict[str, Any]], reason: str, *, any_type: bool = False) -> dict[str, Any] | None:
+    matching = [e for e in events if e.get("reason") == reason and (any_type or e.get("type", "Warning") == "Warning")]
+    return max(matching, key=_event_time) if matching else None
 
 
-def child_refusal(kind: str, name: str, obj: dict[str, Any] | None, events: list[dict[str, Any]] | None) -> str | None:
+def _event_time(event: dict[str, Any]) -> dt.datetime:
+    """When an Event last happened: ``lastTimestamp`` (core/v1, seconds), else ``eventTime`` (events.k8s.io
+    series, microseconds), else its creation; compared as times, not strings (``06Z`` sorts after ``06.5Z``)."""
+    for stamp in (event.get("lastTimestamp"), event.get("eventTime"), (event.get("metadata") or {}).get("creationTimestamp")):
+        when = timestamp(stamp)
+        if when is not None:
+            return when
+    return dt.datetime.min.replace(tzinfo=dt.UTC)
+
+
+def child_refusal(kind: str, name: str, obj: dict[str, Any] | None, events: list[dict[str, Any]] | None, now: dt.datetime) -> str | None:
     """Why the pods of a running stage child cannot be created, in one line; None when nothing refuses them."""
     if kind == "RayJob":
-        failure = rayjob_replica_failure(obj)
+        failure = rayjob_replica_failure(obj, now)
         return f"KubeRay cannot create the pods of RayJob {name}: {failure}" if failure else None
-    message = latest_warning(events or [], JOB_FAILED_CREATE)
+    message = creation_refusal(events or [])
     return f"the Job controller cannot create the pod of Job {name}: {message}" if refuses(message) else None
 
 
@@ -161,7 +216,7 @@ def submitter_refusal(rayjob: str, rayjob_obj: dict[str, Any] | None, submitter:
     """Why KubeRay's submitter pod of a Running RayJob does not exist, in one line; None when nothing refuses it."""
     if rayjob_obj is None or submitter is None or not job_without_pods(submitter):
         return None
-    message = latest_warning(events or [], JOB_FAILED_CREATE)
+    message = creation_refusal(events or [])
     return f"the Job controller cannot create the submitter pod of RayJob {rayjob}: {message}" if refuses(message) else None
 
 

@@ -179,7 +179,10 @@ class Observed:
     sandbox_hpa_min_replicas: int | None = None
     """``minReplicas`` of the HPA on the sandbox, when there is one."""
     sandbox_pods_refused: str | None = None
-    """The message of the sandbox Deployment's ReplicaFailure condition (pods refused at creation), if True."""
+    """The message of the sandbox Deployment's ReplicaFailure condition (pods refused at creation), if True
+    for ``below.EVENTS_AFTER_SECONDS``."""
+    sandbox_refusal_settling: bool = False
+    """The sandbox Deployment's pods were refused moments ago: not shown yet, read again soon."""
     mlflow: MLflowStatus | None = None
     results: dict[str, dict[str, float]] = field(default_factory=dict)
     claim: ClaimObservation | None = None  # None: not read this pass (no storage gate)
@@ -275,9 +278,7 @@ def _queued_child(
             message = f"stage {name} suspended (Kueue workload deactivated)"
             events.append(Event("Normal", c.REASON_SUSPENDED, f"{message} ({child})"))
         return entry.model_copy(update={"state": "Suspended", "message": "suspended by spec.suspend"}), actions, events, message
-    actions = [
-        SetWorkloadActive(name, wl["metadata"]["name"], True) for wl in workloads or [] if deactivated_by_operator(wl) and (wl.get("spec") or {}).get("active") is False
-    ]
+    actions = [SetWorkloadActive(name, wl["metadata"]["name"], True) for wl in workloads or [] if deactivated_by_operator(wl) and (wl.get("spec") or {}).get("active") is False]
     if bool(((obj or {}).get("spec") or {}).get("suspend")):
         update: dict[str, Any] = {"state": "Queued", "message": queue_message(queue, workloads)}
         if entry.state == "Running" and was_evicted(workloads):
@@ -355,9 +356,7 @@ def _with_isolation(
     if summary is None and before is not None and before.status != "Unknown":
         return conditions, previous
     cond = isolation_condition(summary, seen.errors if seen else [])
-    conditions = set_condition(
-        conditions, type_=c.COND_SANDBOX_ISOLATION, status=cond.status, reason=cond.reason, message=cond.message, now=now, generation=generation
-    )
+    conditions = set_condition(conditions, type_=c.COND_SANDBOX_ISOLATION, status=cond.status, reason=cond.reason, message=cond.message, now=now, generation=generation)
     if cond.status is False and (before is None or before.status != "False" or before.reason != cond.reason):
         events.append(Event("Warning", cond.reason, f"sandbox: {cond.message}"))
     return conditions, summary or previous
@@ -588,14 +587,10 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
     else:
         conditions = [cond for cond in conditions if cond.type != c.COND_SANDBOX_ISOLATION]
     if findings is not None:
-        conditions = set_condition(
-            conditions, type_=c.COND_PREFLIGHT_FINDINGS, status=True, reason=findings[0], message=findings[1][:1024], now=now, generation=generation
-        )
+        conditions = set_condition(conditions, type_=c.COND_PREFLIGHT_FINDINGS, status=True, reason=findings[0], message=findings[1][:1024], now=now, generation=generation)
     if claim_check is not None:
         ready = claim_check.state == "ready"
-        conditions = set_condition(
-            conditions, type_=c.COND_STORAGE_READY, status=ready, reason=claim_check.reason, message=claim_check.message, now=now, generation=generation
-        )
+        conditions = set_condition(conditions, type_=c.COND_STORAGE_READY, status=ready, reason=claim_check.reason, message=claim_check.message, now=now, generation=generation)
     if observed.reward_suspect is not None:
         conditions = with_reward_suspect(conditions, observed.reward_suspect, events, now=now, generation=generation)
     next_status = RetoolRunStatus(
@@ -621,12 +616,10 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
     )
     if phase == "Succeeded" and status.phase != "Succeeded":
         events.append(Event("Normal", c.REASON_COMPLETED, "all stages succeeded"))
-    return Decision(
-        status=next_status, sandbox_replicas=replicas, create=create, suspend=suspend_actions, workloads=workload_actions, events=events, requeue_after=requeue
-    )
+    return Decision(status=next_status, sandbox_replicas=replicas, create=create, suspend=suspend_actions, workloads=workload_actions, events=events, requeue_after=requeue)
 
 
-def stalls_below(status: RetoolRunStatus, observed: Observed) -> tuple[RetoolRunStatus, list[str]]:
+def stalls_below(status: RetoolRunStatus, observed: Observed, now: dt.datetime) -> tuple[RetoolRunStatus, list[str]]:
     """What the controllers below refuse or cannot place for the running stage and the run's claim (``below``):
     the texts for Stalled=True and the Warning Event, and ``status`` with the stage's message saying it
     (short: the stage whose pods cannot start is never shown as "started").
@@ -639,10 +632,8 @@ def stalls_below(status: RetoolRunStatus, observed: Observed) -> tuple[RetoolRun
         kind = "RayJob" if entry.name in RAY_STAGES else "Job"
         obj = observed.children.get(entry.job)
         found = [
-            below.child_refusal(kind, entry.job, obj, observed.child_events.get(entry.job)),
-            below.submitter_refusal(entry.job, obj, observed.submitter_jobs.get(entry.job), observed.submitter_events.get(entry.job))
-            if kind == "RayJob"
-            else None,
+            below.child_refusal(kind, entry.job, obj, observed.child_events.get(entry.job), now),
+            below.submitter_refusal(entry.job, obj, observed.submitter_jobs.get(entry.job), observed.submitter_events.get(entry.job)) if kind == "RayJob" else None,
             observed.unschedulable.get(entry.job),
         ]
         texts = [t for t in found if t]

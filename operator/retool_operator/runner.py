@@ -155,6 +155,7 @@ def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 RL_ENDED = frozenset({"Succeeded", "Failed", "Retrying", "Suspended"})
 """rl stage states after an attempt has ended: its reward watch has written its last verdict."""
 
+
 class Reconciler:
     def __init__(
         self,
@@ -348,14 +349,15 @@ class Reconciler:
             if current.message != short:
                 decision.events.append(Event("Warning", c.REASON_MLFLOW_UNAVAILABLE, detail[:1024]))
             decision.requeue_after = self.config.mlflow_retry_seconds
-        decision.status, stalls = stalls_below(decision.status, observed)
+        decision.status, stalls = stalls_below(decision.status, observed, now)
         refusals += stalls
         sandbox_refused = self._sandbox_refused(run, decision, observed)
         if sandbox_refused:
             refusals.append(sandbox_refused)
-        if self._waiting_below(decision.status, observed):
+        if self._waiting_below(decision.status, observed) or observed.sandbox_refusal_settling:
             # Nothing changes on a Job whose pods its controller cannot create (no watch event reaches
-            # the operator): read its Events again after the read interval, not at the next resync.
+            # the operator), nor on a Deployment whose fresh refusal may yet clear: read them again after
+            # the read interval, not at the next resync.
             poll = max(below.EVENTS_AFTER_SECONDS, 1.0)
             decision.requeue_after = min(decision.requeue_after or poll, poll)
         if observed.claim is not None:
@@ -636,14 +638,15 @@ class Reconciler:
         submitters: dict[str, list[str]] = {}
         if may_create(status, children):
             active, submitters = await self._active_pods(namespace, run.metadata.name)
-        ready, autoscaled, isolation, refused = 0, False, None, None
+        ready, autoscaled, isolation, refused, settling = 0, False, None, None, False
         hpa_min: int | None = None
         spec_replicas: int | None = None
         gate: SandboxGate | None = None
         if uses_sandbox(run):
             deployment = await self.client.get(DEPLOYMENTS, namespace, sandbox_name(run.metadata.name))
             ready = int(((deployment or {}).get("status") or {}).get("readyReplicas") or 0)
-            refused = below.replica_failure(deployment)
+            refused = below.replica_failure(deployment, self.now())
+            settling = below.replicas_refusal_settling(deployment, self.now())
             hpa = await self.client.get(HPAS, namespace, sandbox_name(run.metadata.name))
             autoscaled = hpa is not None
             hpa_min = int(((hpa or {}).get("spec") or {}).get("minReplicas") or 1) if hpa else None
@@ -673,6 +676,7 @@ class Reconciler:
             stage_notes=notes,
             sandbox_ready_replicas=ready,
             sandbox_pods_refused=refused,
+            sandbox_refusal_settling=settling,
             sandbox_spec_replicas=spec_replicas,
             sandbox_hpa_min_replicas=hpa_min,
             mlflow=mlflow,
@@ -751,9 +755,7 @@ class Reconciler:
             return None
         return [w for w in items if ((w.get("metadata") or {}).get("labels") or {}).get(c.KUEUE_JOB_UID_LABEL) == uid]
 
-    async def _failure_details(
-        self, namespace: str, run_name: str, status: RetoolRunStatus, children: dict[str, dict[str, Any]]
-    ) -> dict[str, str]:
+    async def _failure_details(self, namespace: str, run_name: str, status: RetoolRunStatus, children: dict[str, dict[str, Any]]) -> dict[str, str]:
         """Failed Job name -> the termination message its stage container left (read only on a failure)."""
         details: dict[str, str] = {}
         for entry in status.stages:
@@ -835,4 +837,3 @@ class Reconciler:
         self._mlflow_down_since.pop(key, None)
         mlflow = MLflowStatus(url=parent.url or target.uri, experiment_id=parent.experiment_id, run_id=parent.run_id)
         return Tracking(target.uri, experiment, parent.run_id), mlflow, None
-

@@ -56,7 +56,8 @@ def never_refused(kube: Cluster, namespace: str, run: str) -> None:
     status = kube.run_status(run, namespace)
     text = json.dumps(status)
     assert not re.search(r"refused|TooManyRequests|\b429\b", text), f"run {run} shows a refusal: {text[:2000]}"
-    assert not [e for e in kube.events(namespace, run) if e.get("reason") == "ChildRefused"]
+    refusals = [e.get("message") for e in kube.events(namespace, run) if e.get("reason") == "ChildRefused"]
+    assert not refusals, f"run {run} was shown a refusal in its Events: {refusals} (operator log:\n{kube.operator.tail(40)}\n)"
 
 
 @pytest.fixture

@@ -398,8 +398,8 @@ REFUSED = {
     ids=["refused", "recovered", "only-unavailable", "no-conditions"],
 )
 def test_replica_failure_reads_the_deployments_condition(conditions: list[dict[str, Any]], expected: str | None) -> None:
-    assert replica_failure({"status": {"conditions": conditions}}) == expected
-    assert replica_failure(None) is None
+    assert replica_failure({"status": {"conditions": conditions}}, T0) == expected
+    assert replica_failure(None, T0) is None
 
 
 @pytest.mark.parametrize(
@@ -413,7 +413,7 @@ def test_replica_failure_reads_the_deployments_condition(conditions: list[dict[s
 )
 def test_refused_sandbox_pods_show_why_in_sandbox_ready(current: list[StageStatus], ready: int, reason: str) -> None:
     run = run_of()
-    refused = replica_failure({"status": {"conditions": [REFUSED]}})
+    refused = replica_failure({"status": {"conditions": [REFUSED]}}, T0)
     decision = decide(run, RetoolRunStatus(stages=current), Observed(sandbox_ready_replicas=ready, sandbox_pods_refused=refused), T0)
     cond = next(c for c in decision.status.conditions if c.type == "SandboxReady")
     assert cond.reason == reason

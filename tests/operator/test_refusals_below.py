@@ -3,6 +3,7 @@ operator renders, checked against the rules of Kubernetes' Pod Security admissio
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ from retool_operator import below
 from retool_operator.builders import build_mlflow
 from retool_operator.render import desired_objects
 
-from tests.operator.helpers import CONFIG, document
+from tests.operator.helpers import CONFIG, T0, document
 
 FORBIDDEN = 'pods "demo-prepare-1-x" is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false'
 QUOTA = 'pods "demo-sft-1-x" is forbidden: exceeded quota: gpu-quota, requested: requests.nvidia.com/gpu=8, used: requests.nvidia.com/gpu=0, limited: requests.nvidia.com/gpu=4'
@@ -69,17 +70,73 @@ CHILD_CASES = [
 
 @pytest.mark.parametrize(("kind", "obj", "events", "expected"), [c[1:] for c in CHILD_CASES], ids=[c[0] for c in CHILD_CASES])
 def test_child_refusal(kind: str, obj: dict[str, Any], events: list[dict[str, Any]] | None, expected: str | None) -> None:
-    assert below.child_refusal(kind, "demo-sft-1", obj, events) == expected
+    assert below.child_refusal(kind, "demo-sft-1", obj, events, T0) == expected
+
+
+SA_MISSING = 'pods "demo-prepare-1-x" is forbidden: error looking up service account demo/default: serviceaccount "default" not found'
+
+
+def stamp(seconds_before_t0: float) -> str:
+    return (T0 - dt.timedelta(seconds=seconds_before_t0)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def failed(message: str, seconds_before_t0: float) -> dict[str, Any]:
+    return event("FailedCreate", "Error creating: " + message, stamp(seconds_before_t0))
+
+
+def created(seconds_before_t0: float) -> dict[str, Any]:
+    return event("SuccessfulCreate", "Created pod: demo-prepare-1-x", stamp(seconds_before_t0), "Normal")
+
+
+CREATION_CASES = [
+    # (what, events, refused): the Job controller's FailedCreate / SuccessfulCreate Events (pkg/controller/controller_utils.go, Kubernetes v1.36.3).
+    ("refused and never created", [failed(QUOTA, 30)], True),
+    ("refused, then the retry created the pod", [failed(SA_MISSING, 30), created(28)], False),
+    ("created, then the replacement refused", [created(60), failed(QUOTA, 30)], True),
+    ("created in the same second as the refusal: the retry got through", [failed(SA_MISSING, 30), created(30)], False),
+    (
+        "microsecond eventTimes compared as times (series Events)",
+        [{"reason": "SuccessfulCreate", "type": "Normal", "message": "Created pod: x", "eventTime": "2026-01-01T00:00:06.100000Z"},
+         {"reason": "FailedCreate", "type": "Warning", "message": "Error creating: " + QUOTA, "eventTime": "2026-01-01T00:00:06.523186Z"}],
+        True,
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("events", "refused"), [c[1:] for c in CREATION_CASES], ids=[c[0] for c in CREATION_CASES])
+def test_a_refusal_the_job_controllers_retry_got_past_is_no_refusal(events: list[dict[str, Any]], refused: bool) -> None:
+    """A Job whose pod has just ended has no active pod until its controller marks it finished; an early
+    refusal (a fresh namespace's ServiceAccount not made yet) still in its Events is not a refusal now."""
+    found = below.child_refusal("Job", "demo-prepare-1", {"status": {}}, events, T0)
+    assert (found is not None) == refused, found
+    assert (below.submitter_refusal("demo-sft-1", {"status": {}}, {"spec": {}, "status": {}}, events) is not None) == refused
+
+
+def test_a_replica_failure_is_a_refusal_once_it_has_held_for_the_read_interval() -> None:
+    """The Deployment and KubeRay controllers retry a refused pod: a ReplicaFailure that clears within
+    seconds (the ServiceAccount admission in a namespace created a moment before) is not shown."""
+
+    def deployment(seconds: float) -> dict[str, Any]:
+        cond = {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate", "message": SA_MISSING, "lastTransitionTime": stamp(seconds)}
+        return {"status": {"conditions": [cond]}}
+
+    fresh, held = deployment(below.EVENTS_AFTER_SECONDS - 2), deployment(below.EVENTS_AFTER_SECONDS)
+    assert below.replica_failure(fresh, T0) is None and below.replicas_refusal_settling(fresh, T0)
+    assert below.replica_failure(held, T0) == f"FailedCreate {SA_MISSING}" and not below.replicas_refusal_settling(held, T0)
+    rayjob = {"status": {"rayClusterStatus": {"conditions": [{**deployment(1)["status"]["conditions"][0], "reason": "FailedCreateHeadPod"}]}}}
+    assert below.child_refusal("RayJob", "demo-sft-1", rayjob, None, T0) is None
+    rayjob["status"]["rayClusterStatus"]["conditions"][0]["lastTransitionTime"] = stamp(below.EVENTS_AFTER_SECONDS)
+    assert below.child_refusal("RayJob", "demo-sft-1", rayjob, None, T0) is not None
 
 
 @pytest.mark.parametrize("message", UNWELL)
 def test_a_control_plane_that_is_unwell_refuses_nothing(message: str) -> None:
     """etcd or the API server restarting fails the controllers' creations with these: they retry, the run is not refused."""
     job_events = [event("FailedCreate", f"Error creating: {message}", "2026-01-01T00:00:00Z")]
-    assert below.child_refusal("Job", "demo-prepare-1", {"status": {}}, job_events) is None
+    assert below.child_refusal("Job", "demo-prepare-1", {"status": {}}, job_events, T0) is None
     replica = {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreateHeadPod", "message": message}
-    assert below.child_refusal("RayJob", "demo-sft-1", {"status": {"rayClusterStatus": {"conditions": [replica]}}}, None) is None
-    assert below.replica_failure({"status": {"conditions": [{**replica, "reason": "FailedCreate"}]}}) is None
+    assert below.child_refusal("RayJob", "demo-sft-1", {"status": {"rayClusterStatus": {"conditions": [replica]}}}, None, T0) is None
+    assert below.replica_failure({"status": {"conditions": [{**replica, "reason": "FailedCreate"}]}}, T0) is None
     submitter = {"spec": {}, "status": {}}
     assert below.submitter_refusal("demo-sft-1", {"status": {}}, submitter, job_events) is None
     assert below.submitter_refusal("demo-sft-1", {"status": {}}, submitter, [event("FailedCreate", "Error creating: " + QUOTA, "2026-01-01T00:00:00Z")]) is not None

@@ -99,13 +99,13 @@ def test_a_refused_submitter_pod_is_named_on_the_stage() -> None:
     """KubeRay keeps the RayJob Running while its submitter Job has no pod: the Job's FailedCreate Event says why."""
     children = {"demo-sft-1": rayjob("Running", cluster="ready")}
     observed = Observed(children=children, submitter_jobs={"demo-sft-1": submitter()}, submitter_events={"demo-sft-1": [event("FailedCreate", QUOTA)]})
-    status, texts = stalls_below(sft_running(), observed)
+    status, texts = stalls_below(sft_running(), observed, T0)
     assert texts == [f"the Job controller cannot create the submitter pod of RayJob demo-sft-1: {QUOTA}"]
     sft = status.stages[1]
     assert sft.message.startswith("attempt 1 cannot start: the Job controller cannot create the submitter pod") and len(sft.message) <= 200
     # A submitter pod that runs: nothing to say, the stage message is left alone.
     running = Observed(children=children, submitter_jobs={"demo-sft-1": submitter(active=1)}, submitter_events={"demo-sft-1": [event("FailedCreate", QUOTA)]})
-    status, texts = stalls_below(sft_running(), running)
+    status, texts = stalls_below(sft_running(), running, T0)
     assert texts == [] and status.stages[1].message == "attempt 1 started"
 
 
@@ -116,12 +116,12 @@ def test_an_unschedulable_pod_is_named_once_it_stays_so() -> None:
     scheduled = {"metadata": {"name": "p"}, "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}}
     assert below.unschedulable([scheduled], T0) is None
     seen = below.unschedulable([unschedulable_pod()], T0) or ""
-    status, texts = stalls_below(sft_running(), Observed(children={"demo-sft-1": rayjob("Initializing")}, unschedulable={"demo-sft-1": seen}))
+    status, texts = stalls_below(sft_running(), Observed(children={"demo-sft-1": rayjob("Initializing")}, unschedulable={"demo-sft-1": seen}), T0)
     assert texts == [f"pod demo-sft-1-head-x cannot be scheduled: {NO_NODE}"]
     assert "cannot start" in status.stages[1].message
     # Placed at last: the stage and the run no longer say it cannot start.
     stalled = status.model_copy(update={"message": texts[0]})
-    cleared, texts = stalls_below(stalled, Observed(children={"demo-sft-1": rayjob("Running", "RUNNING", cluster="ready")}))
+    cleared, texts = stalls_below(stalled, Observed(children={"demo-sft-1": rayjob("Running", "RUNNING", cluster="ready")}), T0)
     assert texts == [] and cleared.stages[1].message == "attempt 1 running" and cleared.message == "stage sft: attempt 1 running"
 
 
