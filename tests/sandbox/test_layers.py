@@ -453,3 +453,75 @@ def test_entering_a_user_namespace_maps_ids_and_rearms_the_parent_death_signal()
 
     uid, uid_map, pdeathsig = in_child(inside)  # type: ignore[misc]
     assert (uid, uid_map, pdeathsig) == (0, ["0", "0", "1"], signal.SIGKILL)
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+def _closed_in_child(close_range: Callable[[], object], before: Callable[[], None] = lambda: None) -> dict[str, object]:
+    """What an execution does first, in a forked process: close everything inherited but its own
+    descriptors (here 4 of 9, one high, and the pipe this result comes back on)."""
+    from retool.sandbox import child
+
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            before()
+            held = [os.open("/dev/null", os.O_RDONLY) for _ in range(8)]
+            high = os.dup2(held[0], 4000)
+            keep = {held[1], held[4], high, write_end}
+            chosen = close_range()
+            child._close_other_fds(keep, chosen)  # type: ignore[arg-type]
+            listing = sorted(int(name) for name in os.listdir("/proc/self/fd"))
+            outcome = {"probe": chosen is not None, "open": [fd for fd in listing if fd > 2 and _is_open(fd)], "kept": sorted(keep)}  # listdir's own is gone
+        except BaseException as exc:
+            outcome = {"error": repr(exc)}
+        os.write(write_end, repr(outcome).encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as f:
+        text = f.read()
+    os.waitpid(pid, 0)
+    import ast
+
+    return ast.literal_eval(text)
+
+
+def test_an_execution_closes_every_inherited_descriptor_but_its_own_with_or_without_close_range() -> None:
+    """``close_range`` where the zygote's probe found it answers, the /proc walk otherwise: the same
+    descriptors are left."""
+    from retool.sandbox import child
+
+    if child.CloseRange.probe() is None:
+        pytest.skip("this kernel or runtime has no close_range (Linux >= 5.9)")
+    for close_range, probed in ((child.CloseRange.probe, True), (lambda: None, False)):
+        outcome = _closed_in_child(close_range)
+        assert outcome.get("probe") is probed and outcome["open"] == outcome["kept"], outcome
+
+
+def _refuse_close_range() -> None:
+    """A seccomp filter that answers ENOSYS to close_range (as a runtime without it does) and allows the rest."""
+    from retool.sandbox import child
+
+    errno_ret, allow = 0x00050000 | errno.ENOSYS, 0x7FFF0000
+    program = [
+        (0x20, 0, 0, 0),  # ld [0]: the syscall number
+        (0x15, 0, 1, child.CloseRange.NUMBER),  # jeq close_range
+        (0x06, 0, 0, errno_ret),
+        (0x06, 0, 0, allow),
+    ]
+    seccomp.install_encoded(b"".join(struct.pack("=HBBI", *insn) for insn in program))
+
+
+def test_where_close_range_is_refused_the_probe_says_so_and_the_walk_closes_everything() -> None:
+    """os.closerange would fall back to a million close() calls there; the probe picks the /proc walk."""
+    from retool.sandbox import child
+
+    outcome = _closed_in_child(child.CloseRange.probe, before=_refuse_close_range)
+    assert outcome.get("probe") is False and outcome["open"] == outcome["kept"], outcome
