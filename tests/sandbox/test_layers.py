@@ -299,14 +299,15 @@ def test_directory_usage_and_sweep(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- the kernel, in a forked process
 
 
-def in_child(body: Callable[[], object]) -> object:
-    """Run ``body`` in a forked process; its return value (or exception text) comes back."""
+def in_child(body: Callable[..., object], *, channel: bool = False) -> object:
+    """Run ``body`` in a forked process; its return value (or exception text) comes back. With
+    ``channel`` it is given the descriptor that carries it back (to keep it open)."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(read_end)
         try:
-            outcome = repr(body())
+            outcome = repr(body(write_end) if channel else body())
         except BaseException as exc:
             outcome = repr(f"raised {type(exc).__name__}: {exc}")
         os.write(write_end, outcome.encode())
@@ -468,29 +469,19 @@ def _closed_in_child(close_range: Callable[[], object], before: Callable[[], Non
     descriptors (here 4 of 9, one high, and the pipe this result comes back on)."""
     from retool.sandbox import child
 
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            before()
-            held = [os.open("/dev/null", os.O_RDONLY) for _ in range(8)]
-            high = os.dup2(held[0], 4000)
-            keep = {held[1], held[4], high, write_end}
-            chosen = close_range()
-            child._close_other_fds(keep, chosen)  # type: ignore[arg-type]
-            listing = sorted(int(name) for name in os.listdir("/proc/self/fd"))
-            outcome = {"probe": chosen is not None, "open": [fd for fd in listing if fd > 2 and _is_open(fd)], "kept": sorted(keep)}  # listdir's own is gone
-        except BaseException as exc:
-            outcome = {"error": repr(exc)}
-        os.write(write_end, repr(outcome).encode())
-        os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end) as f:
-        text = f.read()
-    os.waitpid(pid, 0)
-    import ast
+    def body(channel: int) -> dict[str, object]:
+        before()
+        held = [os.open("/dev/null", os.O_RDONLY) for _ in range(8)]
+        high = os.dup2(held[0], 4000)
+        keep = {held[1], held[4], high, channel}
+        chosen = close_range()
+        child._close_other_fds(keep, chosen)  # type: ignore[arg-type]
+        listing = sorted(int(name) for name in os.listdir("/proc/self/fd"))
+        return {"probe": chosen is not None, "open": [fd for fd in listing if fd > 2 and _is_open(fd)], "kept": sorted(keep)}  # listdir's own is gone
 
-    return ast.literal_eval(text)
+    outcome = in_child(body, channel=True)
+    assert isinstance(outcome, dict), outcome
+    return outcome
 
 
 def test_an_execution_closes_every_inherited_descriptor_but_its_own_with_or_without_close_range() -> None:
