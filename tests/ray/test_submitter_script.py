@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -34,7 +35,9 @@ from tests.ray.head import ray_head
 pytestmark = pytest.mark.slow
 
 DEVICES = 2
-HANG_SECONDS = 20
+HANG_SECONDS = 60
+"""How long the pre-fix image may take to show its endless health loop (three rounds of it)."""
+HEALTH_WAIT = b"Waiting for Ray Dashboard GCS to become healthy"
 
 
 def image_path(tmp_path: Path, name: str, programs: list[str]) -> str:
@@ -70,6 +73,23 @@ def submitter(rayjob: dict, url: str, job_id: str, path: str, version: tuple[int
     args = submitter_container_args(rayjob, dashboard_url=url.removeprefix("http://"), job_id=job_id, version=version)
     env = {**submitter_env(dashboard_url=url.removeprefix("http://"), job_id=job_id), "PATH": path, "HOME": os.environ.get("HOME", "/tmp"), "RAY_AUTH_MODE": "disabled"}
     return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def health_loop(proc: subprocess.Popen, *, rounds: int, deadline_s: float) -> tuple[str, bool]:
+    """Read the submitter's output (raw, off its pipe) until its health loop has said "Waiting for Ray
+    Dashboard GCS to become healthy" ``rounds`` times, it ended, or ``deadline_s`` passed: (what it
+    printed, whether it ended)."""
+    assert proc.stdout is not None
+    fd, printed, deadline = proc.stdout.fileno(), b"", time.monotonic() + deadline_s
+    while printed.count(HEALTH_WAIT) < rounds and time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return printed.decode(errors="replace"), True
+        printed += chunk
+    return printed.decode(errors="replace"), proc.poll() is not None
 
 
 def stored_job(gcs: str, job_id: str) -> dict:
@@ -124,12 +144,10 @@ def test_kuberay_1_7_submitter_runs_the_rendered_job_in_the_image_and_hangs_in_t
 
         # The pre-fix image: `python: command not found` is "not healthy yet", forever.
         proc = submitter(ascend, url, "pre-fix", pre_fix)
-        time.sleep(HANG_SECONDS)
-        still_running = proc.poll() is None
+        printed, ended = health_loop(proc, rounds=3, deadline_s=HANG_SECONDS)
         os.killpg(proc.pid, 9)
-        out, _ = proc.communicate(timeout=30)
-        assert still_running, out
-        assert out.count("Waiting for Ray Dashboard GCS to become healthy") >= 3, out
+        out = printed + proc.communicate(timeout=30)[0]
+        assert not ended and printed.count(HEALTH_WAIT.decode()) >= 3, f"ended: {ended}\n{out}"
         assert "pre-fix" not in {job.submission_id for job in client.list_jobs()}
 
         # KubeRay 1.6's K8sJobMode script had no health loop: the same image submitted fine then.
