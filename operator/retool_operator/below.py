@@ -142,6 +142,8 @@ def job_without_pods(obj: dict[str, Any] | None) -> bool:
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     if spec.get("suspend") or int(status.get("active") or 0) > 0:
         return False
+    if int(status.get("succeeded") or 0) >= int(spec.get("completions") or 1):
+        return False  # its pod succeeded and the controller has yet to mark it complete: it creates no more
     return not any(cond.get("type") in ("Complete", "Failed", "SuccessCriteriaMet", "FailureTarget") for cond in status.get("conditions") or [])
 
 

@@ -149,8 +149,10 @@ def test_a_control_plane_that_is_unwell_refuses_nothing(message: str) -> None:
         ({"spec": {}, "status": {"active": 1}}, False),
         ({"spec": {"suspend": True}, "status": {}}, False),
         ({"spec": {}, "status": {"conditions": [{"type": "Complete", "status": "True"}]}}, False),
+        ({"spec": {"completions": 1}, "status": {"succeeded": 1}}, False),
+        ({"spec": {"completions": 1, "backoffLimit": 1}, "status": {"failed": 1}}, True),
     ],
-    ids=["no-pod-yet-ask-why", "a-pod-runs", "suspended-by-its-queue", "finished"],
+    ids=["no-pod-yet-ask-why", "a-pod-runs", "suspended-by-its-queue", "finished", "succeeded-not-yet-marked-complete", "failed-replacement-not-created"],
 )
 def test_events_are_read_only_for_a_job_that_should_have_a_pod_and_has_none(obj: dict[str, Any], asked: bool) -> None:
     assert below.job_without_pods(obj) is asked
