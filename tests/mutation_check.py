@@ -320,6 +320,27 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/operator/test_refusals_below.py",),
     ),
     Mutation(
+        "a Job's old FailedCreate is a refusal even after a pod was created (the retry got through)",
+        "operator/retool_operator/below.py",
+        "if created is not None and _event_time(created) >= _event_time(failed):",
+        "if False:",
+        ("tests/operator/test_refusals_below.py",),
+    ),
+    Mutation(
+        "a ReplicaFailure is shown the moment it appears (a fresh namespace's ServiceAccount race)",
+        "operator/retool_operator/below.py",
+        "return when is None or (now - when).total_seconds() >= seconds",
+        "return True",
+        ("tests/operator/test_refusals_below.py",),
+    ),
+    Mutation(
+        "a Job whose pod succeeded, not yet marked complete, is asked why it has no pod",
+        "operator/retool_operator/below.py",
+        'if int(status.get("succeeded") or 0) >= int(spec.get("completions") or 1):',
+        "if False:",
+        ("tests/operator/test_refusals_below.py",),
+    ),
+    Mutation(
         "a RayJob read gone before the watch delivered its Complete is taken for deleted outside the operator",
         "operator/retool_operator/reconcile.py",
         "MISSING_CONFIRM_SECONDS = 3.0",
