@@ -760,8 +760,14 @@ def running(workdir: Path, *, log: Callable[[str], None] = lambda _l: None) -> I
         plane.stop()
 
 
-class StopSignalError(Exception):
-    """SIGTERM or SIGHUP arrived: unwind so that ``running`` stops every component."""
+class StopSignalError(BaseException):
+    """SIGTERM, SIGHUP or SIGINT arrived: unwind so that ``running`` stops every component.
+
+    A ``BaseException``, as ``KeyboardInterrupt`` is: raised by the handler wherever the main thread is,
+    it must not be taken for a failed readiness probe (``ControlPlane.wait`` ignores the probe's
+    ``Exception``s and polls again). As an ``Exception`` it was, when the signal came during a probe:
+    the start went on with every further signal ignored (seen on a loaded machine: SIGINT while
+    starting, no exit within 120 s)."""
 
 
 def _stop_on_signal(signum: int, _frame: object) -> None:
