@@ -53,6 +53,24 @@ def _warm_interpreter() -> None:
             importlib.import_module(name)
 
 
+def fork_child(code: object, read_fd: int, write_fd: int, *, own_session: bool = False) -> int:
+    """One child of the fork floor: this (warm) interpreter forked, running ``code`` with stdout on
+    ``write_fd``, nothing else; returns its pid (the parent keeps ``read_fd``)."""
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        os.dup2(write_fd, 1)
+        if own_session:  # as each of our executions does: with autogroups, a scheduling group of its own
+            os.setsid()
+        try:
+            exec(code, {"__name__": "__main__"})  # type: ignore[arg-type]
+            sys.stdout.flush()
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    return pid
+
+
 def fork_floor(concurrency: int, duration: float, *, own_session: bool = False) -> dict:
     """Closed loop of ``concurrency`` forked children of this (warm) interpreter, each running
     ``print(1+1)`` into a pipe that the parent reads whole, then reaps it."""
@@ -64,18 +82,7 @@ def fork_floor(concurrency: int, duration: float, *, own_session: bool = False) 
     def launch() -> None:
         r, w = os.pipe()
         started = time.monotonic()
-        pid = os.fork()
-        if pid == 0:
-            os.close(r)
-            os.dup2(w, 1)
-            if own_session:  # as each of our executions does: with autogroups, a scheduling group of its own
-                os.setsid()
-            try:
-                exec(code, {"__name__": "__main__"})
-                sys.stdout.flush()
-            finally:
-                os._exit(0)
-        os.close(w)
+        pid = fork_child(code, r, w, own_session=own_session)
         running[r] = (pid, started, 0)
 
     for _ in range(concurrency):

@@ -136,17 +136,14 @@ def measure_ours(url: str, server: int, concurrency: int, duration: float) -> di
     per = {role: (after[role] - before[role]) * 1000 / n for role in ("server", "template", "workers", "zygotes", "executions", "client")}
     per["machine busy"] = (after["machine"] - before["machine"]) * 1000 / n
     setup, samples = setup_cpu_s(server)
-    return {
-        "concurrency": concurrency,
-        "requests": n,
-        "rps": figures["rps"],
-        "p50_ms": figures["p50_ms"],
-        "p99_ms": figures["p99_ms"],
-        "cpu_ms": per,
-        "execution_setup_ms": setup * 1000,
-        "setup_samples": samples,
-        "load": (load_start, os.getloadavg()[0]),
-    }
+    return _row(concurrency, figures, per, load_start, execution_setup_ms=setup * 1000, setup_samples=samples)
+
+
+def _row(concurrency: int, figures: dict, cpu_ms: dict[str, float], load_start: float, **extra: object) -> dict:
+    """One measurement as ``show`` prints it and ``--json`` writes it."""
+    keep = ("rps", "p50_ms", "p99_ms")
+    return {"concurrency": concurrency, "requests": figures["requests"], **{k: figures[k] for k in keep}, "cpu_ms": cpu_ms, **extra,
+            "load": (load_start, os.getloadavg()[0])}
 
 
 def measure_floor(concurrency: int, duration: float) -> dict:
@@ -160,19 +157,12 @@ def measure_floor(concurrency: int, duration: float) -> dict:
     def cpu(a: resource.struct_rusage, b: resource.struct_rusage) -> float:
         return (b.ru_utime + b.ru_stime - a.ru_utime - a.ru_stime) * 1000 / n
 
-    return {
-        "concurrency": concurrency,
-        "requests": n,
-        "rps": figures["rps"],
-        "p50_ms": figures["p50_ms"],
-        "p99_ms": figures["p99_ms"],
-        "cpu_ms": {
-            "parent (fork, pipe, reap)": cpu(self_before, self_after),
-            "children": cpu(kids_before, kids_after),
-            "machine busy": (machine_busy_s() - busy_before) * 1000 / n,
-        },
-        "load": (load_start, os.getloadavg()[0]),
+    cpu_ms = {
+        "parent (fork, pipe, reap)": cpu(self_before, self_after),
+        "children": cpu(kids_before, kids_after),
+        "machine busy": (machine_busy_s() - busy_before) * 1000 / n,
     }
+    return _row(concurrency, figures, cpu_ms, load_start)
 
 
 def show(label: str, row: dict) -> None:

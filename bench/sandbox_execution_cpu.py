@@ -36,6 +36,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import sandbox_compare
 
 from retool.sandbox import isolation, landlock, template, worker, zygote
 from retool.sandbox.settings import DEFAULT_PRELOAD
@@ -114,16 +117,7 @@ def floor(executions: int) -> tuple[float, float, float, float]:
     kids0, me0 = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
     for _ in range(executions):
         r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(r)
-            os.dup2(w, 1)
-            try:
-                exec(code, {"__name__": "__main__"})
-                sys.stdout.flush()
-            finally:
-                os._exit(0)
-        os.close(w)
+        pid = sandbox_compare.fork_child(code, r, w)
         _read_all(r)
         os.close(r)
         os.waitpid(pid, 0)

@@ -645,8 +645,9 @@ class Reconciler:
         if uses_sandbox(run):
             deployment = await self.client.get(DEPLOYMENTS, namespace, sandbox_name(run.metadata.name))
             ready = int(((deployment or {}).get("status") or {}).get("readyReplicas") or 0)
-            refused = below.replica_failure(deployment, self.now())
-            settling = below.replicas_refusal_settling(deployment, self.now())
+            seen_at = self.now()
+            refused = below.replica_failure(deployment, seen_at)
+            settling = below.replicas_refusal_settling(deployment, seen_at)
             hpa = await self.client.get(HPAS, namespace, sandbox_name(run.metadata.name))
             autoscaled = hpa is not None
             hpa_min = int(((hpa or {}).get("spec") or {}).get("minReplicas") or 1) if hpa else None
