@@ -334,6 +334,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/operator/test_refusals_below.py",),
     ),
     Mutation(
+        "a webhook whose cache has not seen the pod's own Job yet (Kueue after an etcd restart) is shown as a refusal",
+        "operator/retool_operator/below.py",
+        "return found is not None and found.group(1) in owners",
+        "return False",
+        ("tests/operator/test_refusals_below.py",),
+    ),
+    Mutation(
+        "a webhook that has not found the pod's owner for a minute is still taken for a cache that lags",
+        "operator/retool_operator/below.py",
+        "if owner_unseen(message, owners) and (now - _first_time(failed)).total_seconds() < STALE_CACHE_SECONDS:",
+        "if owner_unseen(message, owners):",
+        ("tests/operator/test_refusals_below.py",),
+    ),
+    Mutation(
         "a Job whose pod succeeded, not yet marked complete, is asked why it has no pod",
         "operator/retool_operator/below.py",
         'if int(status.get("succeeded") or 0) >= int(spec.get("completions") or 1):',

@@ -31,7 +31,9 @@ StorageReady=False.
 
 A failed pod creation is a refusal only when the API server *refused* it (``refuses``): while etcd or
 the API server restarts, the same controllers record the same Event reasons and conditions with a
-timeout or an internal error, which their next try gets past. Those say nothing about the run.
+timeout or an internal error, which their next try gets past. Those say nothing about the run. Nor,
+for a while, does a webhook denying a pod because its cache has not seen the pod's owner yet
+(``owner_unseen``).
 """
 
 from __future__ import annotations
@@ -69,21 +71,42 @@ request timed out``, ``Timeout: request did not complete within requested timeou
 occurred``, a closed connection) is the control plane being unwell, which the controller retries."""
 
 
+OWNER_UNSEEN = re.compile(r'admission webhook "[^"]*" denied the request: [A-Za-z]+\.[a-z0-9.-]+ "([^"]+)" not found')
+"""A webhook's denial that carries a NotFound of a named object (``%s %q not found``, ``NewNotFound``,
+k8s.io/apimachinery errors.go v1.36.3): Kueue's pod webhook (``mpod.kb.io``) walks the pod's owner chain
+in its informer cache (``jobframework.FindAncestorJobManagedByKueue``, sigs.k8s.io/kueue v0.19.0
+pkg/controller/jobframework/reconciler.go) and denies with that error while its cache lags the API
+server: a Job seconds old, or every object for as long as its watches take to come back after etcd
+restarts (``Job.batch "demo-prepare-1" not found``, seen in CI)."""
+STALE_CACHE_SECONDS = 60.0
+"""How long a denial naming a pod's existing owner as not found is taken for a cache that lags (the
+controller retries): past it, the webhook is shown, as it will not come round by itself."""
+
+
+def owner_unseen(message: str | None, owners: tuple[str, ...]) -> bool:
+    """Whether ``message`` is a webhook denying a pod because it cannot find one of the pod's ``owners``,
+    which the operator has just read: the webhook's cache has not seen them yet (``OWNER_UNSEEN``)."""
+    found = OWNER_UNSEEN.search(message or "")
+    return found is not None and found.group(1) in owners
+
+
 def refuses(message: str | None) -> bool:
     """Whether a controller's reported creation error is the API server refusing the object (``REFUSED``)."""
     return message is not None and REFUSED.search(message) is not None
 
 
-def _refused_replicas(conditions: list[dict[str, Any]] | None, now: dt.datetime) -> dict[str, Any] | None:
+def _refused_replicas(conditions: list[dict[str, Any]] | None, now: dt.datetime, owners: tuple[str, ...] = ()) -> dict[str, Any] | None:
     """The ``ReplicaFailure=True`` condition whose message is a refusal (``refuses``) and that has held for
     ``EVENTS_AFTER_SECONDS``, if any: KubeRay's RayCluster and the Deployment controller both report failed
     pod creations this way, and both retry. A refusal that clears within seconds is not one to show: in a
     namespace created a moment before (GitOps applying the Namespace and the run together), the first pod
     creation meets the ServiceAccount admission before the controller made ``default`` ("error looking up
-    service account ... not found", a Forbidden) and the next creation succeeds."""
+    service account ... not found", a Forbidden) and the next creation succeeds. A webhook that cannot find
+    one of the pod's ``owners`` yet (``owner_unseen``) is given ``STALE_CACHE_SECONDS``."""
     for cond in conditions or []:
         if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True" and refuses(cond.get("message")):
-            return cond if held_since(cond.get("lastTransitionTime"), now) else None
+            hold = STALE_CACHE_SECONDS if owner_unseen(cond.get("message"), owners) else EVENTS_AFTER_SECONDS
+            return cond if held_since(cond.get("lastTransitionTime"), now, hold) else None
     return None
 
 
@@ -118,9 +141,11 @@ def short(text: str) -> str:
     return short_message(text)
 
 
-def rayjob_replica_failure(obj: dict[str, Any] | None, now: dt.datetime) -> str | None:
-    """KubeRay's ReplicaFailure condition of the RayJob's cluster, as ``reason: message``; None when absent."""
-    cond = _refused_replicas((((obj or {}).get("status") or {}).get("rayClusterStatus") or {}).get("conditions"), now)
+def rayjob_replica_failure(name: str, obj: dict[str, Any] | None, now: dt.datetime) -> str | None:
+    """KubeRay's ReplicaFailure condition of RayJob ``name``'s cluster, as ``reason: message``; None when absent."""
+    status = (obj or {}).get("status") or {}
+    owners = tuple(str(n) for n in (name, status.get("rayClusterName")) if n)
+    cond = _refused_replicas((status.get("rayClusterStatus") or {}).get("conditions"), now, owners)
     return ": ".join(x for x in (cond.get("reason"), cond.get("message")) if x) if cond else None
 
 
@@ -155,18 +180,23 @@ def latest_warning(events: list[dict[str, Any]], reason: str, *, any_type: bool 
     return None if found is None else str(found.get("message") or reason)
 
 
-def creation_refusal(events: list[dict[str, Any]]) -> str | None:
+def creation_refusal(events: list[dict[str, Any]], now: dt.datetime, owners: tuple[str, ...] = ()) -> str | None:
     """The newest ``FailedCreate`` Warning of a Job, unless a pod was created after it (``SuccessfulCreate``:
     the controller's retry got through, e.g. once a fresh namespace's ``default`` ServiceAccount existed).
     A Job whose pod has just ended has no active pod until its controller marks it finished, and its
-    Events still hold that early refusal: it is not refused now."""
+    Events still hold that early refusal: it is not refused now. A webhook that cannot find one of the
+    pod's ``owners`` (the Job itself, the RayJob above it) counts once it has been the answer for
+    ``STALE_CACHE_SECONDS`` since its first time: before that it is a cache that lags."""
     failed = _latest(events, JOB_FAILED_CREATE)
     if failed is None:
         return None
     created = _latest(events, POD_CREATED, any_type=True)
     if created is not None and _event_time(created) >= _event_time(failed):
         return None
-    return str(failed.get("message") or JOB_FAILED_CREATE)
+    message = str(failed.get("message") or JOB_FAILED_CREATE)
+    if owner_unseen(message, owners) and (now - _first_time(failed)).total_seconds() < STALE_CACHE_SECONDS:
+        return None
+    return message
 
 
 def _latest(events: list[dict[str, Any]], reason: str, *, any_type: bool = False) -> dict[str, Any] | None:
@@ -184,12 +214,22 @@ def _event_time(event: dict[str, Any]) -> dt.datetime:
     return dt.datetime.min.replace(tzinfo=dt.UTC)
 
 
+def _first_time(event: dict[str, Any]) -> dt.datetime:
+    """When an Event first happened: ``firstTimestamp`` (the recorder keeps it as it counts repeats), else
+    ``eventTime``, else its creation."""
+    for stamp in (event.get("firstTimestamp"), event.get("eventTime"), (event.get("metadata") or {}).get("creationTimestamp")):
+        when = timestamp(stamp)
+        if when is not None:
+            return when
+    return _event_time(event)
+
+
 def child_refusal(kind: str, name: str, obj: dict[str, Any] | None, events: list[dict[str, Any]] | None, now: dt.datetime) -> str | None:
     """Why the pods of a running stage child cannot be created, in one line; None when nothing refuses them."""
     if kind == "RayJob":
-        failure = rayjob_replica_failure(obj, now)
+        failure = rayjob_replica_failure(name, obj, now)
         return f"KubeRay cannot create the pods of RayJob {name}: {failure}" if failure else None
-    message = creation_refusal(events or [])
+    message = creation_refusal(events or [], now, (name,))
     return f"the Job controller cannot create the pod of Job {name}: {message}" if refuses(message) else None
 
 
@@ -214,11 +254,14 @@ def claim_failure(obj: dict[str, Any] | None, events: list[dict[str, Any]] | Non
     return None
 
 
-def submitter_refusal(rayjob: str, rayjob_obj: dict[str, Any] | None, submitter: dict[str, Any] | None, events: list[dict[str, Any]] | None) -> str | None:
+def submitter_refusal(
+    rayjob: str, rayjob_obj: dict[str, Any] | None, submitter: dict[str, Any] | None, events: list[dict[str, Any]] | None, now: dt.datetime
+) -> str | None:
     """Why KubeRay's submitter pod of a Running RayJob does not exist, in one line; None when nothing refuses it."""
     if rayjob_obj is None or submitter is None or not job_without_pods(submitter):
         return None
-    message = creation_refusal(events or [])
+    owners = (rayjob, str(((submitter.get("metadata") or {}).get("name")) or rayjob))
+    message = creation_refusal(events or [], now, owners)
     return f"the Job controller cannot create the submitter pod of RayJob {rayjob}: {message}" if refuses(message) else None
 
 

@@ -633,7 +633,7 @@ def stalls_below(status: RetoolRunStatus, observed: Observed, now: dt.datetime) 
         obj = observed.children.get(entry.job)
         found = [
             below.child_refusal(kind, entry.job, obj, observed.child_events.get(entry.job), now),
-            below.submitter_refusal(entry.job, obj, observed.submitter_jobs.get(entry.job), observed.submitter_events.get(entry.job)) if kind == "RayJob" else None,
+            below.submitter_refusal(entry.job, obj, observed.submitter_jobs.get(entry.job), observed.submitter_events.get(entry.job), now) if kind == "RayJob" else None,
             observed.unschedulable.get(entry.job),
         ]
         texts = [t for t in found if t]

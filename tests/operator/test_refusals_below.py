@@ -109,7 +109,7 @@ def test_a_refusal_the_job_controllers_retry_got_past_is_no_refusal(events: list
     refusal (a fresh namespace's ServiceAccount not made yet) still in its Events is not a refusal now."""
     found = below.child_refusal("Job", "demo-prepare-1", {"status": {}}, events, T0)
     assert (found is not None) == refused, found
-    assert (below.submitter_refusal("demo-sft-1", {"status": {}}, {"spec": {}, "status": {}}, events) is not None) == refused
+    assert (below.submitter_refusal("demo-sft-1", {"status": {}}, {"spec": {}, "status": {}}, events, T0) is not None) == refused
 
 
 def test_a_replica_failure_is_a_refusal_once_it_has_held_for_the_read_interval() -> None:
@@ -129,6 +129,47 @@ def test_a_replica_failure_is_a_refusal_once_it_has_held_for_the_read_interval()
     assert below.child_refusal("RayJob", "demo-sft-1", rayjob, None, T0) is not None
 
 
+def kueue_denial(kind: str, name: str) -> str:
+    """Kueue's pod webhook while its cache has not seen the pod's owner (seen in CI after an etcd restart)."""
+    return f'admission webhook "mpod.kb.io" denied the request: {kind} "{name}" not found'
+
+
+def denied_since(message: str, first: float, last: float) -> dict[str, Any]:
+    return {**failed(message, last), "firstTimestamp": stamp(first), "count": 3}
+
+
+STALE = below.STALE_CACHE_SECONDS
+OWNER_CASES = [
+    # (what, events, refused)
+    ("the webhook cannot find the Job itself, for seconds: its cache lags", [denied_since(kueue_denial("Job.batch", "demo-prepare-1"), 20, 2)], False),
+    ("... and still, a minute on: shown", [denied_since(kueue_denial("Job.batch", "demo-prepare-1"), STALE, 2)], True),
+    ("... the same answer since a minute, retried rarely: shown", [denied_since(kueue_denial("Job.batch", "demo-prepare-1"), STALE + 1, STALE + 1)], True),
+    ("the webhook cannot find another Job: a refusal now", [denied_since(kueue_denial("Job.batch", "someone-else"), 20, 2)], True),
+    ("the webhook cannot find the namespace's policy object: a refusal now", [denied_since(kueue_denial("ConfigMap", "demo-prepare-1"), 20, 2)], True),
+    ("a Forbidden that says not found is no webhook's cache", [denied_since(SA_MISSING, 20, 2)], True),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("events", "refused"), [c[1:] for c in OWNER_CASES], ids=[c[0] for c in OWNER_CASES])
+def test_a_webhook_that_has_not_seen_the_pods_owner_yet_is_given_a_minute(events: list[dict[str, Any]], refused: bool) -> None:
+    found = below.child_refusal("Job", "demo-prepare-1", {"status": {}}, events, T0)
+    assert (found is not None) == refused, found
+
+
+def test_the_submitter_and_the_ray_pods_are_given_the_same_minute() -> None:
+    """KubeRay names the submitter Job as its RayJob; the Ray pods' owner chain is RayCluster, then RayJob."""
+    submitter = {"metadata": {"name": "demo-sft-1"}, "spec": {}, "status": {}}
+    for kind, name in (("Job.batch", "demo-sft-1"), ("RayJob.ray.io", "demo-sft-1")):
+        lagging, stuck = [denied_since(kueue_denial(kind, name), 20, 2)], [denied_since(kueue_denial(kind, name), STALE, 2)]
+        assert below.submitter_refusal("demo-sft-1", {"status": {}}, submitter, lagging, T0) is None
+        assert below.submitter_refusal("demo-sft-1", {"status": {}}, submitter, stuck, T0) is not None
+    for kind, name in (("RayCluster.ray.io", "demo-sft-1-raycluster-abcde"), ("RayJob.ray.io", "demo-sft-1")):
+        for held, refused in ((below.EVENTS_AFTER_SECONDS + 5, False), (STALE, True)):
+            cond = {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreateHeadPod", "message": kueue_denial(kind, name), "lastTransitionTime": stamp(held)}
+            rayjob = {"status": {"rayClusterName": "demo-sft-1-raycluster-abcde", "rayClusterStatus": {"conditions": [cond]}}}
+            assert (below.child_refusal("RayJob", "demo-sft-1", rayjob, None, T0) is not None) == refused, (kind, held)
+
+
 @pytest.mark.parametrize("message", UNWELL)
 def test_a_control_plane_that_is_unwell_refuses_nothing(message: str) -> None:
     """etcd or the API server restarting fails the controllers' creations with these: they retry, the run is not refused."""
@@ -138,8 +179,8 @@ def test_a_control_plane_that_is_unwell_refuses_nothing(message: str) -> None:
     assert below.child_refusal("RayJob", "demo-sft-1", {"status": {"rayClusterStatus": {"conditions": [replica]}}}, None, T0) is None
     assert below.replica_failure({"status": {"conditions": [{**replica, "reason": "FailedCreate"}]}}, T0) is None
     submitter = {"spec": {}, "status": {}}
-    assert below.submitter_refusal("demo-sft-1", {"status": {}}, submitter, job_events) is None
-    assert below.submitter_refusal("demo-sft-1", {"status": {}}, submitter, [event("FailedCreate", "Error creating: " + QUOTA, "2026-01-01T00:00:00Z")]) is not None
+    assert below.submitter_refusal("demo-sft-1", {"status": {}}, submitter, job_events, T0) is None
+    assert below.submitter_refusal("demo-sft-1", {"status": {}}, submitter, [event("FailedCreate", "Error creating: " + QUOTA, "2026-01-01T00:00:00Z")], T0) is not None
 
 
 @pytest.mark.parametrize(
