@@ -246,6 +246,7 @@ def rollout_checks(
                 continue
             if name == "validation":
                 metrics = dict(value)
+        release_loader_workers(trainer)
     seconds = time.monotonic() - started
     shape = shape_of(target.uses_tools)
     spec = target.run.spec
@@ -283,6 +284,29 @@ def rollout_checks(
     else:
         summary = f"{' and '.join(details['flows'])} joined, scored and summarised the rollouts as {line.verl}'s RayPPOTrainer does"
         state.add(CheckResult("trainer-batch", stage, "passed", summary, batch_details))
+
+
+LOADERS = ("train_dataloader", "val_dataloader")
+
+
+def release_loader_workers(trainer: Any) -> None:
+    """Stop the worker processes of the trainer's data loaders now, while their queues are alive.
+
+    torchdata's ``StatefulDataLoader`` keeps its last iterator (``self._iterator``, for ``state_dict``;
+    torchdata 0.11.0 stateful_dataloader.py ``__iter__``), so a loader's ``dataloader_num_workers``
+    processes (8 by default) outlive the validation that started them. Left to the garbage collector,
+    the trainer's cycle is torn down in no set order: with the index queues gone first, no worker hears
+    the shutdown and ``_shutdown_workers`` waits out its 5 s join per worker (``MP_STATUS_CHECK_INTERVAL``)
+    before it terminates them - 40 s in the middle of a later check, in the preflight Job as in the tests."""
+    for attribute in LOADERS:
+        loader = getattr(trainer, attribute, None)
+        iterator = getattr(loader, "_iterator", None)
+        if iterator is None:
+            continue
+        loader._iterator = None  # type: ignore[union-attr]
+        shutdown = getattr(iterator, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
 
 
 def validation_problems(metrics: Mapping[str, float], config: DictConfig, sources: Sequence[str], right: float) -> list[str]:

@@ -86,12 +86,8 @@ REWARDS = {
 }
 
 
-@pytest.mark.parametrize(("body", "reward_problem", "trainer_error"), list(REWARDS.values()), ids=list(REWARDS))
-def test_a_reward_whose_results_break_the_trainer_batch(
-    prepared: PreparedRun, qwen_tokenizer: str, sandbox: str, tmp_path: Path, body: str, reward_problem: str, trainer_error: str
-) -> None:
-    """The shapes of reward results verl 0.6.1 cannot take: the reward check names the key, and the
-    rollout joined to the trainer's batch shows the error the eval stage would die of."""
+def eval_with_reward(prepared: PreparedRun, sandbox: str, tmp_path: Path, body: str) -> Plan:
+    """The eval stage alone, scored by our reward with ``body`` applied to its result."""
     reward = tmp_path / "reward.py"
     reward.write_text(
         textwrap.dedent(
@@ -105,8 +101,16 @@ def test_a_reward_whose_results_break_the_trainer_batch(
         )
     )
     full = plan(spec_with(prepared), prepared.context(sandbox))
-    target = only(full, "eval", eval=overridden(full.commands["eval"], custom_reward_function__path=str(reward)))
-    report = preflight(target, qwen_tokenizer, tmp_path / "work")
+    return only(full, "eval", eval=overridden(full.commands["eval"], custom_reward_function__path=str(reward)))
+
+
+@pytest.mark.parametrize(("body", "reward_problem", "trainer_error"), list(REWARDS.values()), ids=list(REWARDS))
+def test_a_reward_whose_results_break_the_trainer_batch(
+    prepared: PreparedRun, qwen_tokenizer: str, sandbox: str, tmp_path: Path, body: str, reward_problem: str, trainer_error: str
+) -> None:
+    """The shapes of reward results verl 0.6.1 cannot take: the reward check names the key, and the
+    rollout joined to the trainer's batch shows the error the eval stage would die of."""
+    report = preflight(eval_with_reward(prepared, sandbox, tmp_path, body), qwen_tokenizer, tmp_path / "work")
     assert reward_problem in failed(report, "reward[eval]")
     assert outcome(report)["rollout[eval]"] == "passed"
     assert trainer_error in failed(report, "trainer-batch[eval]")
@@ -332,3 +336,20 @@ def test_rl_rows_without_reward_model_are_a_data_finding_not_a_crash(prepared: P
     assert f"{path} row 0: field reward_model is missing" in failed(report, "rl-data[rl]")
     assert_exit(report, "rl-data")
     assert "Traceback" not in (report.failure or "")
+
+
+
+def test_a_preflight_leaves_no_data_loader_worker_running(prepared: PreparedRun, qwen_tokenizer: str, sandbox: str, tmp_path: Path) -> None:
+    """verl's validation starts ``data.dataloader_num_workers`` loader processes, and torchdata's loader
+    stops them only when an iteration ends. When the validation fails within its loop (here: a reward result
+    that breaks the trainer's batch union) the loader keeps them with its last iterator, the error's traceback
+    holds the trainer in a reference cycle, and the garbage
+    collector, tearing the queues down first, later waits 5 s for each worker (40 s) in the middle of
+    another check. The rollout check stops them when it is done."""
+    import multiprocessing
+
+    before = {p.pid for p in multiprocessing.active_children()}
+    report = preflight(eval_with_reward(prepared, sandbox, tmp_path, REWARDS["a result key repeating the batch's data_source"][0]), qwen_tokenizer, tmp_path / "work")
+    assert outcome(report)["trainer-batch[eval]"] == "failed", report.results
+    left = [p for p in multiprocessing.active_children() if p.pid not in before]
+    assert not left, f"{len(left)} processes the preflight started are still running: {left}"
