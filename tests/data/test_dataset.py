@@ -128,3 +128,39 @@ def test_dataset_pickles_for_dataloader_workers(case, tokenizer) -> None:
     dataset = make(case, tokenizer)
     clone = pickle.loads(pickle.dumps(dataset))
     assert type(clone) is type(dataset) and clone.filter_report == dataset.filter_report
+
+
+def test_the_measured_lengths_fingerprint_changes_with_everything_that_decides_them(tokenizer) -> None:
+    """``Dataset.map`` is handed this fingerprint instead of dill-hashing a closure over the tokenizer (6 s a
+    dataset with transformers 5): the cache of measured lengths must still be missed whenever a length could differ."""
+    from retool.recipe.verl_plugins.dataset import measure_fingerprint
+
+    tools, kwargs = [code_interpreter_tool()], {"enable_thinking": False}
+    base = measure_fingerprint("abc123", tokenizer, tools, kwargs, "prompt")
+    assert base is not None and len(base) == 32 and base == measure_fingerprint("abc123", build_tokenizer(), [code_interpreter_tool()], dict(kwargs), "prompt")
+    other_template, added_token = build_tokenizer(), build_tokenizer()
+    other_template.chat_template = CHAT_TEMPLATE.replace("<|im_start|>", "<|im_start|> ")
+    added_token.add_tokens(["<think>"])
+    longer = code_interpreter_tool()
+    longer["function"]["description"] += " More."
+    changed = {
+        "another dataset": measure_fingerprint("abc124", tokenizer, tools, kwargs, "prompt"),
+        "another chat template": measure_fingerprint("abc123", other_template, tools, kwargs, "prompt"),
+        "an added token": measure_fingerprint("abc123", added_token, tools, kwargs, "prompt"),
+        "another tool schema": measure_fingerprint("abc123", tokenizer, [longer], kwargs, "prompt"),
+        "no tools": measure_fingerprint("abc123", tokenizer, None, kwargs, "prompt"),
+        "other template arguments": measure_fingerprint("abc123", tokenizer, tools, {"enable_thinking": True}, "prompt"),
+        "another prompt column": measure_fingerprint("abc123", tokenizer, tools, kwargs, "question"),
+    }
+    assert all(v != base for v in changed.values()), [k for k, v in changed.items() if v == base]
+    assert len(set(changed.values())) == len(changed)
+
+
+def test_a_dataset_measured_again_with_a_longer_schema_is_measured_anew_not_read_from_the_cache(case, tokenizer, tmp_path) -> None:
+    """Same parquet, same cache directory: the second measurement must not reuse the first one's lengths."""
+    assert make(case, tokenizer).filter_report.kept == 2
+    schema = code_interpreter_tool()
+    schema["function"]["description"] += " Always print the final value."
+    (tmp_path / "tools.yaml").write_text(yaml.safe_dump({"tools": [{"class_name": "verl.tools.base_tool.BaseTool", "config": {"type": "native"}, "tool_schema": schema}]}))
+    with pytest.raises(ValueError, match="kept 0 of 4 prompts"):
+        make(case, tokenizer, tool_config_path=str(tmp_path / "tools.yaml"))

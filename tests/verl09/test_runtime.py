@@ -32,7 +32,7 @@ from verl.trainer.ppo.utils import create_rl_dataset
 from retool.data.schema import AGENT_NAME, rl_row
 from retool.recipe.dynamics import RECORD_KEY, tool_record
 from retool.recipe.render.command import hydra_overrides
-from retool.recipe.verl_plugins.dataset import RetoolRLDataset
+from retool.recipe.verl_plugins.dataset import RetoolRLDataset, measure_fingerprint
 from retool.recipe.verl_plugins.v0_9 import main_ppo
 from retool.recipe.verl_plugins.v0_9.trainer import ExtractRewardProbe, RetoolPPOTrainer
 from retool.recipe.verl_plugins.watch import BatchWatcher
@@ -132,6 +132,8 @@ def test_create_rl_dataset_builds_ours_measures_with_the_tool_schema_and_routes_
     assert isinstance(dataset, RetoolRLDataset)
     assert dataset.filter_report is not None and (dataset.filter_report.total, dataset.filter_report.kept) == (3, 2)
     assert all(dataset[i]["agent_name"] == AGENT_NAME for i in range(len(dataset)))
+    # transformers 5's tokenizer keeps its serialized state: the measured lengths get our fingerprint, not a 6 s dill hash.
+    assert measure_fingerprint("f", tokenizer, None, {}, "prompt") is not None
 
 
 @pytest.mark.parametrize(("answer", "score"), [("\\boxed{42}", 1.0), ("\\boxed{41}", -1.0)])

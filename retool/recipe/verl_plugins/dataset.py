@@ -17,6 +17,8 @@ picklable for datasets' worker processes and DataLoader workers.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from typing import Any
 
@@ -27,6 +29,38 @@ from retool.data.schema import AGENT_NAME, code_interpreter_tool
 from retool.recipe.verl_plugins.prompt_filter import LENGTH_COLUMN, UNRENDERABLE, PromptFilterReport, filter_report, prompt_token_count
 
 logger = logging.getLogger(__name__)
+
+MEASURE_VERSION = "1"
+"""Part of the measured dataset's fingerprint: change it when ``measure`` counts differently."""
+
+
+def measure_fingerprint(dataset_fingerprint: str, tokenizer: Any, tools: Any, template_kwargs: dict[str, Any], prompt_key: str) -> str | None:
+    """The fingerprint of the prompt lengths ``maybe_filter_out_long_prompts`` adds, from what decides them.
+
+    Left to itself, ``Dataset.map`` fingerprints the mapped function by dill-pickling its closure, the
+    tokenizer included. transformers 5 (verl 0.9.1's line) pickles a tokenizer slowly: 6.3 s for each
+    dataset here, against 0.1 s with transformers 4. What decides a prompt's length is the dataset, the
+    tokenizer's own serialized state (vocabulary, merges, added tokens), its chat template and special
+    tokens, the tool schemas and the template's arguments, all hashed here in tens of milliseconds. None
+    (let ``datasets`` hash) for a tokenizer without that serialized state (a slow tokenizer). 32 hex
+    digits: ``datasets`` appends a shard suffix to a fingerprint of at most 64 characters."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not hasattr(backend, "to_str"):
+        return None
+    digest = hashlib.sha256()
+    for part in (
+        MEASURE_VERSION,
+        dataset_fingerprint,
+        prompt_key,
+        backend.to_str(),
+        str(getattr(tokenizer, "chat_template", None)),
+        json.dumps(getattr(tokenizer, "special_tokens_map", {}), sort_keys=True, default=str),
+        json.dumps(tools, sort_keys=True, default=str),
+        json.dumps(template_kwargs, sort_keys=True, default=str),
+    ):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:32]
 
 
 class RetoolRLDataset(RLHFDataset):
@@ -60,7 +94,8 @@ class RetoolRLDataset(RLHFDataset):
                 logger.debug("prompt failed to render", exc_info=True)
                 return {LENGTH_COLUMN: UNRENDERABLE}
 
-        measured = dataframe.map(measure, num_proc=self.num_workers, desc="Measuring prompts with the tool schema")
+        fingerprint = measure_fingerprint(dataframe._fingerprint, tokenizer, tools, template_kwargs, prompt_key)
+        measured = dataframe.map(measure, num_proc=self.num_workers, desc="Measuring prompts with the tool schema", new_fingerprint=fingerprint)
         lengths = np.fromiter(measured[LENGTH_COLUMN], dtype=np.int64, count=len(measured))
         keep, report = filter_report(lengths, self.max_prompt_length)
         self.filter_report = report
