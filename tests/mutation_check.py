@@ -334,6 +334,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/operator/test_refusals_below.py",),
     ),
     Mutation(
+        "a preflight leaves the reward module it loaded in sys.modules (the next trainer in the process scores with it)",
+        "retool/preflight/runner.py",
+        "@leaves_no_reward_loaded",
+        "",
+        ("tests/preflight/test_failures.py",),
+    ),
+    Mutation(
+        "the rollout check leaves the trainer's data-loader workers to the garbage collector (40 s later, in another check)",
+        "retool/preflight/flow.py",
+        "release_loader_workers(trainer)",
+        "pass",
+        ("tests/preflight/test_failures.py",),
+    ),
+    Mutation(
         "the measured prompt lengths' fingerprint leaves out the tool schema (a longer schema reads the old lengths from datasets' cache)",
         "retool/recipe/verl_plugins/dataset.py",
         "json.dumps(tools, sort_keys=True, default=str),",

@@ -46,6 +46,7 @@ from retool.preflight.flow import Line, StageData, State
 from retool.preflight.model import check_model
 from retool.preflight.plan import PPO_STAGES, Plan, PreflightOptions
 from retool.preflight.report import Report
+from retool.preflight.reward import leaves_no_reward_loaded
 from retool.preflight.reward_guard import check_reward_guard, expected_reward_kwargs
 from retool.preflight.sandbox_probe import TEXT_ONLY_SANDBOX, check_sandbox
 from retool.preflight.verl_config import compose_stage, preflight_overrides, stage_files
@@ -170,6 +171,7 @@ def right_score(result: CheckResult) -> float | None:
     return rights.pop() if len(rights) == 1 else None
 
 
+@leaves_no_reward_loaded
 def run_preflight(target: Plan, options: PreflightOptions) -> Report:
     """The 0.9 line's checks of ``target`` (see the module docstring); findings are results, never exceptions."""
     started = time.monotonic()

@@ -12,9 +12,10 @@ answer to one prompt of each data source.
 from __future__ import annotations
 
 import copy
+import functools
 import sys
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, ParamSpec, TypeVar
 
 from omegaconf import DictConfig
 from verl.trainer.ppo.reward import get_custom_reward_fn
@@ -29,6 +30,10 @@ WRONG_ANSWER = "preflight-not-the-answer"
 VERL_REWARD_MODULE = "custom_module"
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
 def forget_loaded_reward() -> None:
     """Make verl's next ``get_custom_reward_fn`` load the configured file again.
 
@@ -37,6 +42,23 @@ def forget_loaded_reward() -> None:
     file; a preflight checking several configs in one process stands for such fresh processes.
     """
     sys.modules.pop(VERL_REWARD_MODULE, None)
+
+
+def leaves_no_reward_loaded(run: Callable[P, R]) -> Callable[P, R]:
+    """A preflight that leaves the process as it found it: without its reward module in ``sys.modules``.
+
+    The preflight loads each stage's reward file (and a user's may be broken on purpose, as the
+    preflight's tests do); whatever verl loads next in the same process (a trainer in a test, a second
+    preflight) must load its own file, not inherit the last one checked."""
+
+    @functools.wraps(run)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return run(*args, **kwargs)
+        finally:
+            forget_loaded_reward()
+
+    return wrapper
 
 
 def score_of(result: Any) -> float:

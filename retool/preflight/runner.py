@@ -14,11 +14,13 @@ from retool.preflight import steps
 from retool.preflight.model import check_model
 from retool.preflight.plan import PPO_STAGES, Plan, PreflightOptions
 from retool.preflight.report import Report
+from retool.preflight.reward import leaves_no_reward_loaded
 from retool.preflight.reward_guard import check_reward_guard, expected_reward_kwargs
 
 logger = logging.getLogger(__name__)
 
 
+@leaves_no_reward_loaded
 def run_preflight(target: Plan, options: PreflightOptions) -> Report:
     """Every check of ``target``; a finding is a failed check in the report, never an exception."""
     started = time.monotonic()

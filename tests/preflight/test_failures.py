@@ -339,17 +339,22 @@ def test_rl_rows_without_reward_model_are_a_data_finding_not_a_crash(prepared: P
 
 
 
-def test_a_preflight_leaves_no_data_loader_worker_running(prepared: PreparedRun, qwen_tokenizer: str, sandbox: str, tmp_path: Path) -> None:
-    """verl's validation starts ``data.dataloader_num_workers`` loader processes, and torchdata's loader
-    stops them only when an iteration ends. When the validation fails within its loop (here: a reward result
-    that breaks the trainer's batch union) the loader keeps them with its last iterator, the error's traceback
-    holds the trainer in a reference cycle, and the garbage
-    collector, tearing the queues down first, later waits 5 s for each worker (40 s) in the middle of
-    another check. The rollout check stops them when it is done."""
+def test_a_preflight_leaves_no_data_loader_worker_and_no_reward_module_behind(prepared: PreparedRun, qwen_tokenizer: str, sandbox: str, tmp_path: Path) -> None:
+    """The preflight leaves its process as it found it, even when the checked run is broken.
+
+    verl's validation starts ``data.dataloader_num_workers`` loader processes; torchdata's loader stops
+    them only when an iteration ends. When the validation fails within its loop (here: a reward result
+    that breaks the trainer's batch union) the loader keeps them with its last iterator, the error's
+    traceback holds the trainer in a reference cycle, and the garbage collector, tearing the queues down
+    first, later waits 5 s for each worker (40 s) in the middle of another check. And verl keeps the
+    reward file it loaded as the module ``custom_module`` for any later path: a trainer built next in the
+    same process would score with this broken reward."""
     import multiprocessing
+    import sys
 
     before = {p.pid for p in multiprocessing.active_children()}
     report = preflight(eval_with_reward(prepared, sandbox, tmp_path, REWARDS["a result key repeating the batch's data_source"][0]), qwen_tokenizer, tmp_path / "work")
     assert outcome(report)["trainer-batch[eval]"] == "failed", report.results
     left = [p for p in multiprocessing.active_children() if p.pid not in before]
     assert not left, f"{len(left)} processes the preflight started are still running: {left}"
+    assert "custom_module" not in sys.modules, sys.modules["custom_module"]
