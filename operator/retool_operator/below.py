@@ -207,21 +207,23 @@ def _latest(events: list[dict[str, Any]], reason: str, *, any_type: bool = False
 def _event_time(event: dict[str, Any]) -> dt.datetime:
     """When an Event last happened: ``lastTimestamp`` (core/v1, seconds), else ``eventTime`` (events.k8s.io
     series, microseconds), else its creation; compared as times, not strings (``06Z`` sorts after ``06.5Z``)."""
-    for stamp in (event.get("lastTimestamp"), event.get("eventTime"), (event.get("metadata") or {}).get("creationTimestamp")):
-        when = timestamp(stamp)
-        if when is not None:
-            return when
-    return dt.datetime.min.replace(tzinfo=dt.UTC)
+    return _stamp(event, "lastTimestamp", "eventTime", "creationTimestamp")
 
 
 def _first_time(event: dict[str, Any]) -> dt.datetime:
     """When an Event first happened: ``firstTimestamp`` (the recorder keeps it as it counts repeats), else
-    ``eventTime``, else its creation."""
-    for stamp in (event.get("firstTimestamp"), event.get("eventTime"), (event.get("metadata") or {}).get("creationTimestamp")):
-        when = timestamp(stamp)
+    ``eventTime``, else its creation, else its last time."""
+    return _stamp(event, "firstTimestamp", "eventTime", "creationTimestamp", "lastTimestamp")
+
+
+def _stamp(event: dict[str, Any], *fields: str) -> dt.datetime:
+    """The first of ``fields`` (the Event's own, or its metadata's) that holds a readable time; the earliest time when none does."""
+    metadata = event.get("metadata") or {}
+    for field in fields:
+        when = timestamp(event.get(field) or metadata.get(field))
         if when is not None:
             return when
-    return _event_time(event)
+    return dt.datetime.min.replace(tzinfo=dt.UTC)
 
 
 def child_refusal(kind: str, name: str, obj: dict[str, Any] | None, events: list[dict[str, Any]] | None, now: dt.datetime) -> str | None:
