@@ -12,7 +12,7 @@ include upstream/versions.env
 KUBERAY_CRDS := $(TOOLS)/kuberay-$(KUBERAY_VERSION)
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-verl09 test test-verl09 mutation-check lint crd api-docs helm kuberay-crds clean
+.PHONY: help install install-verl09 test test-verl09 disk-room mutation-check lint crd api-docs helm kuberay-crds clean
 
 # Every target line with a `## ` comment; a rule over generated names (`$(addprefix image-,...): image-%:`)
 # is listed by its pattern, `%` shown as <name>. tests/docs/test_make_help.py checks every .PHONY target is listed.
@@ -55,9 +55,21 @@ test-verl09: install-verl09 ## only the 0.9 line's tests (tests/verl09: verl 0.9
 # time, so module-scoped servers start once. TEST_WORKERS=0 runs everything in one process.
 TEST_WORKERS ?= 2
 
-test: install install-verl09 helm kuberay-crds e2e-build ## install what is missing, then run the whole suite (end-to-end scenarios included), then the 0.9 line's tests
+test: install install-verl09 helm kuberay-crds e2e-build disk-room ## install what is missing, then run the whole suite (end-to-end scenarios included), then the 0.9 line's tests
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 	$(PY09) -m pytest -q -p no:cacheprovider tests/verl09
+
+# The suite writes up to ~1.6 GB under TMPDIR while it runs (a fresh clone, measured; 1.1 GB of it
+# until the session ends): a disk that fills midway fails tests far from the cause, with
+# "No space left on device" in a fixture or a Ray job that dies. CI shares its disk with what ran before it.
+TEST_TMP_GB ?= 3
+
+disk-room: ## check that TMPDIR has the room the suite writes (TEST_TMP_GB, default 3 GB); `make test` checks it first
+	@tmp="$${TMPDIR:-/tmp}"; avail=$$(df -Pk "$$tmp" 2>/dev/null | awk 'NR == 2 { print int($$4 / 1048576) }'); \
+	if [ -z "$$avail" ]; then echo "error: TMPDIR $$tmp is not a folder df can read" >&2; exit 1; fi; \
+	if [ "$$avail" -lt "$(TEST_TMP_GB)" ]; then \
+	  echo "error: $$tmp has $$avail GB free; the suite writes up to ~1.6 GB there while it runs and needs $(TEST_TMP_GB) GB free (TEST_TMP_GB): free some, or point TMPDIR at a disk with room" >&2; exit 1; \
+	fi
 
 # ---- the end-to-end control plane ---------------------------------------------------------------
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, the KubeRay operator and Kueue,
