@@ -2,8 +2,12 @@
 
     sudo python bench/sandbox_compare.py --sandboxfusion-url http://127.0.0.1:8081 --rounds 3
 
-Interleaved rounds; each round measures, back to back, ``print`` (``print(1+1)``) at c=1 and c=16
-and ``mix`` at c=16 on:
+Interleaved rounds; each round measures ``print`` (``print(1+1)``) at c=1 and c=16 and ``mix`` at
+c=16 on the servers below, and ``print`` on the fork floor. Ours' print c=16 and the floor's, the
+two halves of the ratio against the floor, are measured back to back, in alternating order from one
+round to the next (ours first in odd rounds, the floor first in even ones): this VM's speed drifts by
+~20 % within minutes (bench/RESULTS.md), and the rest of a round between the two would put that drift
+into the ratio.
 
 - **ours**: ``python -m retool.sandbox`` started as the restricted pod runs it (tests/sandbox/podlike.py
   ``pod``: uid 10001, no capabilities, no namespaces; needs root), 16 workers, every layer on;
@@ -124,12 +128,23 @@ def row(label: str, workload: str, concurrency: int, figures: dict) -> dict:
     return out
 
 
-async def http_rows(label: str, url: str, duration: float) -> list[dict]:
+async def http_rows(label: str, url: str, duration: float, configs: tuple[tuple[str, int], ...] = (("print", 1), ("print", 16), ("mix", 16))) -> list[dict]:
     rows = []
-    for workload, concurrency in (("print", 1), ("print", 16), ("mix", 16)):
+    for workload, concurrency in configs:
         figures = await sandbox_bench.run_config(url, workload, concurrency, duration)
         rows.append(row(label, workload, concurrency, figures))
     return rows
+
+
+def print_pair(url: str, duration: float, ours_first: bool) -> list[dict]:
+    """Ours' print c=16 and the fork floor's, back to back, in the order given."""
+    def ours() -> dict:
+        return asyncio.run(http_rows("ours", url, duration, (("print", 16),)))[0]
+
+    def floor() -> dict:
+        return row("fork-floor", "print", 16, fork_floor(16, duration))
+
+    return [ours(), floor()] if ours_first else [floor(), ours()]
 
 
 def ratios(rows: list[dict]) -> dict[str, float]:
@@ -175,11 +190,11 @@ def main() -> int:
         asyncio.run(sandbox_bench.run_config(url, "mix", 4, 1.0))  # warm-up, not measured
         for round_ in range(1, args.rounds + 1):
             print(f"-- round {round_}", flush=True)
-            these = asyncio.run(http_rows("ours", url, args.duration))
+            these = asyncio.run(http_rows("ours", url, args.duration, (("print", 1), ("mix", 16))))
             if args.sandboxfusion_url:
                 these += asyncio.run(http_rows("sandboxfusion", args.sandboxfusion_url, args.duration))
-            for concurrency in (1, 16):
-                these.append(row("fork-floor", "print", concurrency, fork_floor(concurrency, args.duration)))
+            these.append(row("fork-floor", "print", 1, fork_floor(1, args.duration)))
+            these += print_pair(url, args.duration, ours_first=round_ % 2 == 1)
             these.append(row("floor+setsid", "print", 16, fork_floor(16, args.duration, own_session=True)))
             for name, value in ratios(these).items():
                 print(f"   round {round_}: {name} = {value:.2f}", flush=True)
