@@ -59,8 +59,8 @@ test: install install-verl09 helm kuberay-crds e2e-build disk-room ## install wh
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 	$(PY09) -m pytest -q -p no:cacheprovider tests/verl09
 
-# The suite writes up to ~1.6 GB under TMPDIR while it runs (a fresh clone, measured; 1.1 GB of it
-# until the session ends): a disk that fills midway fails tests far from the cause, with
+# The suite writes up to ~1.6 GB under TMPDIR while it runs (a fresh clone, measured; pytest removes
+# passed tests' folders at the end): a disk that fills midway fails tests far from the cause, with
 # "No space left on device" in a fixture or a Ray job that dies. CI shares its disk with what ran before it.
 TEST_TMP_GB ?= 3
 

@@ -338,7 +338,6 @@ def test_rl_rows_without_reward_model_are_a_data_finding_not_a_crash(prepared: P
     assert "Traceback" not in (report.failure or "")
 
 
-
 def test_a_preflight_leaves_no_data_loader_worker_and_no_reward_module_behind(prepared: PreparedRun, qwen_tokenizer: str, sandbox: str, tmp_path: Path) -> None:
     """The preflight leaves its process as it found it, even when the checked run is broken.
 
