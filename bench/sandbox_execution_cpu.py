@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import sandbox_compare
 
-from retool.sandbox import isolation, landlock, template, worker, zygote
+from retool.sandbox import forking, isolation, landlock, template, worker, zygote
 from retool.sandbox.settings import DEFAULT_PRELOAD
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -136,6 +136,7 @@ def main() -> int:
     print(f"load average at the start: {os.getloadavg()[0]:.2f}", flush=True)
     template.load(list(DEFAULT_PRELOAD))
     gc.collect()
+    forking.locate()  # as the template does, before the freeze
     gc.freeze()
     isolation.collapse_to_huge_pages()
     scratch = Path(os.environ.get("TMPDIR", "/tmp")) / f"retool-execution-cpu-{os.getpid()}"

@@ -155,6 +155,39 @@ def unlinked_open_bytes(pids: Iterable[int]) -> int:
     return total
 
 
+class UidProcesses:
+    """How many processes of ``uid`` /proc lists (RLIMIT_NPROC counts them, see ``outcome.rlimits``).
+
+    Asked once per execution. Listing /proc is one call; the owner of each pid is a ``stat`` apiece,
+    ~0.1 ms per execution for the ~50 processes of a replica. A pid keeps its owner while it lives,
+    and a process of a replica's uid cannot take another without privileges, so each pid is looked
+    up once, when it first appears, and forgotten when it leaves the listing. A pid that died and
+    was reused by a process of another owner between two listings (the kernel hands pids out in
+    increasing order, so only after a wrap-around of the whole pid space) is counted as its
+    predecessor was: off by one for one execution.
+    """
+
+    def __init__(self, uid: int) -> None:
+        self.uid = uid
+        self._owned: dict[str, bool] = {}
+
+    def count(self) -> int:
+        seen: dict[str, bool] = {}
+        known = self._owned
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            owned = known.get(name)
+            if owned is None:
+                try:
+                    owned = os.stat(f"/proc/{name}").st_uid == self.uid
+                except OSError:  # gone since the listing
+                    continue
+            seen[name] = owned
+        self._owned = seen
+        return sum(seen.values())
+
+
 @dataclass
 class MemoryWatch:
     """Ends an execution whose processes together hold more than its memory limit.

@@ -27,7 +27,7 @@ import types
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from retool.sandbox import isolation, landlock, seccomp
+from retool.sandbox import forking, isolation, landlock, seccomp
 from retool.sandbox.outcome import Limits, rlimits
 
 CODE_FILENAME = "main.py"
@@ -130,8 +130,10 @@ class Prepared:
 
     rules: landlock.PreparedRules | None
     filter: seccomp.PreparedFilter | None
-    close_range: CloseRange | None = None
+    close_range: CloseRange | None
     """How an execution closes what it inherits (``_close_other_fds``)."""
+    forker: forking.Forker
+    """How the zygote forks an execution, and what the execution then does first (``forking``)."""
 
 
 def prepare(layers: dict[str, Any]) -> Prepared:
@@ -147,7 +149,7 @@ def prepare(layers: dict[str, Any]) -> Prepared:
         # Same-uid executions in a pid namespace could otherwise signal the zygote (this process, their parent).
         protected=(os.getpid(),) if layers.get("protect_parent") else (),
     )
-    return Prepared(rules, seccomp.prepare(platform.machine(), policy) if layers["seccomp"] else None, CloseRange.probe())
+    return Prepared(rules, seccomp.prepare(platform.machine(), policy) if layers["seccomp"] else None, CloseRange.probe(), forking.Forker.probe())
 
 
 def execution_signals() -> None:
@@ -178,6 +180,7 @@ def main(go_fd: int, stdout_fd: int, stderr_fd: int, ack_fd: int, setup: dict[st
     """
     exit_code = 70
     try:
+        prepared.forker.after_in_child()  # random's reseed, after a raw fork (``forking``)
         worker = os.getppid()
         os.setsid()
         isolation.die_with_parent(worker)

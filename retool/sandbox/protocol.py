@@ -1,12 +1,17 @@
-"""Length-prefixed JSON messages between the server, the template and the workers (Unix sockets)."""
+"""Length-prefixed messages between the server, the template, the workers and their zygotes (Unix sockets).
+
+JSON everywhere but between a worker and its zygote (``MARSHAL``).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import marshal
 import socket
 import struct
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 _HEADER = struct.Struct("!I")
 MAX_MESSAGE = 256 << 20
@@ -16,8 +21,21 @@ class ChannelClosedError(ConnectionError):
     """The other end went away (a dead worker or template)."""
 
 
-def encode(message: dict[str, Any]) -> bytes:
-    body = json.dumps(message, separators=(",", ":")).encode()
+class Codec(NamedTuple):
+    dumps: Callable[[Any], bytes]
+    loads: Callable[[bytes], Any]
+
+
+JSON = Codec(lambda message: json.dumps(message, separators=(",", ":")).encode(), json.loads)
+MARSHAL = Codec(marshal.dumps, marshal.loads)
+"""Between a worker and its zygote only: both are forks of one template, and no execution holds
+their channel (marshal is not meant for bytes an adversary could write). One C call each way: JSON's
+Python layers touched ~40 more of the zygote's pages after every fork, each a copy-on-write fault
+while the execution it just forked shares them (bench/RESULTS.md, "the raw fork")."""
+
+
+def encode(message: dict[str, Any], codec: Codec = JSON) -> bytes:
+    body = codec.dumps(message)
     return _HEADER.pack(len(body)) + body
 
 
@@ -32,8 +50,8 @@ def _recv_exact(sock: socket.socket, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
-    data = encode(message)
+def send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None, codec: Codec = JSON) -> None:
+    data = encode(message, codec)
     if fds:
         socket.send_fds(sock, [data[:_HEADER.size]], fds)
         sock.sendall(data[_HEADER.size:])
@@ -41,7 +59,7 @@ def send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = N
         sock.sendall(data)
 
 
-def recv(sock: socket.socket, with_fds: int = 0) -> tuple[dict[str, Any], list[int]]:
+def recv(sock: socket.socket, with_fds: int = 0, codec: Codec = JSON) -> tuple[dict[str, Any], list[int]]:
     fds: list[int] = []
     if with_fds:
         header, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, with_fds)
@@ -54,7 +72,7 @@ def recv(sock: socket.socket, with_fds: int = 0) -> tuple[dict[str, Any], list[i
     (size,) = _HEADER.unpack(header)
     if size > MAX_MESSAGE:
         raise ChannelClosedError(f"message of {size} bytes is over the limit")
-    return json.loads(_recv_exact(sock, size)), fds
+    return codec.loads(_recv_exact(sock, size)), fds
 
 
 async def read_message(reader: asyncio.StreamReader) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import sys
 import time
 from typing import Any, NoReturn
 
-from retool.sandbox import accounting, isolation, landlock, layers, logs, protocol, seccomp
+from retool.sandbox import accounting, forking, isolation, landlock, layers, logs, protocol, seccomp
 from retool.sandbox.worker import Worker, WorkerConfig
 
 logger = logging.getLogger("retool.sandbox.template")
@@ -304,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     if not _readable_by_others(os.path.dirname(os.__file__)):
         problems.append("the Python installation is not readable by other uids: executions with their own uid can import only preloaded modules")
     gc.collect()
+    forking.locate()  # before the freeze hides it (its workers' zygotes fork with it)
     gc.freeze()  # executions then do not touch (and copy) the template's objects when they collect
     huge_mb = isolation.collapse_to_huge_pages()
     keepers = Keepers()

@@ -154,6 +154,7 @@ class Worker:
         }
         """Every execution's setup but its directory: the zygote holds it (``Zygote(layers=...)``)."""
         self.zygote: Zygote | None = None
+        self.uid_processes = accounting.UidProcesses(os.getuid())
         self.warm_stack = accounting.start_stack("self")  # the zygote's and its executions' too (forks)
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -447,7 +448,7 @@ class Worker:
             return 0
         if self.pid_namespace and self.plan.namespaces == "user-namespaces":
             return len(accounting.descendants("self")) + 1  # the uid's count is global: best effort (zygote included)
-        return _processes_of_uid(os.getuid())
+        return self.uid_processes.count()
 
     def _drain(self, open_fds: dict[int, Capture]) -> None:
         """Read what the pipes still hold; every writer is dead, so EOF comes at once."""
@@ -556,18 +557,6 @@ def _read_available(fd: int) -> tuple[bytes, bool]:
 def _signal(pid: int, sig: int) -> None:
     with contextlib.suppress(OSError):
         os.kill(pid, sig)
-
-
-def _processes_of_uid(uid: int) -> int:
-    count = 0
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                if os.stat(f"/proc/{name}").st_uid == uid:
-                    count += 1
-            except OSError:
-                continue
-    return count
 
 
 def _chown_up_to(path: str, root: str, uid: int, gid: int) -> None:

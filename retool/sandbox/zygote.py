@@ -67,8 +67,8 @@ class Zygote:
 
     def _call(self, message: dict[str, Any], fds: list[int] | None = None) -> dict[str, Any]:
         try:
-            protocol.send(self.sock, message, fds)
-            reply, _ = protocol.recv(self.sock)
+            protocol.send(self.sock, message, fds, protocol.MARSHAL)
+            reply, _ = protocol.recv(self.sock, codec=protocol.MARSHAL)
         except OSError as exc:  # ChannelClosedError included: the zygote died
             raise ZygoteLostError(f"the zygote is gone: {exc}") from exc
         if "error" in reply:
@@ -123,14 +123,14 @@ def _serve(sock: socket.socket, worker: int, pid_namespace: bool, layers: dict[s
         isolation.prctl(isolation.PR_SET_CHILD_SUBREAPER, 1)
         while True:
             try:
-                message, fds = protocol.recv(sock, with_fds=4)
+                message, fds = protocol.recv(sock, with_fds=4, codec=protocol.MARSHAL)
             except protocol.ChannelClosedError:
                 break
             try:
                 reply = _handle(message, fds, pid_namespace, layers, prepared)
             except Exception as exc:
                 reply = {"error": f"{type(exc).__name__}: {exc}"}
-            protocol.send(sock, reply)
+            protocol.send(sock, reply, codec=protocol.MARSHAL)
     except BaseException:
         code = 1
     _kill_all(pid_namespace)
@@ -148,7 +148,7 @@ def _handle(message: dict[str, Any], fds: list[int], pid_namespace: bool, layers
             left = _reap_all(pid_namespace) if message.get("reap") else 0
             layered = prepared()
             baseline = accounting.resident_kib("self")
-            pid = os.fork()
+            pid = layered.forker.fork()
             if pid == 0:
                 child.main(*fds, {**layers, "cwd": message["cwd"]}, layered)  # never returns
         finally:
