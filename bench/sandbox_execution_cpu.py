@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import marshal
 import os
 import resource
 import statistics
@@ -76,7 +77,7 @@ def worker_like(executions: int, scratch: Path, report: int) -> None:
         "signals_scoped": abi >= 6, "deny_chmod": True, "dumpable": True, "protect_parent": False,
     }  # fmt: skip
     zyg = zygote.Zygote(False, layers=layers)
-    job = json.dumps(JOB).encode()
+    job = marshal.dumps(JOB)  # as the worker writes it
     rows = []
     warm_up = 10
     for i in range(executions + warm_up):

@@ -15,8 +15,8 @@ import atexit
 import builtins
 import contextlib
 import io
-import json
 import linecache
+import marshal
 import os
 import platform
 import resource
@@ -192,7 +192,7 @@ def main(go_fd: int, stdout_fd: int, stderr_fd: int, ack_fd: int, setup: dict[st
         _settle(setup, prepared, stdout_fd, stderr_fd, worker)
         os.write(ack_fd, b"k")
         os.close(ack_fd)
-        job = json.loads(_read_all(go_fd))
+        job = marshal.loads(_read_all(go_fd))  # the worker's (``protocol.MARSHAL`` says why marshal)
         os.close(go_fd)
         exit_code = _run(job, baseline_vm, stdin_fd)
     except BaseException:  # the harness itself failed: say so on stderr (fd 2 once settled), the worker reports it

@@ -1,6 +1,6 @@
 """Length-prefixed messages between the server, the template, the workers and their zygotes (Unix sockets).
 
-JSON everywhere but between a worker and its zygote (``MARSHAL``).
+JSON between the server, the template and the workers; ``MARSHAL`` between a worker and its zygote.
 """
 
 from __future__ import annotations
@@ -28,10 +28,12 @@ class Codec(NamedTuple):
 
 JSON = Codec(lambda message: json.dumps(message, separators=(",", ":")).encode(), json.loads)
 MARSHAL = Codec(marshal.dumps, marshal.loads)
-"""Between a worker and its zygote only: both are forks of one template, and no execution holds
-their channel (marshal is not meant for bytes an adversary could write). One C call each way: JSON's
-Python layers touched ~40 more of the zygote's pages after every fork, each a copy-on-write fault
-while the execution it just forked shares them (bench/RESULTS.md, "the raw fork")."""
+"""Between a worker and its zygote, and for the job a worker writes on its execution's pipe (read
+before any of the job's code runs): written only by processes of the replica, never by an execution
+(marshal is not meant for bytes an adversary could write). One C call each way: JSON's Python
+layers touched ~40 more of the zygote's pages after every fork, each a copy-on-write fault while the
+execution it just forked shares them, and ~20 more of the execution's (bench/RESULTS.md, "the raw
+fork")."""
 
 
 def encode(message: dict[str, Any], codec: Codec = JSON) -> bytes:
