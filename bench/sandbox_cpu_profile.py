@@ -2,6 +2,7 @@
 
     sudo python bench/sandbox_cpu_profile.py [--duration 8] [--rounds 2] [--json out.json]
     sudo python bench/sandbox_cpu_profile.py --compare ../main   # before/after: that checkout's server too
+    sudo python bench/sandbox_cpu_profile.py --compare ../main --together   # both at once, c=8 each
 
 Throughput on a shared 2-vCPU machine moves with everyone else's load; the CPU time each process
 spends per request does not (much). So this starts our server the way the restricted pod runs it
@@ -21,7 +22,9 @@ utime+stime of every process of the replica from /proc/<pid>/stat:
   limits, the code, the interpreter's exit);
 - ``template`` (should be ~0) and ``client`` (this process: the load generator, not the sandbox).
 
-Then the same for the fork floor of ``sandbox_compare`` (a warm interpreter forking one child per
+With ``--compare`` the two servers are measured one after the other in each round, the order
+alternating from round to round (this VM's speed drifts within a round). Then the same for the fork
+floor of ``sandbox_compare`` (a warm interpreter forking one child per
 request, stdout on a pipe; getrusage of this process and of its reaped children). Each row is CPU
 milliseconds per answered request; ``machine busy`` is what /proc/stat says all CPUs did meanwhile
 (anything above the listed processes is other work on the machine). The load average is printed
@@ -165,6 +168,30 @@ def measure_floor(concurrency: int, duration: float) -> dict:
     return _row(concurrency, figures, cpu_ms, load_start)
 
 
+def measure_together(servers: list[tuple[str, object, str, int]], concurrency: int, duration: float) -> list[tuple[str, dict]]:
+    """Every server at once, each driven at ``concurrency``: the same machine in the same seconds, so
+    a difference in CPU per request is the code's, not this VM's drift. Only the sandbox's own
+    processes are counted (one client drives all of them)."""
+    trees = {label: replica_tree(server) for label, _process, _url, server in servers}
+    load_start = os.getloadavg()[0]
+    before = {label: snapshot(tree) for label, tree in trees.items()}
+
+    async def drive() -> list[dict]:
+        return await asyncio.gather(*(sandbox_bench.run_config(url, "print", concurrency, duration) for _label, _process, url, _server in servers))
+
+    results = asyncio.run(drive())
+    after = {label: snapshot(tree) for label, tree in trees.items()}
+    rows = []
+    for (label, _process, _url, _server), figures in zip(servers, results, strict=True):
+        if figures["wrong"] or figures["errors"]:
+            raise SystemExit(f"wrong answers or errors from {label}: {figures}")
+        n = figures["requests"]
+        per = {role: (after[label][role] - before[label][role]) * 1000 / n for role in ("server", "template", "workers", "zygotes", "executions")}
+        per["sandbox"] = sum(per.values())
+        rows.append((label, _row(concurrency, figures, per, load_start)))
+    return rows
+
+
 def show(label: str, row: dict) -> None:
     cpu = row["cpu_ms"]
     parts = "  ".join(f"{k} {v:.2f}" for k, v in cpu.items())
@@ -183,6 +210,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--compare", type=Path, help="also measure the server of this checkout (e.g. a worktree of main), in the same rounds")
     parser.add_argument("--no-floor", action="store_true", help="leave the fork floor out")
+    parser.add_argument("--together", action="store_true", help="with --compare: drive both servers at once, each at c=8 (see measure_together)")
     parser.add_argument("--json", help="also write every row here")
     args = parser.parse_args()
     if os.geteuid() != 0:
@@ -199,9 +227,18 @@ def main() -> int:
             print(f"{label} ({root}): {sandbox_bench.isolation_summary(url)}", flush=True)
             asyncio.run(sandbox_bench.run_config(url, "print", 16, 2.0))  # warm-up, not measured
         for round_ in range(1, args.rounds + 1):
+            if args.together:
+                print(f"-- round {round_}, every server at once", flush=True)
+                for label, row in measure_together(servers, 8, args.duration):
+                    show(label, row)
+                    rows.append({"server": label, "round": round_, "together": True, **row})
+                continue
             print(f"-- round {round_}", flush=True)
+            # The servers in turn, first to last in odd rounds and last to first in even ones: this
+            # VM's speed drifts within a round, and a steady drift then cancels over pairs of rounds.
+            ordered = servers if round_ % 2 else servers[::-1]
             for concurrency in (1, 16):
-                for label, _process, url, server in servers:
+                for label, _process, url, server in ordered:
                     row = measure_ours(url, server, concurrency, args.duration)
                     show(label, row)
                     rows.append({"server": label, "round": round_, **row})

@@ -8,9 +8,10 @@ drops other threads' states, then calls the Python functions registered with
 ``_after_at_fork_child_reinit_locks`` (re-create the handlers' locks) and ``random``'s reseed of its
 global generator. Everything but the reseed repairs what another thread could have left mid-operation.
 The zygote has one thread and forks between requests, holding no lock: there the repair changes
-nothing, yet it cost every execution ~0.75 ms of CPU and ~200 copy-on-write faults, a third of its
-set-up (the Python code touches objects on pages shared with the zygote; bench/RESULTS.md, "the
-raw fork").
+nothing, yet it is Python code run in a fresh fork, touching pages the child shares with the zygote:
+a child that does nothing else takes ~260 copy-on-write faults after ``os.fork`` against ~60 after a
+raw fork. In an execution, whose set-up then touches many of the same pages anyway, ~60 of its ~630
+set-up faults go (bench/RESULTS.md, "the raw fork").
 
 So where the zygote qualifies (``Forker.probe``: CPython 3.10-3.13, one thread, the interpreter's
 list of after-in-child functions found) it calls ``fork()`` through ctypes with the GIL held, and the
