@@ -2,7 +2,7 @@
 
     sudo python bench/sandbox_cpu_profile.py [--duration 8] [--rounds 2] [--json out.json]
     sudo python bench/sandbox_cpu_profile.py --compare ../main   # before/after: that checkout's server too
-    sudo python bench/sandbox_cpu_profile.py --compare ../main --together   # both at once, c=8 each
+    sudo python bench/sandbox_cpu_profile.py [--compare ../main] --together   # all at once, floor too, c=8 each
 
 Throughput on a shared 2-vCPU machine moves with everyone else's load; the CPU time each process
 spends per request does not (much). So this starts our server the way the restricted pod runs it
@@ -23,7 +23,11 @@ utime+stime of every process of the replica from /proc/<pid>/stat:
 - ``template`` (should be ~0) and ``client`` (this process: the load generator, not the sandbox).
 
 With ``--compare`` the two servers are measured one after the other in each round, the order
-alternating from round to round (this VM's speed drifts within a round). Then the same for the fork
+alternating from round to round (this VM's speed drifts within a round). ``--together`` measures
+every server and the fork floor (in a process of its own) in the same seconds instead, c=8 each:
+their CPU per request then shares the machine's state, and the line ``the floor's CPU per request /
+ours`` is the throughput ratio both would reach if each used the whole machine (alone, the floor
+leaves ~10 % of it idle: its one parent forks serially). Then the same for the fork
 floor of ``sandbox_compare`` (a warm interpreter forking one child per
 request, stdout on a pipe; getrusage of this process and of its reaped children). Each row is CPU
 milliseconds per answered request; ``machine busy`` is what /proc/stat says all CPUs did meanwhile
@@ -39,6 +43,7 @@ import json
 import os
 import resource
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -168,19 +173,64 @@ def measure_floor(concurrency: int, duration: float) -> dict:
     return _row(concurrency, figures, cpu_ms, load_start)
 
 
-def measure_together(servers: list[tuple[str, object, str, int]], concurrency: int, duration: float) -> list[tuple[str, dict]]:
-    """Every server at once, each driven at ``concurrency``: the same machine in the same seconds, so
-    a difference in CPU per request is the code's, not this VM's drift. Only the sandbox's own
-    processes are counted (one client drives all of them)."""
+FLOOR_BESIDE = """
+import json, resource, sys
+sys.path.insert(0, {bench!r})
+import sandbox_compare
+sandbox_compare._warm_interpreter()
+print("ready", flush=True)
+concurrency, duration = json.loads(sys.stdin.readline())
+me0, kids0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+figures = sandbox_compare.fork_floor(concurrency, duration)
+me1, kids1 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+figures["parent_s"] = me1.ru_utime + me1.ru_stime - me0.ru_utime - me0.ru_stime
+figures["children_s"] = kids1.ru_utime + kids1.ru_stime - kids0.ru_utime - kids0.ru_stime
+print(json.dumps(figures), flush=True)
+"""
+
+
+class FloorBeside:
+    """The fork floor in a process of its own, warmed (its preload imported) before it is started, so
+    that it runs in the same seconds as the servers (``measure_together``)."""
+
+    def __init__(self) -> None:
+        script = FLOOR_BESIDE.format(bench=str(Path(__file__).resolve().parent))
+        self.process = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.process.stdin is not None and self.process.stdout is not None
+        if self.process.stdout.readline().strip() != "ready":
+            raise SystemExit("the fork floor's process did not start")
+
+    def start(self, concurrency: int, duration: float) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps([concurrency, duration]) + "\n")
+        self.process.stdin.flush()
+
+    def result(self) -> dict:
+        assert self.process.stdout is not None
+        figures = json.loads(self.process.stdout.readline())
+        self.process.wait(timeout=30)
+        return figures
+
+
+def measure_together(servers: list[tuple[str, object, str, int]], concurrency: int, duration: float, *, floor: bool) -> list[tuple[str, dict]]:
+    """Every server at once, each driven at ``concurrency`` (and the fork floor beside them with
+    ``floor``): the same machine in the same seconds, so a difference in CPU per request is the
+    code's, not this VM's drift. The servers' rows count their own processes (``sandbox``) and
+    this process, the one client driving them all, split by answered requests (``client``)."""
     trees = {label: replica_tree(server) for label, _process, _url, server in servers}
+    beside = FloorBeside() if floor else None
     load_start = os.getloadavg()[0]
     before = {label: snapshot(tree) for label, tree in trees.items()}
 
     async def drive() -> list[dict]:
         return await asyncio.gather(*(sandbox_bench.run_config(url, "print", concurrency, duration) for _label, _process, url, _server in servers))
 
+    if beside is not None:
+        beside.start(concurrency, duration)
     results = asyncio.run(drive())
     after = {label: snapshot(tree) for label, tree in trees.items()}
+    answered = sum(figures["requests"] for figures in results)
+    client_ms = (after[servers[0][0]]["client"] - before[servers[0][0]]["client"]) * 1000 / answered
     rows = []
     for (label, _process, _url, _server), figures in zip(servers, results, strict=True):
         if figures["wrong"] or figures["errors"]:
@@ -188,7 +238,16 @@ def measure_together(servers: list[tuple[str, object, str, int]], concurrency: i
         n = figures["requests"]
         per = {role: (after[label][role] - before[label][role]) * 1000 / n for role in ("server", "template", "workers", "zygotes", "executions")}
         per["sandbox"] = sum(per.values())
+        per["client"] = client_ms
         rows.append((label, _row(concurrency, figures, per, load_start)))
+    if beside is not None:
+        figures = beside.result()
+        if figures["wrong"]:
+            raise SystemExit(f"wrong answers from the fork floor: {figures}")
+        n = figures["requests"]
+        per = {"parent (fork, pipe, reap)": figures["parent_s"] * 1000 / n, "children": figures["children_s"] * 1000 / n}
+        per["floor"] = sum(per.values())
+        rows.append(("floor", _row(concurrency, figures, per, load_start)))
     return rows
 
 
@@ -210,7 +269,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--compare", type=Path, help="also measure the server of this checkout (e.g. a worktree of main), in the same rounds")
     parser.add_argument("--no-floor", action="store_true", help="leave the fork floor out")
-    parser.add_argument("--together", action="store_true", help="with --compare: drive both servers at once, each at c=8 (see measure_together)")
+    parser.add_argument("--together", action="store_true", help="drive every server and the fork floor at once, each at c=8 (see measure_together)")
     parser.add_argument("--json", help="also write every row here")
     args = parser.parse_args()
     if os.geteuid() != 0:
@@ -229,9 +288,15 @@ def main() -> int:
         for round_ in range(1, args.rounds + 1):
             if args.together:
                 print(f"-- round {round_}, every server at once", flush=True)
-                for label, row in measure_together(servers, 8, args.duration):
+                together = measure_together(servers, 8, args.duration, floor=not args.no_floor)
+                for label, row in together:
                     show(label, row)
                     rows.append({"server": label, "round": round_, "together": True, **row})
+                floor_ms = next((row["cpu_ms"]["floor"] for label, row in together if label == "floor"), None)
+                for label, row in together:
+                    if floor_ms is not None and label != "floor":
+                        ours_ms = row["cpu_ms"]["sandbox"] + row["cpu_ms"]["client"]
+                        print(f"   {label}: the floor's CPU per request / ours (sandbox and client) = {floor_ms / ours_ms:.2f}", flush=True)
                 continue
             print(f"-- round {round_}", flush=True)
             # The servers in turn, first to last in odd rounds and last to first in even ones: this
