@@ -39,6 +39,10 @@ LOCK_REPAIR: tuple[Callable[[], object], ...] = (
 VERSIONS = ((3, 10), (3, 13))
 """The CPython versions whose ``PyOS_AfterFork_Child`` was read for this (oldest, newest)."""
 
+forked_raw = False
+"""True in a process that a raw fork made (set first thing by ``after_in_child``): how a test, or
+anyone, sees that an execution was not forked the slow way."""
+
 _after_in_child: list[Callable[[], object]] | None = None
 """The interpreter's own list of after-in-child functions (``locate``): the one ``os.register_at_fork``
 appends to, so a function registered later is in it too."""
@@ -94,6 +98,8 @@ class Forker:
         The list is copied first, as CPython does: a function may register another."""
         if not self.raw:
             return
+        global forked_raw
+        forked_raw = True
         for function in list(_after_in_child or ()):
             if function not in LOCK_REPAIR:
                 function()

@@ -45,6 +45,7 @@ PROBE = textwrap.dedent(
             os._exit(7 if threading.current_thread() is threading.main_thread() else 1)
         _, status = os.waitpid(grandchild, 0)
         facts = {
+            "marked": forking.forked_raw,
             "registered_ran": os.read(ran[0], 1) == b"r",
             "lock_repaired": threading._active_limbo_lock is not lock,
             "reseeded": random.getstate() != state,
@@ -69,6 +70,7 @@ def test_a_raw_fork_runs_what_was_registered_at_fork_but_the_lock_repair() -> No
     facts = probe(PROBE)
     assert facts == {
         "raw": True,  # a fresh CPython with one thread qualifies
+        "marked": True,
         "found": True,  # the located list is the interpreter's: a function registered later is in it
         "registered_ran": True,
         "lock_repaired": False,  # threading's repair skipped: the lock the parent had, unchanged
@@ -88,7 +90,7 @@ def test_a_raw_fork_runs_what_was_registered_at_fork_but_the_lock_repair() -> No
 )
 def test_os_fork_where_the_raw_fork_does_not_qualify(before: str, why: str) -> None:
     facts = probe(before + PROBE)
-    assert facts["raw"] is False, why
+    assert facts["raw"] is False and facts["marked"] is False, why
     # os.fork did its whole after-fork work: the lock repaired, the registered function run
     assert facts["lock_repaired"] and facts["registered_ran"] and facts["reseeded"], facts
 
@@ -139,14 +141,16 @@ FRESH_INTERPRETER = textwrap.dedent(
     spinner.set(); busy.join()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.info("logged")
-    print(json.dumps({"thread": out, "forked": forked, "squares": squares, "random": random.random(), "main": threading.current_thread() is threading.main_thread()}))
+    from retool.sandbox import forking  # preloaded with the sandbox: what made this process
+    main = threading.current_thread() is threading.main_thread()
+    print(json.dumps({"thread": out, "forked": forked, "squares": squares, "random": random.random(), "main": main, "raw": forking.forked_raw}))
     """
 )
 
 
 def test_executions_after_a_raw_fork_behave_as_after_os_fork() -> None:
     """Threads, a fork with a thread alive, a thread pool and logging work in an execution of
-    the restricted pod shape, and no two executions share ``random``'s state."""
+    the restricted pod shape, which the raw fork made, and no two executions share ``random``'s state."""
     if (why := can_start_pods()) is not None:
         pytest.skip(why)
     server = start_server(2, kind="pod", uid=10031)
@@ -158,6 +162,7 @@ def test_executions_after_a_raw_fork_behave_as_after_os_fork() -> None:
             facts = json.loads(reply["run_result"]["stdout"].splitlines()[-1])
             assert len(facts["thread"]) == 1 and facts["thread"] != ["MainThread"], facts
             assert facts["forked"] == 3 and facts["squares"] == [1, 2, 3] and facts["main"], facts
+            assert facts["raw"], "the server's zygote forked this execution with os.fork, not the raw fork"
             assert "logged" in reply["run_result"]["stderr"], reply
             seen.append(facts["random"])
         assert len(set(seen)) == len(seen), "random's state was shared between executions"
