@@ -180,7 +180,7 @@ def main(go_fd: int, stdout_fd: int, stderr_fd: int, ack_fd: int, setup: dict[st
     """
     exit_code = 70
     try:
-        prepared.forker.after_in_child()  # random's reseed, after a raw fork (``forking``)
+        prepared.forker.after_in_child()  # after a raw fork, what os.fork runs here but the lock repair (``forking``)
         worker = os.getppid()
         os.setsid()
         isolation.die_with_parent(worker)

@@ -16,8 +16,10 @@ set-up faults go (bench/RESULTS.md, "the raw fork").
 So where the zygote qualifies (``Forker.probe``: CPython 3.10-3.13, one thread, the interpreter's
 list of after-in-child functions found) it calls ``fork()`` through ctypes with the GIL held, and the
 child calls every function of that list itself but those two (``after_in_child``): the reseed, and
-anything else a module registered. The C library's own ``pthread_atfork`` handlers (OpenBLAS's) run
-either way. Anywhere else: ``os.fork()``.
+anything else a module registered. The zygote's own before and after-in-parent functions (logging
+takes its module lock around the fork) are skipped too: with one thread, nothing else could hold
+it. The C library's own ``pthread_atfork`` handlers (OpenBLAS's) run either way. Anywhere else:
+``os.fork()``.
 """
 
 from __future__ import annotations
