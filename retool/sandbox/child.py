@@ -16,6 +16,7 @@ import builtins
 import contextlib
 import io
 import linecache
+import logging
 import marshal
 import os
 import platform
@@ -139,8 +140,10 @@ class Prepared:
 def prepare(layers: dict[str, Any]) -> Prepared:
     """In the zygote, once, before its first fork: the prepared layers of its executions (``layers``:
     their setup but the directory). Also leaves the zygote's environment at ``SAFE_ENV``
-    (``scrub_environment``): its executions inherit that."""
+    (``scrub_environment``) and its logging as a fresh interpreter's (``fresh_logging``): its
+    executions inherit both."""
     scrub_environment()
+    fresh_logging()
     rules = landlock.prepare(layers["read_paths"], layers["landlock_abi"]) if layers["landlock_abi"] else None
     policy = seccomp.ExecutionPolicy(
         pid=0,  # an execution's own, patched in by it (``PreparedFilter.render``)
@@ -162,6 +165,17 @@ def execution_signals() -> None:
     for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGALRM, signal.SIGXCPU, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def fresh_logging() -> None:
+    """The root logger as ``python main.py`` starts with it: no handler, level WARNING. The template
+    configured its own (one JSON line per record, INFO), which every fork inherits: an execution's
+    ``logging.warning("x")`` printed a JSON object instead of ``x``, and ``logging.basicConfig`` in its
+    code did nothing, the root logger having a handler already. Called in the zygote, which logs
+    nothing itself (its worker keeps the replica's logging)."""
+    root = logging.getLogger()
+    root.handlers.clear()
+    root.setLevel(logging.WARNING)
 
 
 def scrub_environment() -> None:
