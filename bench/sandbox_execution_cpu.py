@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import marshal
 import os
 import resource
 import statistics
@@ -41,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import sandbox_compare
 
-from retool.sandbox import forking, isolation, landlock, template, worker, zygote
+from retool.sandbox import forking, isolation, landlock, protocol, template, worker, zygote
 from retool.sandbox.settings import DEFAULT_PRELOAD
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -77,7 +76,7 @@ def worker_like(executions: int, scratch: Path, report: int) -> None:
         "signals_scoped": abi >= 6, "deny_chmod": True, "dumpable": True, "protect_parent": False,
     }  # fmt: skip
     zyg = zygote.Zygote(False, layers=layers)
-    job = marshal.dumps(JOB)  # as the worker writes it
+    job = protocol.MARSHAL.dumps(JOB)  # as the worker writes it
     rows = []
     warm_up = 10
     for i in range(executions + warm_up):

@@ -17,7 +17,6 @@ import contextlib
 import io
 import linecache
 import logging
-import marshal
 import os
 import platform
 import resource
@@ -28,7 +27,7 @@ import types
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from retool.sandbox import forking, isolation, landlock, seccomp
+from retool.sandbox import forking, isolation, landlock, protocol, seccomp
 from retool.sandbox.outcome import Limits, rlimits
 
 CODE_FILENAME = "main.py"
@@ -206,7 +205,7 @@ def main(go_fd: int, stdout_fd: int, stderr_fd: int, ack_fd: int, setup: dict[st
         _settle(setup, prepared, stdout_fd, stderr_fd, worker)
         os.write(ack_fd, b"k")
         os.close(ack_fd)
-        job = marshal.loads(_read_all(go_fd))  # the worker's (``protocol.MARSHAL`` says why marshal)
+        job = protocol.MARSHAL.loads(_read_all(go_fd))  # the worker's (``protocol.MARSHAL`` says why)
         os.close(go_fd)
         exit_code = _run(job, baseline_vm, stdin_fd)
     except BaseException:  # the harness itself failed: say so on stderr (fd 2 once settled), the worker reports it

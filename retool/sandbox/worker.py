@@ -22,7 +22,6 @@ import fcntl
 import functools
 import itertools
 import logging
-import marshal
 import os
 import secrets
 import select
@@ -306,7 +305,7 @@ class Worker:
             except cgroups.CgroupError as exc:
                 logger.warning("the execution's cgroup keeps its setup limit: %s", exc)
         start = time.monotonic()
-        _write_all(prepared.go_w, marshal.dumps(go))  # read before any of the job's code runs
+        _write_all(prepared.go_w, protocol.MARSHAL.dumps(go))  # read before any of the job's code runs
         os.close(prepared.go_w)
         deadline = start + limits.run_timeout_s
         out, err = Capture(self.config.output_limit_bytes), Capture(self.config.output_limit_bytes)
