@@ -26,7 +26,9 @@ install: $(STAMP) ## create .venv with everything the tests need (idempotent)
 
 # torch first, pinned: verl's dependencies would otherwise resolve whatever torch is newest. PyPI serves
 # only the CUDA build for Linux (2.13.0+cu130, ~4 GB, kept in pip's cache); the tests run it on CPU.
-$(STAMP): pyproject.toml
+# The compiled execution setup (retool/sandbox/_settle.c) is built in place by the editable install:
+# a changed source reinstalls, and a build older than its source is refused at run time anyway.
+$(STAMP): pyproject.toml retool/sandbox/_settle.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet torch==2.13.0
@@ -42,7 +44,7 @@ STAMP09 := $(VENV09)/.installed
 
 install-verl09: $(STAMP09) ## create .venv-verl09: the 0.9 line's test environment (verl 0.9.1, transformers 5; idempotent)
 
-$(STAMP09): pyproject.toml | $(STAMP)
+$(STAMP09): pyproject.toml retool/sandbox/_settle.c | $(STAMP)
 	test -x $(PY09) || $(VENV)/bin/uv venv --quiet $(VENV09) --python $(PYTHON)
 	$(VENV)/bin/uv pip install --quiet --python $(PY09) torch==2.13.0
 	$(VENV)/bin/uv pip install --quiet --python $(PY09) -e '.[dev-verl09]'

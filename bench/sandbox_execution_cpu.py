@@ -67,13 +67,13 @@ def _read_all(fd: int) -> bytes:
     return data
 
 
-def worker_like(executions: int, scratch: Path, report: int) -> None:
+def worker_like(executions: int, scratch: Path, report: int, native_setup: bool = True) -> None:
     """In a process forked from the warm one, as a worker: a zygote, then one execution at a time."""
     abi = landlock.kernel_abi()
     read_paths = landlock.read_paths([*worker.SYSTEM_READ_PATHS, sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path], [str(scratch)])
     layers = {
         "drop": "none", "uid": os.getuid(), "gid": os.getgid(), "landlock_abi": abi, "read_paths": list(read_paths), "seccomp": True,
-        "signals_scoped": abi >= 6, "deny_chmod": True, "dumpable": True, "protect_parent": False,
+        "signals_scoped": abi >= 6, "deny_chmod": True, "dumpable": True, "protect_parent": False, "native_setup": native_setup,
     }  # fmt: skip
     zyg = zygote.Zygote(False, layers=layers)
     job = protocol.MARSHAL.dumps(JOB)  # as the worker writes it
@@ -132,6 +132,7 @@ def floor(executions: int) -> tuple[float, float, float, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--executions", type=int, default=300)
+    parser.add_argument("--setup", choices=("native", "python"), default="native", help="the execution's setup: the compiled helper (where built) or Python")
     args = parser.parse_args()
     print(f"load average at the start: {os.getloadavg()[0]:.2f}", flush=True)
     template.load(list(DEFAULT_PRELOAD))
@@ -147,7 +148,7 @@ def main() -> int:
         code = 1
         try:
             os.close(read_end)
-            worker_like(args.executions, scratch, write_end)
+            worker_like(args.executions, scratch, write_end, args.setup == "native")
             code = 0
         finally:
             os._exit(code)

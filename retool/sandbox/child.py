@@ -21,6 +21,7 @@ import os
 import platform
 import resource
 import signal
+import struct
 import sys
 import traceback
 import types
@@ -29,6 +30,11 @@ from typing import Any, NoReturn
 
 from retool.sandbox import forking, isolation, landlock, protocol, seccomp
 from retool.sandbox.outcome import Limits, rlimits
+
+try:
+    from retool.sandbox import _settle as _native  # built from _settle.c where a C compiler was found
+except ImportError:
+    _native = None
 
 CODE_FILENAME = "main.py"
 SAFE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -134,6 +140,52 @@ class Prepared:
     """How an execution closes what it inherits (``_close_other_fds``)."""
     forker: forking.Forker
     """How the zygote forks an execution, and what the execution then does first (``forking``)."""
+    native: bytes | None = None
+    """The plan of ``_settle.settle`` (``pack_native_plan``), when the zygote's executions make their
+    setup with the compiled helper; None: from Python (``_settle_layers``)."""
+
+
+settled_natively = False
+"""In an execution: its setup was ``_settle.settle``'s (the tests read it, as ``forking.forked_raw``)."""
+
+NATIVE_PLAN_VERSION = 1
+_NATIVE_HEADER = struct.Struct("=8I2Q")
+
+
+def native_setup_error() -> str | None:
+    """None where the compiled setup (``_settle.c``, built at install) can be used; else why not.
+
+    A checkout whose ``_settle.c`` is newer than its build is refused: the helper applies the
+    isolation layers, and a stale one would apply what the source no longer says (``make install``
+    rebuilds it)."""
+    if _native is None:
+        return "the compiled helper (retool/sandbox/_settle.c) was not built: no C compiler at install"
+    if getattr(_native, "PLAN_VERSION", None) != NATIVE_PLAN_VERSION:
+        return f"the compiled helper speaks plan version {getattr(_native, 'PLAN_VERSION', None)}, not {NATIVE_PLAN_VERSION}: rebuild it (make install)"
+    source = os.path.join(os.path.dirname(__file__), "_settle.c")
+    with contextlib.suppress(OSError):
+        if os.stat(source).st_mtime > os.stat(_native.__file__).st_mtime:
+            return "the compiled helper is older than retool/sandbox/_settle.c: rebuild it (make install)"
+    return None
+
+
+def pack_native_plan(rules: landlock.PreparedRules | None, prepared_filter: seccomp.PreparedFilter | None) -> bytes:
+    """What ``_settle.settle`` applies, encoded once per zygote: the Landlock ruleset attribute, the
+    prepared rules (each holds its open descriptor) and the rights of the execution's own directory;
+    the seccomp program and where its pid goes. The layout is ``_settle.c``'s ``parse_plan``."""
+    abi = rules.abi if rules is not None else 0
+    landlocked = rules is not None and abi >= 1
+    attr = landlock._ruleset_attr(abi) if landlocked else b""
+    encoded_rules = b"".join(rule.raw for _fd, rule in rules.rules) if landlocked else b""
+    program = prepared_filter.raw if prepared_filter is not None else b""
+    own = prepared_filter.own_at if prepared_filter is not None else ()
+    group = prepared_filter.group_at if prepared_filter is not None else ()
+    flags = (1 if landlocked else 0) | (2 if prepared_filter is not None else 0)
+    header = _NATIVE_HEADER.pack(
+        NATIVE_PLAN_VERSION, abi, len(attr), len(encoded_rules) // 12, len(program) // 8, len(own), len(group), flags,
+        landlock.fs_rights(abi), landlock.FILE_RIGHTS,
+    )
+    return header + attr + encoded_rules + program + struct.pack(f"={len(own)}I", *own) + struct.pack(f"={len(group)}I", *group)
 
 
 def prepare(layers: dict[str, Any]) -> Prepared:
@@ -151,7 +203,9 @@ def prepare(layers: dict[str, Any]) -> Prepared:
         # Same-uid executions in a pid namespace could otherwise signal the zygote (this process, their parent).
         protected=(os.getpid(),) if layers.get("protect_parent") else (),
     )
-    return Prepared(rules, seccomp.prepare(platform.machine(), policy) if layers["seccomp"] else None, CloseRange.probe(), forking.Forker.probe())
+    prepared_filter = seccomp.prepare(platform.machine(), policy) if layers["seccomp"] else None
+    native = pack_native_plan(rules, prepared_filter) if layers.get("native_setup") and native_setup_error() is None else None
+    return Prepared(rules, prepared_filter, CloseRange.probe(), forking.Forker.probe(), native)
 
 
 def execution_signals() -> None:
@@ -191,18 +245,26 @@ def main(go_fd: int, stdout_fd: int, stderr_fd: int, ack_fd: int, setup: dict[st
     layers, a clean environment, fresh stdio, reseeding numpy) happens before the job arrives, off
     its latency. A failure there exits without acknowledging: the worker then refuses to run code.
     """
+    global settled_natively
     exit_code = 70
     try:
         prepared.forker.after_in_child()  # after a raw fork, what os.fork runs here but the lock repair (``forking``)
         worker = os.getppid()
-        os.setsid()
-        isolation.die_with_parent(worker)
-        # Signal dispositions: the zygote's (``execution_signals``), which a fork keeps.
-        # The prepared Landlock paths stay open until the execution has restricted itself (``_settle``).
-        _close_other_fds({go_fd, stdout_fd, stderr_fd, ack_fd, *(prepared.rules.fds if prepared.rules else ())}, prepared.close_range)
-        baseline_vm = _baseline_vm_bytes()
-        stdin_fd = os.memfd_create("stdin")  # before seccomp, which refuses memfds to the code
-        _settle(setup, prepared, stdout_fd, stderr_fd, worker)
+        if prepared.native is not None:  # the same calls as below, in one native call (``_settle.c``)
+            baseline_vm, stdin_fd = _native.settle(  # type: ignore[union-attr]
+                prepared.native, setup["cwd"], worker, go_fd, stdout_fd, stderr_fd, ack_fd, setup["drop"][0], setup["uid"], setup["gid"], setup["dumpable"]
+            )
+            settled_natively = True
+        else:
+            os.setsid()
+            isolation.die_with_parent(worker)
+            # Signal dispositions: the zygote's (``execution_signals``), which a fork keeps.
+            # The prepared Landlock paths stay open until the execution has restricted itself (``_settle_layers``).
+            _close_other_fds({go_fd, stdout_fd, stderr_fd, ack_fd, *(prepared.rules.fds if prepared.rules else ())}, prepared.close_range)
+            baseline_vm = _baseline_vm_bytes()
+            stdin_fd = os.memfd_create("stdin")  # before seccomp, which refuses memfds to the code
+            _settle_layers(setup, prepared, stdout_fd, stderr_fd, worker)
+        _settle_interpreter(setup["cwd"])
         os.write(ack_fd, b"k")
         os.close(ack_fd)
         job = protocol.MARSHAL.loads(_read_all(go_fd))  # the worker's (``protocol.MARSHAL`` says why)
@@ -214,7 +276,9 @@ def main(go_fd: int, stdout_fd: int, stderr_fd: int, ack_fd: int, setup: dict[st
     os._exit(exit_code)
 
 
-def _settle(setup: dict[str, Any], prepared: Prepared, stdout_fd: int, stderr_fd: int, worker: int) -> None:
+def _settle_layers(setup: dict[str, Any], prepared: Prepared, stdout_fd: int, stderr_fd: int, worker: int) -> None:
+    """Directory, scheduling, stdio, credentials, Landlock, seccomp: the process's side of the setup
+    (``_settle.c`` makes these calls in this order where it was built)."""
     cwd = setup["cwd"]
     os.chdir(cwd)
     _yield_to_the_server()
@@ -239,6 +303,10 @@ def _settle(setup: dict[str, Any], prepared: Prepared, stdout_fd: int, stderr_fd
         seccomp.install_encoded(prepared.filter.render(os.getpid()))
     if setup["dumpable"]:
         isolation.set_dumpable(True)
+
+
+def _settle_interpreter(cwd: str) -> None:
+    """The interpreter's side: environment, fresh stdio, ``sys.argv`` and ``sys.path``, numpy's seed."""
     os.environ.update(HOME=cwd, TMPDIR=cwd, PWD=cwd)  # to the zygote's, which is SAFE_ENV (``prepare``)
     if "tempfile" in sys.modules:  # forget a temp dir the template may have cached
         sys.modules["tempfile"].tempdir = None

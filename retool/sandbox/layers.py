@@ -40,6 +40,8 @@ class Probes:
     seccomp_error: str | None
     host_userns: bool = False
     """The server is in the node's own user namespace (its uid map is the whole identity range), not a pod's."""
+    native_setup_error: str | None = "not probed"
+    """Why executions cannot make their setup with the compiled helper (``child.native_setup_error``); None: they can."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -69,6 +71,11 @@ class Plan:
     """Where the executions' cgroups are made (v1: the memory then the pids directory; v2: one)."""
     cgroup_note: str | None = None
     """Why there are no per-execution cgroups (what the attempt to make them said)."""
+    native_setup: bool = False
+    """Executions make their setup in one native call (``_settle.c``), not from Python: the same
+    layers, ~1 ms less CPU per request."""
+    native_setup_note: str | None = None
+    """Why not, when not."""
 
     @property
     def signals_scoped(self) -> bool:
@@ -104,7 +111,9 @@ class Plan:
         return cls(**values)
 
 
-def decide(probes: Probes, *, namespaces: str = "auto", landlock_max_abi: int | None = None, seccomp: bool = True, runtime_class: str | None = None) -> Plan:
+def decide(
+    probes: Probes, *, namespaces: str = "auto", landlock_max_abi: int | None = None, seccomp: bool = True, runtime_class: str | None = None, native_setup: bool = True
+) -> Plan:
     """The plan for this replica: every layer the kernel has, minus what the settings turn off."""
     problems: list[str] = []
     mode = probes.namespaces if namespaces == "auto" else None
@@ -154,6 +163,8 @@ def decide(probes: Probes, *, namespaces: str = "auto", landlock_max_abi: int | 
         runtime_class=runtime_class,
         root_on_node=root_on_node,
         problems=tuple(problems),
+        native_setup=native_setup and probes.native_setup_error is None,
+        native_setup_note=None if not native_setup or probes.native_setup_error is None else probes.native_setup_error,
     )
 
 
@@ -227,5 +238,7 @@ def describe(plan: Plan) -> dict[str, Any]:
         "root_on_node": plan.root_on_node,
         "cgroups": f"v{plan.cgroup_version}" if plan.cgroup_version else None,
         "cgroups_note": plan.cgroup_note,
+        "execution_setup": "native" if plan.native_setup else "python",
+        "execution_setup_note": plan.native_setup_note,
         "problems": list(plan.problems),
     }

@@ -164,7 +164,12 @@ class ExecutionPool:
         probes = layers.Probes.from_dict(self._template_info["probes"])
         settings = self.settings
         self.plan = layers.decide(
-            probes, namespaces=settings.namespaces, landlock_max_abi=settings.landlock_max_abi, seccomp=settings.seccomp, runtime_class=settings.runtime_class
+            probes,
+            namespaces=settings.namespaces,
+            landlock_max_abi=settings.landlock_max_abi,
+            seccomp=settings.seccomp,
+            runtime_class=settings.runtime_class,
+            native_setup=settings.native_setup,
         )
         self.plan = self._with_cgroups(self.plan)
         self.isolation = layers.describe(self.plan)

@@ -23,7 +23,7 @@ import sys
 import time
 from typing import Any, NoReturn
 
-from retool.sandbox import accounting, forking, isolation, landlock, layers, logs, protocol, seccomp
+from retool.sandbox import accounting, child, forking, isolation, landlock, layers, logs, protocol, seccomp
 from retool.sandbox.worker import Worker, WorkerConfig
 
 logger = logging.getLogger("retool.sandbox.template")
@@ -81,6 +81,7 @@ def probe(settings: dict[str, Any]) -> layers.Probes:
         landlock_abi=landlock.kernel_abi(),
         seccomp_error=seccomp.probe(),
         host_userns=in_initial_user_namespace(),
+        native_setup_error=child.native_setup_error(),
     )
 
 

@@ -150,6 +150,7 @@ class Worker:
             "dumpable": self.plan.landlock_abi >= 1 or self.plan.namespaces is not None or self.plan.uid_per_execution,
             # Same-uid executions in a pid namespace could otherwise signal the zygote (their parent).
             "protect_parent": self.pid_namespace and self.drop != "uid",
+            "native_setup": self.plan.native_setup,
         }
         """Every execution's setup but its directory: the zygote holds it (``Zygote(layers=...)``)."""
         self.zygote: Zygote | None = None

@@ -142,21 +142,24 @@ FRESH_INTERPRETER = textwrap.dedent(
     fresh = logging.getLogger().handlers == [] and logging.getLogger().level == logging.WARNING
     logging.basicConfig(level=logging.INFO, format="%(levelname)s|%(message)s")
     logging.info("logged")
-    from retool.sandbox import forking  # preloaded with the sandbox: what made this process
+    from retool.sandbox import child, forking  # preloaded with the sandbox: what made this process
     main = threading.current_thread() is threading.main_thread()
-    print(json.dumps({"thread": out, "forked": forked, "squares": squares, "random": random.random(), "main": main, "raw": forking.forked_raw, "fresh_logging": fresh}))
+    native = child.settled_natively
+    facts = {"thread": out, "forked": forked, "squares": squares, "random": random.random(), "main": main, "raw": forking.forked_raw}
+    print(json.dumps({**facts, "fresh_logging": fresh, "native": native}))
     """
 )
 
 
 def test_executions_after_a_raw_fork_behave_as_after_os_fork() -> None:
     """Threads, a fork with a thread alive, a thread pool and logging (as a fresh interpreter has it)
-    work in an execution of the restricted pod shape, which the raw fork made, and no two executions
-    share ``random``'s state."""
+    work in an execution of the restricted pod shape, which the raw fork made and the compiled helper
+    set up, and no two executions share ``random``'s state."""
     if (why := can_start_pods()) is not None:
         pytest.skip(why)
     server = start_server(2, kind="pod", uid=10031)
     try:
+        assert httpx.get(f"{server.url}/readyz", timeout=10).json()["isolation"]["execution_setup"] == "native"
         seen = []
         for _ in range(6):
             reply = httpx.post(f"{server.url}/run_code", json={"code": FRESH_INTERPRETER, "language": "python", "run_timeout": 20}, timeout=60).json()
@@ -165,6 +168,7 @@ def test_executions_after_a_raw_fork_behave_as_after_os_fork() -> None:
             assert len(facts["thread"]) == 1 and facts["thread"] != ["MainThread"], facts
             assert facts["forked"] == 3 and facts["squares"] == [1, 2, 3] and facts["main"], facts
             assert facts["raw"], "the server's zygote forked this execution with os.fork, not the raw fork"
+            assert facts["native"], "the execution made its setup from Python, not with the compiled helper"
             # logging as in a fresh interpreter: no handler of the sandbox's own, so basicConfig takes effect
             assert facts["fresh_logging"] and reply["run_result"]["stderr"] == "INFO|logged\n", reply
             seen.append(facts["random"])

@@ -1,0 +1,242 @@
+"""An execution's setup made by the compiled helper (``retool/sandbox/_settle.c``) leaves the process
+exactly as the Python path does, in each of the sandbox's credential shapes.
+
+Each shape runs a real ``Zygote`` in a fresh interpreter (``SHAPE``: the layers a worker of that
+shape gives it, Landlock at the kernel's ABI and the seccomp filter), forks executions with the
+helper and without it, and runs in each a probe of what the setup decides: credentials,
+capabilities, no_new_privs, the seccomp mode, the descriptors, the session, nice and OOM score,
+dumpable and the parent-death signal, the environment, stdio, the limits, and what the layers
+let through (its directory, outside it, TCP, memfds, user namespaces, signals to the zygote,
+chmod). The two must agree on every fact, and the facts must be the isolated ones (so agreement
+is not two identical failures).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from retool.sandbox import child, layers
+from tests.sandbox.conftest import repo_env
+
+PROBE = textwrap.dedent(
+    """
+    import ctypes, json, os, resource, socket, sys
+    from retool.sandbox import child
+    libc = ctypes.CDLL(None, use_errno=True)
+    cwd = os.getcwd()
+    def norm(value):
+        return value.replace(cwd, "<cwd>") if isinstance(value, str) else value
+    def attempt(action):
+        try:
+            action()
+            return "ok"
+        except OSError as exc:
+            return exc.errno
+    def via_libc(result):
+        return "ok" if result == 0 else ctypes.get_errno()
+    status = {}
+    for line in open("/proc/self/status"):
+        key, _, value = line.partition(":")
+        if key in ("Uid", "Gid", "Groups", "NoNewPrivs", "Seccomp", "Seccomp_filters", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+            status[key] = value.split()
+    death = ctypes.c_int(-1)
+    libc.prctl(2, ctypes.byref(death), 0, 0, 0)  # PR_GET_PDEATHSIG
+    def target(fd):
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+        except FileNotFoundError:  # the listing's own, closed by now
+            return None
+        return "pipe" if link.startswith("pipe:") else norm(link)
+    facts = {
+        "status": status,
+        "fds": [fd for fd in sorted((int(fd), target(fd)) for fd in os.listdir("/proc/self/fd")) if fd[1] is not None],
+        "in_its_directory": os.path.basename(cwd).startswith("x"),
+        "own_session": os.getsid(0) == os.getpid() == os.getpgid(0),
+        "nice": os.getpriority(os.PRIO_PROCESS, 0),
+        "oom_score_adj": open("/proc/self/oom_score_adj").read().strip(),
+        "dumpable": libc.prctl(3, 0, 0, 0, 0),  # PR_GET_DUMPABLE
+        "parent_death_signal": death.value,
+        "environment": {key: norm(value) for key, value in os.environ.items()},
+        "stdin": sys.stdin.read(),
+        "stdio": [type(sys.stdout).__name__, sys.stdout.encoding, sys.stdout.line_buffering, sys.stderr.errors, sys.stderr.line_buffering],
+        "argv": sys.argv, "path0": norm(sys.path[0]),
+        "limits": {name: resource.getrlimit(getattr(resource, name)) for name in ("RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_CORE")},
+        "write_here": attempt(lambda: open("mine", "w").close()),
+        "write_outside": attempt(lambda: open(os.path.join(os.path.dirname(cwd), "escape"), "w").close()),
+        "list_the_scratch_root": attempt(lambda: os.listdir(os.path.dirname(cwd))),
+        "read_the_system": attempt(lambda: os.listdir("/usr/lib")),
+        "tcp": attempt(lambda: socket.socket().connect(("127.0.0.1", 9))),
+        "memfd": attempt(lambda: os.memfd_create("x")),
+        "user_namespace": via_libc(libc.unshare(0x10000000)),
+        "signal_the_zygote": attempt(lambda: os.kill(os.getppid(), 0)),
+        "priority_by_own_pid": attempt(lambda: os.setpriority(os.PRIO_PROCESS, os.getpid(), 10)),  # the filter's pid
+        "priority_of_the_zygote": attempt(lambda: os.setpriority(os.PRIO_PROCESS, os.getppid(), 10)),
+        "chmod_its_directory": attempt(lambda: os.chmod(".", 0o777)),
+        "settled_natively": child.settled_natively,
+    }
+    print(json.dumps(facts))
+    """
+)
+
+SHAPE = textwrap.dedent(
+    """
+    import json, os, sys
+    from retool.sandbox import landlock, protocol, worker, zygote
+    from retool.sandbox.outcome import Limits
+    drop, native, scratch, probe = sys.argv[1], sys.argv[2] == "native", sys.argv[3], sys.argv[4]
+    abi = landlock.kernel_abi()
+    read_paths = landlock.read_paths([*worker.SYSTEM_READ_PATHS, sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path], [scratch])
+    uid = gid = 10077 if drop == "uid" else None
+    layers = {
+        "drop": drop, "uid": uid if uid else os.getuid(), "gid": gid if gid else os.getgid(), "landlock_abi": abi,
+        "read_paths": list(read_paths), "seccomp": True, "signals_scoped": abi >= 6, "deny_chmod": drop != "uid",
+        "dumpable": True, "protect_parent": False, "native_setup": native,
+    }
+    zyg = zygote.Zygote(False, layers=layers)
+    limits = Limits(run_timeout_s=10, memory_limit_mb=512, max_processes=64, max_file_size_mb=8, max_open_files=128)
+    results = []
+    for name in ("x1", "x2", "missing"):
+        cwd = os.path.join(scratch, name)
+        if name != "missing":
+            os.mkdir(cwd, 0o700)
+            if uid:
+                os.chown(cwd, uid, gid)
+        go_r, go_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        ack_r, ack_w = os.pipe()
+        pid, _baseline, _left = zyg.fork(cwd, go_r, out_w, err_w, ack_w, reap_first=bool(results))
+        for fd in (go_r, out_w, err_w, ack_w):
+            os.close(fd)
+        settled = os.read(ack_r, 1) == b"k"
+        if settled:
+            os.write(go_w, protocol.MARSHAL.dumps({"code": probe, "stdin": "given\\n", "limits": limits.__dict__, "processes_in_use": 0}))
+        os.close(go_w)
+        out = b"".join(iter(lambda: os.read(out_r, 65536), b""))
+        err = b"".join(iter(lambda: os.read(err_r, 65536), b""))
+        status = zyg.wait(pid).status
+        results.append({"settled": settled, "stdout": out.decode(), "stderr": err.decode(errors="replace"), "status": status})
+    zyg.close()
+    print(json.dumps(results))
+    """
+)
+
+
+def _shape(drop: str, setup: str) -> tuple[list[dict], str]:
+    """The three executions of a zygote of this credential shape (two probes, one with no directory)
+    and what was written on the zygote's stderr (a setup that fails before its stdio is in place
+    reports there)."""
+    scratch = tempfile.mkdtemp(prefix="native-setup-")
+    try:
+        os.chmod(scratch, 0o711)  # execution uids reach their own directory inside, as in the replica's root
+        argv = [sys.executable, "-c", SHAPE, drop, setup, scratch, PROBE]
+        if drop == "caps":  # the user-namespace shape: root of a namespace of its own, every capability there
+            argv = ["unshare", "--user", "--map-root-user", *argv]
+        done = subprocess.run(argv, env=repo_env(), capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.splitlines()[-1]), done.stderr
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _facts(result: dict) -> dict:
+    assert result["settled"] and result["status"] == 0, result["stderr"][-3000:]
+    return json.loads(result["stdout"].splitlines()[-1])
+
+
+SHAPES = {
+    "the restricted pod: every execution the server's own uid": "none",
+    "a root server: every execution a uid of its own": "uid",
+    "a user namespace: capabilities dropped": "caps",
+}
+
+
+@pytest.mark.parametrize("drop", SHAPES.values(), ids=SHAPES.keys())
+def test_the_compiled_setup_leaves_the_execution_as_the_python_setup_does(drop: str) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the shapes are started from a root test process (as in CI)")
+    if drop == "caps" and shutil.which("unshare") is None:
+        pytest.skip("needs unshare (util-linux)")
+    assert child.native_setup_error() is None, child.native_setup_error()  # `make install` built it: CI runs both paths
+    (python, python_log), (native, native_log) = _shape(drop, "python"), _shape(drop, "native")
+    for by_python, by_native in zip(python[:2], native[:2], strict=True):
+        facts_python, facts_native = _facts(by_python), _facts(by_native)
+        assert (facts_python.pop("settled_natively"), facts_native.pop("settled_natively")) == (False, True)
+        assert facts_native == facts_python
+        facts = facts_native
+        # ... and what they agree on is the isolated state, not a common failure.
+        assert facts["status"]["NoNewPrivs"] == ["1"] and facts["status"]["Seccomp"] == ["2"] and facts["status"]["Seccomp_filters"] == ["1"], facts
+        assert facts["own_session"] and facts["in_its_directory"] and facts["nice"] == child.NICE and facts["oom_score_adj"] == str(child.OOM_SCORE_ADJ)
+        assert facts["dumpable"] == 1 and facts["parent_death_signal"] == 9
+        assert [fd for fd, _ in facts["fds"]][:3] == [0, 1, 2] and facts["fds"][1][1] == facts["fds"][2][1] == "pipe"
+        assert len(facts["fds"]) == 3, facts["fds"]  # stdio: nothing inherited is left open
+        assert facts["stdin"] == "given\n" and facts["argv"] == [child.CODE_FILENAME] and facts["path0"] == "<cwd>"
+        assert facts["environment"]["HOME"] == facts["environment"]["TMPDIR"] == "<cwd>"
+        assert facts["write_here"] == "ok" and facts["read_the_system"] == "ok"
+        assert facts["write_outside"] == errno.EACCES and facts["list_the_scratch_root"] == errno.EACCES
+        assert facts["tcp"] != "ok" and facts["memfd"] == errno.EPERM and facts["user_namespace"] == errno.EPERM
+        assert facts["signal_the_zygote"] == errno.EPERM
+        assert facts["priority_by_own_pid"] == "ok" and facts["priority_of_the_zygote"] == errno.EPERM
+        if drop == "uid":
+            assert facts["status"]["Uid"] == ["10077"] * 4 and facts["status"]["Groups"] == []
+        if drop in ("uid", "caps"):
+            assert set(facts["status"]["CapEff"]) == {"0000000000000000"} and set(facts["status"]["CapPrm"]) == {"0000000000000000"}
+        if drop != "uid":  # executions share the uid that owns the scratch root: no mode changes
+            assert facts["chmod_its_directory"] == errno.EPERM
+    # A directory that is not there: neither path acknowledges, the helper names the step that failed.
+    for missing in (python[2], native[2]):
+        assert not missing["settled"] and missing["status"] != 0
+    assert "FileNotFoundError" in python_log
+    assert "chdir to the execution directory: No such file or directory" in native_log, native_log
+
+
+def test_a_plan_the_helper_cannot_read_is_refused_before_any_call() -> None:
+    """Checked before the first system call: the test process itself is left as it was."""
+    if child.native_setup_error() is not None:
+        pytest.skip(child.native_setup_error())
+    settle = child._native.settle  # type: ignore[union-attr]
+    good = child.pack_native_plan(None, None)
+    sid = os.getsid(0)
+    for plan in (b"", good[:-1] + b"", b"\x02" + good[1:], good + b"\x00"):
+        with pytest.raises(ValueError, match="plan is not one"):
+            settle(plan, "/nonexistent", os.getppid(), 0, 1, 2, 3, "n", 0, 0, True)
+    with pytest.raises(ValueError, match="drop must be"):
+        settle(good, "/nonexistent", os.getppid(), 0, 1, 2, 3, "x", 0, 0, True)
+    assert os.getsid(0) == sid
+
+
+def test_without_the_helper_the_plan_says_python_and_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    found = layers.Probes(
+        euid=10001, uid_switch=False, namespaces=None, private_proc=False, namespace_error="EPERM", landlock_abi=7, seccomp_error=None, native_setup_error=None
+    )
+    assert layers.describe(layers.decide(found))["execution_setup"] == "native"
+    off = layers.describe(layers.decide(found, native_setup=False))
+    assert (off["execution_setup"], off["execution_setup_note"]) == ("python", None)
+    missing = layers.Probes(**{**found.as_dict(), "native_setup_error": "no compiler"})
+    assert (layers.describe(layers.decide(missing))["execution_setup"], layers.decide(missing).native_setup_note) == ("python", "no compiler")
+    assert layers.Plan.from_dict(layers.decide(found).as_dict()) == layers.decide(found)
+    # What makes the probe say no: no module, another plan version, a source newer than the build.
+    monkeypatch.setattr(child, "_native", None)
+    assert "not built" in (child.native_setup_error() or "")
+    fake = tmp_path / "_settle.so"
+    fake.write_bytes(b"")
+    module = type(sys)("_settle")
+    module.__file__, module.PLAN_VERSION = str(fake), child.NATIVE_PLAN_VERSION + 1  # type: ignore[attr-defined]
+    monkeypatch.setattr(child, "_native", module)
+    assert "plan version" in (child.native_setup_error() or "")
+    module.PLAN_VERSION = child.NATIVE_PLAN_VERSION  # type: ignore[attr-defined]
+    source = Path(child.__file__).with_name("_settle.c")
+    os.utime(fake, (source.stat().st_mtime - 10, source.stat().st_mtime - 10))
+    assert "older than" in (child.native_setup_error() or "")
+    os.utime(fake, (source.stat().st_mtime + 10, source.stat().st_mtime + 10))
+    assert child.native_setup_error() is None
