@@ -30,6 +30,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SHARED_PATHS = (".venv", ".tools")
 """Ignored paths the tests need (the virtualenv, helm and kubectl): linked into each copy, never copied."""
+BUILT = ("retool/sandbox/_settle*.so",)
+"""Ignored files ``make install`` builds in the tree (the compiled execution setup): copied with their
+times, so each copy runs the setup the checkout runs (a helper older than its source is refused)."""
 
 
 @dataclass(frozen=True)
@@ -423,6 +426,9 @@ def copy_tree(repo: Path, dest: Path) -> None:
         target = dest / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(repo / name, target)
+    for pattern in BUILT:
+        for built in repo.glob(pattern):
+            shutil.copy2(built, dest / built.relative_to(repo))
     for name in SHARED_PATHS:
         if (repo / name).exists():
             (dest / name).symlink_to((repo / name).resolve())
