@@ -93,7 +93,12 @@ SHAPE = textwrap.dedent(
     import json, os, sys
     from retool.sandbox import landlock, protocol, worker, zygote
     from retool.sandbox.outcome import Limits
-    drop, native, scratch, probe = sys.argv[1], sys.argv[2] == "native", sys.argv[3], sys.argv[4]
+    drop, native, scratch, probe, refuse = sys.argv[1], sys.argv[2] == "native", sys.argv[3], sys.argv[4], sys.argv[5] == "refuse"
+    if refuse:  # close_range answers ENOSYS, as on a runtime without it: both setups walk /proc/self/fd
+        import errno, struct
+        from retool.sandbox import child, seccomp
+        program = [(0x20, 0, 0, 0), (0x15, 0, 1, child.CloseRange.NUMBER), (0x06, 0, 0, 0x00050000 | errno.ENOSYS), (0x06, 0, 0, 0x7FFF0000)]
+        seccomp.install_encoded(b"".join(struct.pack("=HBBI", *insn) for insn in program))
     abi = landlock.kernel_abi()
     read_paths = landlock.read_paths([*worker.SYSTEM_READ_PATHS, sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path], [scratch])
     uid = gid = 10077 if drop == "uid" else None
@@ -132,14 +137,14 @@ SHAPE = textwrap.dedent(
 )
 
 
-def _shape(drop: str, setup: str) -> tuple[list[dict], str]:
+def _shape(drop: str, setup: str, refuse_close_range: bool) -> tuple[list[dict], str]:
     """The three executions of a zygote of this credential shape (two probes, one with no directory)
     and what was written on the zygote's stderr (a setup that fails before its stdio is in place
     reports there)."""
     scratch = tempfile.mkdtemp(prefix="native-setup-")
     try:
         os.chmod(scratch, 0o711)  # execution uids reach their own directory inside, as in the replica's root
-        argv = [sys.executable, "-c", SHAPE, drop, setup, scratch, PROBE]
+        argv = [sys.executable, "-c", SHAPE, drop, setup, scratch, PROBE, "refuse" if refuse_close_range else ""]
         if drop == "caps":  # the user-namespace shape: root of a namespace of its own, every capability there
             argv = ["unshare", "--user", "--map-root-user", *argv]
         done = subprocess.run(argv, env=repo_env(), capture_output=True, text=True, timeout=120)
@@ -155,27 +160,29 @@ def _facts(result: dict) -> dict:
 
 
 SHAPES = {
-    "the restricted pod: every execution the server's own uid": "none",
-    "a root server: every execution a uid of its own": "uid",
-    "a user namespace: capabilities dropped": "caps",
+    "the restricted pod: every execution the server's own uid": ("none", False),
+    "the restricted pod on a runtime without close_range: the /proc walk": ("none", True),
+    "a root server: every execution a uid of its own": ("uid", False),
+    "a user namespace: capabilities dropped": ("caps", False),
 }
 
 
-@pytest.mark.parametrize("drop", SHAPES.values(), ids=SHAPES.keys())
-def test_the_compiled_setup_leaves_the_execution_as_the_python_setup_does(drop: str) -> None:
+@pytest.mark.parametrize(("drop", "refuse_close_range"), SHAPES.values(), ids=SHAPES.keys())
+def test_the_compiled_setup_leaves_the_execution_as_the_python_setup_does(drop: str, refuse_close_range: bool) -> None:
     if os.geteuid() != 0:
         pytest.skip("the shapes are started from a root test process (as in CI)")
     if drop == "caps" and shutil.which("unshare") is None:
         pytest.skip("needs unshare (util-linux)")
     assert child.native_setup_error() is None, child.native_setup_error()  # `make install` built it: CI runs both paths
-    (python, python_log), (native, native_log) = _shape(drop, "python"), _shape(drop, "native")
+    (python, python_log), (native, native_log) = _shape(drop, "python", refuse_close_range), _shape(drop, "native", refuse_close_range)
     for by_python, by_native in zip(python[:2], native[:2], strict=True):
         facts_python, facts_native = _facts(by_python), _facts(by_native)
         assert (facts_python.pop("settled_natively"), facts_native.pop("settled_natively")) == (False, True)
         assert facts_native == facts_python
         facts = facts_native
         # ... and what they agree on is the isolated state, not a common failure.
-        assert facts["status"]["NoNewPrivs"] == ["1"] and facts["status"]["Seccomp"] == ["2"] and facts["status"]["Seccomp_filters"] == ["1"], facts
+        filters = ["2"] if refuse_close_range else ["1"]
+        assert facts["status"]["NoNewPrivs"] == ["1"] and facts["status"]["Seccomp"] == ["2"] and facts["status"]["Seccomp_filters"] == filters, facts
         assert facts["own_session"] and facts["in_its_directory"] and facts["nice"] == child.NICE and facts["oom_score_adj"] == str(child.OOM_SCORE_ADJ)
         assert facts["dumpable"] == 1 and facts["parent_death_signal"] == 9
         assert [fd for fd, _ in facts["fds"]][:3] == [0, 1, 2] and facts["fds"][1][1] == facts["fds"][2][1] == "pipe"
