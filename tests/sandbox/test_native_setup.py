@@ -23,10 +23,11 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+import httpx
 import pytest
 
 from retool.sandbox import child, layers
-from tests.sandbox.conftest import repo_env
+from tests.sandbox.conftest import repo_env, start_server, stop_server
 
 PROBE = textwrap.dedent(
     """
@@ -247,3 +248,18 @@ def test_without_the_helper_the_plan_says_python_and_why(tmp_path: Path, monkeyp
     assert "older than" in (child.native_setup_error() or "")
     os.utime(fake, (source.stat().st_mtime + 10, source.stat().st_mtime + 10))
     assert child.native_setup_error() is None
+
+
+def test_native_setup_false_reaches_every_execution_through_the_server() -> None:
+    """``RETOOL_SANDBOX_NATIVE_SETUP=false`` goes from the settings through the plan to each worker's
+    zygote: /readyz says python, and executions are set up from Python and still run."""
+    server = start_server(2, RETOOL_SANDBOX_NATIVE_SETUP="false")
+    try:
+        isolation = httpx.get(f"{server.url}/readyz", timeout=10).json()["isolation"]
+        assert (isolation["execution_setup"], isolation["execution_setup_note"]) == ("python", None)
+        code = "from retool.sandbox import child\nprint(child.settled_natively)"
+        for _ in range(3):
+            reply = httpx.post(f"{server.url}/run_code", json={"code": code, "language": "python", "run_timeout": 20}, timeout=60).json()
+            assert reply["status"] == "Success" and reply["run_result"]["stdout"] == "False\n", reply
+    finally:
+        stop_server(server)
