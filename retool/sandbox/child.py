@@ -247,6 +247,7 @@ def main(go_fd: int, stdout_fd: int, stderr_fd: int, ack_fd: int, setup: dict[st
     """
     global settled_natively
     exit_code = 70
+    acknowledged = False
     try:
         prepared.forker.after_in_child()  # after a raw fork, what os.fork runs here but the lock repair (``forking``)
         worker = os.getppid()
@@ -266,14 +267,25 @@ def main(go_fd: int, stdout_fd: int, stderr_fd: int, ack_fd: int, setup: dict[st
             _settle_layers(setup, prepared, stdout_fd, stderr_fd, worker)
         _settle_interpreter(setup["cwd"])
         os.write(ack_fd, b"k")
+        acknowledged = True
         os.close(ack_fd)
         job = protocol.MARSHAL.loads(_read_all(go_fd))  # the worker's (``protocol.MARSHAL`` says why)
         os.close(go_fd)
         exit_code = _run(job, baseline_vm, stdin_fd)
-    except BaseException:  # the harness itself failed: say so on stderr (fd 2 once settled), the worker reports it
+    except BaseException:  # the harness itself failed: say so, the worker reports it
+        report = traceback.format_exc().encode(errors="replace")
+        if not acknowledged:  # on the acknowledgement pipe: it is open whichever step failed, stdio or not
+            with contextlib.suppress(OSError):
+                os.write(ack_fd, SETUP_FAILED + report[-SETUP_REPORT_BYTES:])
         with contextlib.suppress(OSError):
-            os.write(2, traceback.format_exc().encode(errors="replace"))
+            os.write(2, report)  # fd 2: the execution's stderr once settled, the zygote's before
     os._exit(exit_code)
+
+
+SETUP_FAILED = b"E"
+"""First byte on the acknowledgement pipe of an execution whose setup failed; the report follows."""
+SETUP_REPORT_BYTES = 3500
+"""The report's tail: one write under PIPE_BUF (4096) arrives whole."""
 
 
 def _settle_layers(setup: dict[str, Any], prepared: Prepared, stdout_fd: int, stderr_fd: int, worker: int) -> None:

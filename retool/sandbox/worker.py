@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from retool.sandbox import accounting, cgroups, isolation, landlock, protocol, scratch
+from retool.sandbox import accounting, cgroups, child, isolation, landlock, protocol, scratch
 from retool.sandbox.layers import Plan
 from retool.sandbox.outcome import Limits, checked_relative_path, limit_note, render_output, signal_note
 from retool.sandbox.zygote import Zygote, ZygoteLostError
@@ -264,14 +264,7 @@ class Worker:
 
     # ---- one execution ---------------------------------------------------------------------
     def _wait_for_setup(self, prepared: Prepared) -> None:
-        """The pre-forked process applied every layer (it says so, then closes the pipe) or it failed."""
-        ready, _, _ = select.select([prepared.ack_r], [], [], CHILD_SETUP_TIMEOUT_S)
-        data = _read_available(prepared.ack_r)[0] if ready else b""
-        os.close(prepared.ack_r)
-        if data != b"k":
-            time.sleep(0.05)
-            detail = _read_available(prepared.err_r)[0].decode(errors="replace").strip()[-2000:]
-            raise HarnessError(f"the execution process failed its isolation setup: {detail or 'no detail'}")
+        wait_for_setup(prepared.ack_r)
 
     def _execute(self, prepared: Prepared, job: dict[str, Any]) -> dict[str, Any]:
         self._wait_for_setup(prepared)
@@ -518,6 +511,36 @@ class Worker:
         left = scratch.empty_directory(self.root_fd, os.path.basename(workdir))
         if left:
             logger.warning("worker %d left %d entries of an execution's directory for the pool to sweep", self.config.slot, left)
+
+
+def wait_for_setup(ack_r: int, timeout_s: float = CHILD_SETUP_TIMEOUT_S) -> None:
+    """The pre-forked process applied every layer (it says ``k``, then closes the pipe), or it failed:
+    HarnessError with the report it wrote on the same pipe (``child.SETUP_FAILED``): its last line
+    (the step and why, e.g. ``FileNotFoundError: [Errno 2] chdir to the execution directory: ...``)
+    and where it was raised.
+    Closes ``ack_r``."""
+    try:
+        ready, _, _ = select.select([ack_r], [], [], timeout_s)
+        data = b""
+        while ready:  # until EOF: a failed setup writes its report, then exits
+            chunk, eof = _read_available(ack_r)
+            data += chunk
+            if data == b"k" or eof or len(data) > 2 * child.SETUP_REPORT_BYTES:
+                break
+            ready, _, _ = select.select([ack_r], [], [], timeout_s)
+    finally:
+        os.close(ack_r)
+    if data == b"k":
+        return
+    if not data:
+        why = "it exited without a word" if ready else f"no answer in {timeout_s:g} s"
+    elif data.startswith(child.SETUP_FAILED):
+        lines = [line.strip() for line in data[1:].decode(errors="replace").strip().splitlines()]
+        where = next((line for line in reversed(lines) if line.startswith("File ")), None)
+        why = (lines[-1] + (f" ({where})" if where else "")) if lines else "no detail"
+    else:
+        why = f"unexpected acknowledgement {data[:40]!r}"
+    raise HarnessError(f"the execution process failed its isolation setup: {why[-2000:]}")
 
 
 def _enlarge_pipe(fd: int) -> bool:

@@ -124,14 +124,19 @@ SHAPE = textwrap.dedent(
         pid, _baseline, _left = zyg.fork(cwd, go_r, out_w, err_w, ack_w, reap_first=bool(results))
         for fd in (go_r, out_w, err_w, ack_w):
             os.close(fd)
-        settled = os.read(ack_r, 1) == b"k"
+        os.set_blocking(ack_r, False)
+        try:
+            worker.wait_for_setup(ack_r)  # as the worker waits for it: the acknowledgement, or the failure's report
+            settled, reason = True, None
+        except worker.HarnessError as exc:
+            settled, reason = False, str(exc)
         if settled:
             os.write(go_w, protocol.MARSHAL.dumps({"code": probe, "stdin": "given\\n", "limits": limits.__dict__, "processes_in_use": 0}))
         os.close(go_w)
         out = b"".join(iter(lambda: os.read(out_r, 65536), b""))
         err = b"".join(iter(lambda: os.read(err_r, 65536), b""))
         status = zyg.wait(pid).status
-        results.append({"settled": settled, "stdout": out.decode(), "stderr": err.decode(errors="replace"), "status": status})
+        results.append({"settled": settled, "reason": reason, "stdout": out.decode(), "stderr": err.decode(errors="replace"), "status": status})
     zyg.close()
     print(json.dumps(results))
     """
@@ -140,8 +145,8 @@ SHAPE = textwrap.dedent(
 
 def _shape(drop: str, setup: str, refuse_close_range: bool) -> tuple[list[dict], str]:
     """The three executions of a zygote of this credential shape (two probes, one with no directory)
-    and what was written on the zygote's stderr (a setup that fails before its stdio is in place
-    reports there)."""
+    and what was written on the zygote's stderr (where a setup that fails before its stdio is in
+    place writes its traceback too)."""
     scratch = tempfile.mkdtemp(prefix="native-setup-")
     try:
         os.chmod(scratch, 0o711)  # execution uids reach their own directory inside, as in the replica's root
@@ -201,11 +206,14 @@ def test_the_compiled_setup_leaves_the_execution_as_the_python_setup_does(drop: 
             assert set(facts["status"]["CapEff"]) == {"0000000000000000"} and set(facts["status"]["CapPrm"]) == {"0000000000000000"}
         if drop != "uid":  # executions share the uid that owns the scratch root: no mode changes
             assert facts["chmod_its_directory"] == errno.EPERM
-    # A directory that is not there: neither path acknowledges, the helper names the step that failed.
+    # A directory that is not there: neither path acknowledges; each says why on the acknowledgement
+    # pipe, so the worker's error names it (before stdio is in place, stderr is the zygote's).
     for missing in (python[2], native[2]):
         assert not missing["settled"] and missing["status"] != 0
-    assert "FileNotFoundError" in python_log
-    assert "chdir to the execution directory: No such file or directory" in native_log, native_log
+        assert missing["reason"].startswith("the execution process failed its isolation setup: "), missing["reason"]
+    assert "FileNotFoundError: [Errno 2] No such file or directory" in python[2]["reason"], python[2]["reason"]
+    assert "FileNotFoundError: [Errno 2] chdir to the execution directory: No such file or directory" in native[2]["reason"], native[2]["reason"]
+    assert "FileNotFoundError" in python_log and "chdir to the execution directory" in native_log
 
 
 def test_a_plan_the_helper_cannot_read_is_refused_before_any_call() -> None:
@@ -263,3 +271,38 @@ def test_native_setup_false_reaches_every_execution_through_the_server() -> None
             assert reply["status"] == "Success" and reply["run_result"]["stdout"] == "False\n", reply
     finally:
         stop_server(server)
+
+
+REPORT = b'Traceback (most recent call last):\n  File "child.py", line 3, in main\n    settle()\nPermissionError: [Errno 1] landlock restrict_self: Operation not permitted\n'
+ACKNOWLEDGEMENTS = {
+    "acknowledged": (b"k", True, None),
+    "a report: its last line and where": (
+        child.SETUP_FAILED + REPORT,
+        False,
+        'PermissionError: [Errno 1] landlock restrict_self: Operation not permitted (File "child.py", line 3, in main)',
+    ),
+    "an exit without a word": (b"", False, "it exited without a word"),
+    "something else": (b"zz", False, "unexpected acknowledgement b'zz'"),
+    "no answer in time": (None, False, "no answer in 0.2 s"),
+}
+
+
+@pytest.mark.parametrize(("written", "settled", "why"), ACKNOWLEDGEMENTS.values(), ids=ACKNOWLEDGEMENTS.keys())
+def test_the_worker_says_why_a_setup_failed(written: bytes | None, settled: bool, why: str | None) -> None:
+    from retool.sandbox import worker
+
+    ack_r, ack_w = os.pipe()
+    os.set_blocking(ack_r, False)
+    if written is not None:
+        os.write(ack_w, written)
+        os.close(ack_w)
+    try:
+        if settled:
+            worker.wait_for_setup(ack_r, timeout_s=0.2)
+        else:
+            with pytest.raises(worker.HarnessError) as caught:
+                worker.wait_for_setup(ack_r, timeout_s=0.2)
+            assert str(caught.value) == f"the execution process failed its isolation setup: {why}"
+    finally:
+        if written is None:
+            os.close(ack_w)
