@@ -1,5 +1,5 @@
 /* An execution process's setup in one native call: the same system calls, in the same order, as
- * child.main and child._settle make from Python before the job arrives (detach, descriptors, the
+ * child.main and child._settle_layers make from Python before the job arrives (detach, descriptors, the
  * memory baseline, stdin's memfd, directory, scheduling, stdio, credentials, Landlock, seccomp).
  *
  * Why native: an execution is a fresh fork of a warm interpreter, so every Python object the setup
@@ -7,8 +7,8 @@
  * copy-on-write page fault; made from Python, the setup is ~2 ms of CPU and ~500 faults per
  * request, most of it faults (bench/RESULTS.md, "where the time goes"). Made here it touches the
  * arguments and a few kilobytes of C stack. Decisions stay in Python: what to apply is decided and
- * encoded once per zygote (child.NativeSettle packs the plan: the Landlock ruleset and rules, the
- * seccomp program and where its pid goes), and this only applies it. The Python path stays beside
+ * encoded once per zygote (child.pack_native_plan: the Landlock ruleset and rules, the seccomp
+ * program and where its pid goes, the OOM score and nice value), and this only applies it. The Python path stays beside
  * it (built without a compiler, or `native_setup: false`); tests run both and compare the states
  * they leave.
  *
@@ -47,17 +47,16 @@
 #define NR_LANDLOCK_RESTRICT_SELF 446
 #define LANDLOCK_RULE_PATH_BENEATH 1
 
-#define PLAN_VERSION 1u
-#define PLAN_HEADER 48 /* 8 x u32, then 2 x u64 */
+#define PLAN_VERSION 2u
+#define PLAN_HEADER 56 /* 8 x u32, 2 x s32, then 2 x u64 */
 #define RULE_BYTES 12  /* struct landlock_path_beneath_attr, packed: u64 allowed_access, s32 parent_fd */
 #define FLAG_LANDLOCK 1u
 #define FLAG_SECCOMP 2u
 #define MAX_KEEP 256
-#define OOM_SCORE_ADJ "1000"
-#define NICE 10
 
 typedef struct {
     uint32_t abi, attr_len, n_rules, n_instructions, n_own, n_group, flags;
+    int32_t oom_score_adj, nice;
     uint64_t write_access, file_rights;
     const unsigned char *attr, *rules, *program, *own, *group;
 } plan_t;
@@ -86,7 +85,7 @@ static uint64_t u64_at(const unsigned char *p) {
     return v;
 }
 
-/* The plan child.NativeSettle.pack wrote: header, ruleset attribute, rules, program, pid positions. */
+/* The plan child.pack_native_plan wrote: header, ruleset attribute, rules, program, pid positions. */
 static int parse_plan(const unsigned char *data, Py_ssize_t size, plan_t *plan) {
     if (size < PLAN_HEADER || u32_at(data) != PLAN_VERSION)
         goto bad;
@@ -97,8 +96,10 @@ static int parse_plan(const unsigned char *data, Py_ssize_t size, plan_t *plan) 
     plan->n_own = u32_at(data + 20);
     plan->n_group = u32_at(data + 24);
     plan->flags = u32_at(data + 28);
-    plan->write_access = u64_at(data + 32);
-    plan->file_rights = u64_at(data + 40);
+    plan->oom_score_adj = (int32_t)u32_at(data + 32);
+    plan->nice = (int32_t)u32_at(data + 36);
+    plan->write_access = u64_at(data + 40);
+    plan->file_rights = u64_at(data + 48);
     uint64_t need = (uint64_t)PLAN_HEADER + plan->attr_len + (uint64_t)plan->n_rules * RULE_BYTES +
                     (uint64_t)plan->n_instructions * sizeof(struct sock_filter) + 4ull * plan->n_own + 4ull * plan->n_group;
     if (need != (uint64_t)size || plan->n_rules > MAX_KEEP - 4 || plan->n_instructions > BPF_MAXINSNS)
@@ -121,7 +122,7 @@ static int parse_plan(const unsigned char *data, Py_ssize_t size, plan_t *plan) 
             goto bad;
     return 0;
 bad:
-    PyErr_SetString(PyExc_ValueError, "settle: the plan is not one child.NativeSettle.pack wrote");
+    PyErr_SetString(PyExc_ValueError, "settle: the plan is not one child.pack_native_plan wrote");
     return -1;
 }
 
@@ -210,17 +211,19 @@ static long baseline_vm_bytes(void) {
 }
 
 /* child._yield_to_the_server: the OOM killer's first choice, then nice; failures ignored there too. */
-static int yield_to_the_server(void) {
+static int yield_to_the_server(const plan_t *plan) {
     if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0)
         return -1;
     int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
     if (fd >= 0) {
-        (void)!write(fd, OOM_SCORE_ADJ, sizeof OOM_SCORE_ADJ - 1);
+        char score[16];
+        int length = snprintf(score, sizeof score, "%d", plan->oom_score_adj);
+        (void)!write(fd, score, (size_t)length);
         close(fd);
     }
     if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
         return -1;
-    (void)setpriority(PRIO_PROCESS, 0, NICE);
+    (void)setpriority(PRIO_PROCESS, 0, plan->nice);
     return 0;
 }
 
@@ -354,7 +357,7 @@ static PyObject *settle(PyObject *module, PyObject *args) {
         fail("chdir to the execution directory");
         goto done;
     }
-    if (yield_to_the_server() != 0) {
+    if (yield_to_the_server(&plan) != 0) {
         fail("prctl(PR_SET_DUMPABLE)");
         goto done;
     }

@@ -148,8 +148,8 @@ class Prepared:
 settled_natively = False
 """In an execution: its setup was ``_settle.settle``'s (the tests read it, as ``forking.forked_raw``)."""
 
-NATIVE_PLAN_VERSION = 1
-_NATIVE_HEADER = struct.Struct("=8I2Q")
+NATIVE_PLAN_VERSION = 2
+_NATIVE_HEADER = struct.Struct("=8I2i2Q")
 
 
 def native_setup_error() -> str | None:
@@ -172,7 +172,8 @@ def native_setup_error() -> str | None:
 def pack_native_plan(rules: landlock.PreparedRules | None, prepared_filter: seccomp.PreparedFilter | None) -> bytes:
     """What ``_settle.settle`` applies, encoded once per zygote: the Landlock ruleset attribute, the
     prepared rules (each holds its open descriptor) and the rights of the execution's own directory;
-    the seccomp program and where its pid goes. The layout is ``_settle.c``'s ``parse_plan``."""
+    the seccomp program and where its pid goes; ``OOM_SCORE_ADJ`` and ``NICE``. The layout is
+    ``_settle.c``'s ``parse_plan``."""
     abi = rules.abi if rules is not None else 0
     landlocked = rules is not None and abi >= 1
     attr = landlock._ruleset_attr(abi) if landlocked else b""
@@ -183,7 +184,7 @@ def pack_native_plan(rules: landlock.PreparedRules | None, prepared_filter: secc
     flags = (1 if landlocked else 0) | (2 if prepared_filter is not None else 0)
     header = _NATIVE_HEADER.pack(
         NATIVE_PLAN_VERSION, abi, len(attr), len(encoded_rules) // 12, len(program) // 8, len(own), len(group), flags,
-        landlock.fs_rights(abi), landlock.FILE_RIGHTS,
+        OOM_SCORE_ADJ, NICE, landlock.fs_rights(abi), landlock.FILE_RIGHTS,
     )
     return header + attr + encoded_rules + program + struct.pack(f"={len(own)}I", *own) + struct.pack(f"={len(group)}I", *group)
 

@@ -164,7 +164,7 @@ def decide(
         root_on_node=root_on_node,
         problems=tuple(problems),
         native_setup=native_setup and probes.native_setup_error is None,
-        native_setup_note=None if not native_setup or probes.native_setup_error is None else probes.native_setup_error,
+        native_setup_note=probes.native_setup_error if native_setup else None,
     )
 
 

@@ -263,11 +263,8 @@ class Worker:
         return Prepared(pid, go_w, out_r, err_r, ack_r, os.pidfd_open(pid), workdir, baseline, quiet, group)
 
     # ---- one execution ---------------------------------------------------------------------
-    def _wait_for_setup(self, prepared: Prepared) -> None:
-        wait_for_setup(prepared.ack_r)
-
     def _execute(self, prepared: Prepared, job: dict[str, Any]) -> dict[str, Any]:
-        self._wait_for_setup(prepared)
+        wait_for_setup(prepared.ack_r)
         try:
             self._write_files(prepared.workdir, job.get("files") or {})
         except OSError as exc:

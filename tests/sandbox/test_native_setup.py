@@ -223,7 +223,7 @@ def test_a_plan_the_helper_cannot_read_is_refused_before_any_call() -> None:
     settle = child._native.settle  # type: ignore[union-attr]
     good = child.pack_native_plan(None, None)
     sid = os.getsid(0)
-    for plan in (b"", good[:-1] + b"", b"\x02" + good[1:], good + b"\x00"):
+    for plan in (b"", good[:-1], bytes([child.NATIVE_PLAN_VERSION + 1]) + good[1:], good + b"\x00"):  # short, other version, long
         with pytest.raises(ValueError, match="plan is not one"):
             settle(plan, "/nonexistent", os.getppid(), 0, 1, 2, 3, "n", 0, 0, True)
     with pytest.raises(ValueError, match="drop must be"):
