@@ -150,7 +150,7 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def run_config(url: str, workload: str, concurrency: int, duration: float) -> dict:
+async def run_config(url: str, workload: str, concurrency: int, duration: float, *, keep_latencies: bool = False) -> dict:
     names = WORKLOADS[workload]
     tally = Tally()
     connector = aiohttp.TCPConnector(limit=concurrency, force_close=False)
@@ -173,6 +173,8 @@ async def run_config(url: str, workload: str, concurrency: int, duration: float)
         "wrong": tally.wrong,
         "rejected": tally.rejected,
         "problems": sorted(set(tally.problems))[:5],
+        "elapsed_s": elapsed,
+        **({"latencies": tally.latencies} if keep_latencies else {}),
     }
 
 

@@ -7,7 +7,10 @@ c=16 on the servers below, and ``print`` on the fork floor. Ours' print c=16 and
 two halves of the ratio against the floor, are measured back to back, in alternating order from one
 round to the next (ours first in odd rounds, the floor first in even ones): this VM's speed drifts by
 ~20 % within minutes (bench/RESULTS.md), and the rest of a round between the two would put that drift
-into the ratio.
+into the ratio. Within the pair each side's ``--duration`` is cut into ``--slices`` slices taken in the
+order ABBA ABBA ... (``slice_order``): a drift over the pair then falls on both sides alike. One block
+each (``--slices 1``) was the method before 2026-11-28; ``--floor-against-itself`` pairs the floor with
+itself the same way, and the spread of that ratio around 1 is the method's own error on this machine.
 
 - **ours**: ``python -m retool.sandbox`` started as the restricted pod runs it (tests/sandbox/podlike.py
   ``pod``: uid 10001, no capabilities, no namespaces; needs root), 16 workers, every layer on;
@@ -38,6 +41,7 @@ import select
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -115,11 +119,14 @@ def fork_floor(concurrency: int, duration: float, *, own_session: bool = False) 
         "p99_ms": sandbox_bench.quantile(latencies, 0.99) * 1000,
         "wrong": wrong,
         "requests": len(latencies),
+        "elapsed_s": elapsed,
+        "latencies": latencies,
     }
 
 
 def row(label: str, workload: str, concurrency: int, figures: dict) -> dict:
-    out = {"server": label, "workload": workload, "concurrency": concurrency, "load_avg_1m": round(os.getloadavg()[0], 2), **figures}
+    kept = {key: value for key, value in figures.items() if key != "latencies"}
+    out = {"server": label, "workload": workload, "concurrency": concurrency, "load_avg_1m": round(os.getloadavg()[0], 2), **kept}
     print(
         f"{label:>14} {workload:>6} c={concurrency:<3} {figures['rps']:8.1f} req/s  p50 {figures['p50_ms']:7.1f} ms  p99 {figures['p99_ms']:8.1f} ms"
         f"  n={figures['requests']:<5} wrong={figures.get('wrong', 0)} load={out['load_avg_1m']}",
@@ -136,15 +143,67 @@ async def http_rows(label: str, url: str, duration: float, configs: tuple[tuple[
     return rows
 
 
-def print_pair(url: str, duration: float, ours_first: bool) -> list[dict]:
-    """Ours' print c=16 and the fork floor's, back to back, in the order given."""
-    def ours() -> dict:
-        return asyncio.run(http_rows("ours", url, duration, (("print", 16),)))[0]
+def slice_order(first: str, second: str, slices: int) -> list[str]:
+    """The order of the two sides' slices in one pair: ``first, second`` then ``second, first``, and
+    so on (ABBA ABBA ...). With an even number of slices each side's slices sit at the same mean time,
+    so a drift that is linear over the pair cancels out of the ratio."""
+    order: list[str] = []
+    for k in range(slices):
+        order += [first, second] if k % 2 == 0 else [second, first]
+    return order
 
-    def floor() -> dict:
-        return row("fork-floor", "print", 16, fork_floor(16, duration))
 
-    return [ours(), floor()] if ours_first else [floor(), ours()]
+def merge(parts: list[dict]) -> dict:
+    """One measurement from its slices: requests over the summed time, quantiles of every latency."""
+    latencies = [x for part in parts for x in part["latencies"]]
+    elapsed = sum(part["elapsed_s"] for part in parts)
+    return {
+        "rps": len(latencies) / elapsed,
+        "p50_ms": sandbox_bench.quantile(latencies, 0.5) * 1000,
+        "p99_ms": sandbox_bench.quantile(latencies, 0.99) * 1000,
+        "wrong": sum(part.get("wrong", 0) for part in parts),
+        "errors": sum(part.get("errors", 0) for part in parts),
+        "requests": len(latencies),
+        "elapsed_s": elapsed,
+        "slices": len(parts),
+    }
+
+
+def paired(measures: dict[str, Callable[[float], dict]], first: str, second: str, duration: float, slices: int) -> dict[str, dict]:
+    """The two sides measured back to back, ``duration`` seconds each, in ``slices`` alternating
+    slices per side (``slice_order``); every answer of ours is checked."""
+    parts: dict[str, list[dict]] = {first: [], second: []}
+    for side in slice_order(first, second, slices):
+        parts[side].append(measures[side](duration / slices))
+    return {side: merge(found) for side, found in parts.items()}
+
+
+def print_pair(url: str, duration: float, ours_first: bool, slices: int = 1) -> list[dict]:
+    """Ours' print c=16 and the fork floor's, back to back (``paired``), ours first or the floor."""
+
+    def ours(seconds: float) -> dict:
+        return asyncio.run(sandbox_bench.run_config(url, "print", 16, seconds, keep_latencies=True))
+
+    first, second = ("ours", "fork-floor") if ours_first else ("fork-floor", "ours")
+    measured = paired({"ours": ours, "fork-floor": lambda seconds: fork_floor(16, seconds)}, first, second, duration, slices)
+    return [row(side, "print", 16, measured[side]) for side in (first, second)]
+
+
+def floor_against_itself(rounds: int, duration: float, slices: int) -> list[float]:
+    """The method's own error: the fork floor paired with itself exactly as ours is paired with it
+    (``paired``). Both sides are the same program, so every ratio away from 1 is this machine's drift
+    and noise between the two sides' seconds, which a comparison of two different programs carries too."""
+    ratios_found = []
+    for round_ in range(1, rounds + 1):
+        measured = paired({"A": lambda seconds: fork_floor(16, seconds), "B": lambda seconds: fork_floor(16, seconds)}, "A", "B", duration, slices)
+        ratio = measured["A"]["rps"] / measured["B"]["rps"]
+        ratios_found.append(ratio)
+        print(
+            f"   round {round_}: floor A {measured['A']['rps']:.1f} req/s, floor B {measured['B']['rps']:.1f} req/s,"
+            f" A/B = {ratio:.3f}  load={os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
+    return ratios_found
 
 
 def ratios(rows: list[dict]) -> dict[str, float]:
@@ -172,10 +231,22 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=6.0, help="seconds per measurement")
     parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--slices", type=int, default=4, help="slices per side of the print pair (1: one block each, the method before 2026-11-28)")
+    parser.add_argument("--floor-against-itself", action="store_true", help="only the method's own error: the floor paired with itself (no server, no root)")
     parser.add_argument("--json", help="also write every row here")
     args = parser.parse_args()
     if not 1 <= args.rounds <= 5 or not 1 <= args.duration <= 20:
         parser.error("--rounds must be 1..5 and --duration 1..20 s (the whole run stays under 8 minutes)")
+    if not 1 <= args.slices <= 12 or args.duration / args.slices < 0.5:
+        parser.error("--slices must be 1..12, each slice at least 0.5 s (--duration / --slices)")
+    if args.floor_against_itself:
+        _warm_interpreter()
+        print(f"load average at the start: {os.getloadavg()[0]:.2f}; {args.slices} slice(s) of {args.duration / args.slices:g} s per side", flush=True)
+        found = floor_against_itself(args.rounds, args.duration, args.slices)
+        print(f"floor A/B over {len(found)} rounds: {min(found):.3f}-{max(found):.3f}", flush=True)
+        if args.json:
+            Path(args.json).write_text(json.dumps({"slices": args.slices, "duration": args.duration, "ratios": found}))
+        return 0
     if os.geteuid() != 0:
         parser.error("ours is started the restricted pod way (tests/sandbox/podlike.py), which needs root")
     load = os.getloadavg()[0]
@@ -194,7 +265,7 @@ def main() -> int:
             if args.sandboxfusion_url:
                 these += asyncio.run(http_rows("sandboxfusion", args.sandboxfusion_url, args.duration))
             these.append(row("fork-floor", "print", 1, fork_floor(1, args.duration)))
-            these += print_pair(url, args.duration, ours_first=round_ % 2 == 1)
+            these += print_pair(url, args.duration, ours_first=round_ % 2 == 1, slices=args.slices)
             these.append(row("floor+setsid", "print", 16, fork_floor(16, args.duration, own_session=True)))
             for name, value in ratios(these).items():
                 print(f"   round {round_}: {name} = {value:.2f}", flush=True)
