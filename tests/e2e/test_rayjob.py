@@ -89,6 +89,24 @@ def _play_submitter(kube: Cluster, head: RayHead, rayjob: dict[str, Any], code: 
     return eventually(f"Ray's verdict on {job_id}", verdict, timeout=120, interval=1)
 
 
+def _kuberay_reads(kube: Cluster, name: str, namespace: str, verdict: str) -> None:
+    """Wait until KubeRay itself has read Ray's verdict from the dashboard: the test ends the
+    submitter pod only then.
+
+    On a cluster KubeRay reaches the dashboard from the start. Here it cannot until the test resolves
+    the head Service's name for it (``_play_submitter``), and Go re-reads /etc/hosts only every few
+    seconds. Each failed ``GetJobInfo`` is a reconcile error, so controller-runtime retries the RayJob
+    with a doubling backoff: it reached 41 s in one run. KubeRay (v1.6.1, rayjob_controller.go,
+    ``checkSubmitterFinishedTimeoutAndUpdateStatusIfNeeded``) then marks a RayJob whose submitter
+    finished more than ``DefaultSubmitterFinishedTimeout`` (30 s) earlier Failed with reason
+    ``JobDeploymentStatusTransitionGracePeriodExceeded``, without asking Ray. If the submitter ends
+    inside that backoff, the outcome is decided by the harness's DNS and not by Ray. Once KubeRay has
+    recorded ``status.jobStatus``, its dashboard calls succeed, and the submitter's end is decided from
+    Ray, as on a cluster."""
+    eventually(f"KubeRay reading {verdict} from the Ray dashboard",
+               lambda: ((kube.get("rayjob", name, namespace) or {}).get("status") or {}).get("jobStatus") == verdict, timeout=120)
+
+
 def _deployment_status(kube: Cluster, name: str, namespace: str) -> str | None:
     return ((kube.get("rayjob", name, namespace) or {}).get("status") or {}).get("jobDeploymentStatus")
 
@@ -99,6 +117,7 @@ def test_kuberay_completes_the_rayjob_from_the_ray_dashboard_deletes_its_cluster
     rayjob = _rayjob_at_sft(kube, "ray-ok", namespace)
     name, cluster_name = rayjob["metadata"]["name"], rayjob["status"]["rayClusterName"]
     assert _play_submitter(kube, ray_dashboard, rayjob, "print('sft done')") == "SUCCEEDED"
+    _kuberay_reads(kube, name, namespace, "SUCCEEDED")
     assert _deployment_status(kube, name, namespace) == "Running", "not terminal while its submitter runs (K8sJobMode)"
     kube.finish_pods(name, namespace, 0)
 
@@ -116,6 +135,7 @@ def test_a_ray_job_that_fails_in_ray_fails_the_rayjob_and_the_stage_retries_on_a
     rayjob = _rayjob_at_sft(kube, "ray-bad", namespace)
     name, cluster_name = rayjob["metadata"]["name"], rayjob["status"]["rayClusterName"]
     assert _play_submitter(kube, ray_dashboard, rayjob, "raise SystemExit(3)") == "FAILED"
+    _kuberay_reads(kube, name, namespace, "FAILED")
     kube.finish_pods(name, namespace, 0)  # `ray job logs --follow` ends with the job, whatever its outcome
 
     eventually("KubeRay marking the RayJob Failed", lambda: _deployment_status(kube, name, namespace) == "Failed", timeout=90)
@@ -142,6 +162,7 @@ def test_a_rayjob_deleted_after_success_while_the_operator_is_down_still_counts_
     kube.operator.stop()
     try:
         assert _play_submitter(kube, ray_dashboard, rayjob, "print('sft done')") == "SUCCEEDED"
+        _kuberay_reads(kube, name, namespace, "SUCCEEDED")
         kube.finish_pods(name, namespace, 0)
         eventually("KubeRay marking the RayJob Complete", lambda: _deployment_status(kube, name, namespace) == "Complete", timeout=90)
         kube.kubectl("delete", "rayjob", name, "-n", namespace, "--wait=false")
