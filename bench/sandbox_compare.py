@@ -9,7 +9,7 @@ round to the next (ours first in odd rounds, the floor first in even ones): this
 ~20 % within minutes (bench/RESULTS.md), and the rest of a round between the two would put that drift
 into the ratio. Within the pair each side's ``--duration`` is cut into ``--slices`` slices taken in the
 order ABBA ABBA ... (``slice_order``): a drift over the pair then falls on both sides alike. One block
-each (``--slices 1``) was the method before 2026-11-28; ``--floor-against-itself`` pairs the floor with
+each (``--slices 1``) was the method before 2026-11-27 20:15 UTC; ``--floor-against-itself`` pairs the floor with
 itself the same way, and the spread of that ratio around 1 is the method's own error on this machine.
 
 - **ours**: ``python -m retool.sandbox`` started as the restricted pod runs it (tests/sandbox/podlike.py
@@ -231,7 +231,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=6.0, help="seconds per measurement")
     parser.add_argument("--workers", type=int, default=16)
-    parser.add_argument("--slices", type=int, default=4, help="slices per side of the print pair (1: one block each, the method before 2026-11-28)")
+    parser.add_argument("--slices", type=int, default=4, help="slices per side of the print pair (1: one block each, the method before 2026-11-27 20:15 UTC)")
     parser.add_argument("--floor-against-itself", action="store_true", help="only the method's own error: the floor paired with itself (no server, no root)")
     parser.add_argument("--json", help="also write every row here")
     args = parser.parse_args()
