@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import select
@@ -163,6 +164,8 @@ def merge(parts: list[dict]) -> dict:
         "p99_ms": sandbox_bench.quantile(latencies, 0.99) * 1000,
         "wrong": sum(part.get("wrong", 0) for part in parts),
         "errors": sum(part.get("errors", 0) for part in parts),
+        "rejected": sum(part.get("rejected", 0) for part in parts),
+        "problems": sorted({problem for part in parts for problem in part.get("problems", [])})[:5],
         "requests": len(latencies),
         "elapsed_s": elapsed,
         "slices": len(parts),
@@ -171,21 +174,21 @@ def merge(parts: list[dict]) -> dict:
 
 def paired(measures: dict[str, Callable[[float], dict]], first: str, second: str, duration: float, slices: int) -> dict[str, dict]:
     """The two sides measured back to back, ``duration`` seconds each, in ``slices`` alternating
-    slices per side (``slice_order``); every answer of ours is checked."""
+    slices per side (``slice_order``)."""
     parts: dict[str, list[dict]] = {first: [], second: []}
     for side in slice_order(first, second, slices):
         parts[side].append(measures[side](duration / slices))
     return {side: merge(found) for side, found in parts.items()}
 
 
-def print_pair(url: str, duration: float, ours_first: bool, slices: int = 1) -> list[dict]:
+def print_pair(url: str, duration: float, ours_first: bool, slices: int) -> list[dict]:
     """Ours' print c=16 and the fork floor's, back to back (``paired``), ours first or the floor."""
 
     def ours(seconds: float) -> dict:
         return asyncio.run(sandbox_bench.run_config(url, "print", 16, seconds, keep_latencies=True))
 
     first, second = ("ours", "fork-floor") if ours_first else ("fork-floor", "ours")
-    measured = paired({"ours": ours, "fork-floor": lambda seconds: fork_floor(16, seconds)}, first, second, duration, slices)
+    measured = paired({"ours": ours, "fork-floor": functools.partial(fork_floor, 16)}, first, second, duration, slices)
     return [row(side, "print", 16, measured[side]) for side in (first, second)]
 
 
@@ -193,9 +196,10 @@ def floor_against_itself(rounds: int, duration: float, slices: int) -> list[floa
     """The method's own error: the fork floor paired with itself exactly as ours is paired with it
     (``paired``). Both sides are the same program, so every ratio away from 1 is this machine's drift
     and noise between the two sides' seconds, which a comparison of two different programs carries too."""
+    floor = functools.partial(fork_floor, 16)
     ratios_found = []
     for round_ in range(1, rounds + 1):
-        measured = paired({"A": lambda seconds: fork_floor(16, seconds), "B": lambda seconds: fork_floor(16, seconds)}, "A", "B", duration, slices)
+        measured = paired({"A": floor, "B": floor}, "A", "B", duration, slices)
         ratio = measured["A"]["rps"] / measured["B"]["rps"]
         ratios_found.append(ratio)
         print(

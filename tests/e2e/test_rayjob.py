@@ -103,12 +103,16 @@ def _kuberay_reads(kube: Cluster, name: str, namespace: str, verdict: str) -> No
     inside that backoff, the outcome is decided by the harness's DNS and not by Ray. Once KubeRay has
     recorded ``status.jobStatus``, its dashboard calls succeed, and the submitter's end is decided from
     Ray, as on a cluster."""
-    eventually(f"KubeRay reading {verdict} from the Ray dashboard",
-               lambda: ((kube.get("rayjob", name, namespace) or {}).get("status") or {}).get("jobStatus") == verdict, timeout=120)
+    eventually(f"KubeRay reading {verdict} from the Ray dashboard", lambda: _status(kube, name, namespace, "jobStatus") == verdict, timeout=120)
+
+
+def _status(kube: Cluster, name: str, namespace: str, field: str) -> str | None:
+    """One field of the RayJob's status (None while the RayJob or the field is missing)."""
+    return ((kube.get("rayjob", name, namespace) or {}).get("status") or {}).get(field)
 
 
 def _deployment_status(kube: Cluster, name: str, namespace: str) -> str | None:
-    return ((kube.get("rayjob", name, namespace) or {}).get("status") or {}).get("jobDeploymentStatus")
+    return _status(kube, name, namespace, "jobDeploymentStatus")
 
 
 def test_kuberay_completes_the_rayjob_from_the_ray_dashboard_deletes_its_cluster_and_the_run_goes_on(

@@ -64,11 +64,12 @@ def test_each_side_gets_its_duration_in_equal_slices_in_that_order() -> None:
 def test_merged_quantiles_come_from_every_slice() -> None:
     parts = [
         {"latencies": [0.010] * 90, "elapsed_s": 1.0, "wrong": 0},
-        {"latencies": [0.200] * 10, "elapsed_s": 2.0, "wrong": 1, "errors": 2},
+        {"latencies": [0.200] * 10, "elapsed_s": 2.0, "wrong": 1, "errors": 2, "rejected": 3, "problems": ["print: stdout '3'"]},
     ]
     merged = sandbox_compare.merge(parts)
     assert merged["requests"] == 100
     assert merged["rps"] == pytest.approx(100 / 3.0)
     assert merged["p50_ms"] == pytest.approx(10.0)
     assert merged["p99_ms"] == pytest.approx(200.0)
-    assert (merged["wrong"], merged["errors"]) == (1, 2)
+    assert (merged["wrong"], merged["errors"], merged["rejected"]) == (1, 2, 3)
+    assert merged["problems"] == ["print: stdout '3'"]
