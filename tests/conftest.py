@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
-import socket
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from retool.embedded.process import free_port as embedded_free_port
 from upstream.pins import kuberay_crd_dir
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,9 +39,8 @@ def repo_env(**extra: str) -> dict[str, str]:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for a server the test starts next (below the ephemeral range: retool.embedded.process)."""
+    return embedded_free_port()
 
 
 @pytest.fixture

@@ -50,7 +50,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -65,6 +64,7 @@ from typing import Any
 
 import yaml
 
+from retool.embedded.process import free_port
 from upstream import build
 from upstream import pins as pins_module
 from upstream.pki import CertificateAuthority, Pair, service_account_keys
@@ -119,10 +119,6 @@ class StartError(RuntimeError):
     """A component did not start; the message names it and ends with its log."""
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---------------------------------------------------------------- pure: manifests and configurations

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -28,8 +29,43 @@ class ServerStartError(RuntimeError):
     """A child server exited or did not answer its readiness URL in time (the message quotes its log)."""
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_PICKED = 15000
+"""Ports are picked from ``LOWEST_PICKED`` up to the kernel's ephemeral range, exclusive."""
+_pick = random.SystemRandom()  # never reseeded by a test runner: two processes do not pick in step
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for the local ports of outgoing connections and of ``bind(port 0)``."""
+    with contextlib.suppress(OSError, ValueError):
+        low, high = (int(v) for v in EPHEMERAL_RANGE.read_text().split())
+        return low, high
+    return 32768, 60999  # Linux's default
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on right now (the OS picks it)."""
+    """A TCP port nothing is bound to right now, for a server started next.
+
+    Picked below the kernel's ephemeral range, at random: a port the kernel hands out itself (``bind``
+    to port 0) is also what it hands every outgoing connection as its local port and every other
+    ``bind(0)``, so in the seconds until the server binds it (a kube-apiserver waits for etcd first)
+    a busy machine takes it again: "address already in use", a server that never starts. Below the
+    range only another explicit pick can take it. The OS's pick where that range leaves no room."""
+    low, _high = ephemeral_range()
+    if low - LOWEST_PICKED >= 1000:
+        for _ in range(100):
+            port = _pick.randrange(LOWEST_PICKED, low)
+            if _bindable(host, port):
+                return port
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]

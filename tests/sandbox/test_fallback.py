@@ -26,7 +26,7 @@ import pytest
 
 from tests.conftest import sandbox_uid_base
 from tests.sandbox.conftest import RunningServer, descendants, processes_of_uids, start_server, stop_server
-from tests.sandbox.test_cross_execution import FIND_AND_TAMPER, KILL_EVERYONE, LOOPBACK, cwd_holding, post, stdout
+from tests.sandbox.test_cross_execution import FIND_AND_TAMPER, KILL_EVERYONE, LOOPBACK, post, stdout
 from tests.sandbox.waiting import until, wait_until
 
 pytestmark = pytest.mark.slow
@@ -66,16 +66,57 @@ def test_readyz_says_what_holds_and_what_is_missing(fallback: RunningServer) -> 
         assert isolation["strong"] is True and isolation["privilege_drop"] is True and "namespaces turned off" in problems
 
 
+RELEASED = "released"
+RELEASE_BOUND_S = 20.0
+
+
+def victim(marker: str, content: str, then: str) -> str:
+    """A victim's code: writes ``marker`` (``content``) in its directory, then waits until the test
+    releases it (``release``), at most ``RELEASE_BOUND_S``, then runs ``then``. So it is running for
+    the whole attack however long the attack takes, and no longer (a fixed 6 s sleep did both worse)."""
+    return (
+        f"import os, time\nopen({marker!r}, 'w').write({content!r})\n"
+        f"deadline = time.monotonic() + {RELEASE_BOUND_S}\n"
+        f"while not os.path.exists({RELEASED!r}) and time.monotonic() < deadline:\n    time.sleep(0.01)\n"
+        f"print('released' if os.path.exists({RELEASED!r}) else 'never released')\n{then}"
+    )
+
+
+def holder(server: RunningServer, name: str, content: str) -> int:
+    """The pid of the server's process whose directory holds ``name`` with ``content``."""
+    found: list[int] = []
+
+    def look() -> bool:
+        for pid in descendants(server.pid):
+            try:
+                if Path(f"/proc/{pid}/cwd/{name}").read_text() == content:
+                    found.append(pid)
+                    return True
+            except OSError:
+                continue
+        return False
+
+    wait_until(look, what=f"an execution holding {name}")
+    return found[0]
+
+
+def release(pid: int) -> None:
+    """Let the victim ``pid`` finish: ``RELEASED`` in its directory, written from outside (as root)."""
+    Path(f"/proc/{pid}/cwd/{RELEASED}").touch()
+
+
 async def test_siblings_and_the_server_cannot_be_signalled(fallback: RunningServer) -> None:
     before = fallback.readyz()
+    token = uuid.uuid4().hex
     async with httpx.AsyncClient(base_url=fallback.url) as client:
-        victim = asyncio.create_task(post(client, "import time\ntime.sleep(6.0)\nprint('victim ok')\n", timeout=30))
-        await until(lambda: fallback.metric("retool_sandbox_busy_workers") >= 1, what="the victim running")
+        victim_run = asyncio.create_task(post(client, victim("victim-up", token, "print('victim ok')\n"), timeout=30))
+        victim_pid = await asyncio.to_thread(holder, fallback, "victim-up", token)
         attacker, _ = await post(client, KILL_EVERYONE)
-        attacked_while_running = not victim.done()  # else the attack proved nothing
-        answer, elapsed = await victim
+        attacked_while_running = not victim_run.done()  # else the attack proved nothing
+        release(victim_pid)
+        answer, elapsed = await victim_run
     assert attacked_while_running, "the victim ended before the attacker ran: nothing was checked"
-    assert stdout(answer) == "victim ok\n" and elapsed < 12.0
+    assert stdout(answer) == "released\nvictim ok\n" and elapsed < RELEASE_BOUND_S, stdout(answer)
     assert "signalled []" in stdout(attacker), stdout(attacker)
     after = fallback.readyz()
     assert after["template"]["pid"] == before["template"]["pid"] and after["worker_restarts"] == before["worker_restarts"]
@@ -90,16 +131,17 @@ async def test_the_servers_port_is_out_of_reach(fallback: RunningServer) -> None
 async def test_a_sibling_cannot_find_another_executions_files(fallback: RunningServer) -> None:
     """Without Landlock, names nobody can list are what keeps siblings apart: the attacker is not told the path."""
     secret = uuid.uuid4().hex
-    victim = f"import time\nopen('answer.txt', 'w').write({secret!r})\ntime.sleep(6.0)\nprint(open('answer.txt').read())\n"
     weak = fallback.readyz()["isolation"]["landlock_abi_used"] == 0
     async with httpx.AsyncClient(base_url=fallback.url) as client:
-        victim_run = asyncio.create_task(post(client, victim, timeout=30))
-        known = await asyncio.to_thread(cwd_holding, fallback, "answer.txt", secret)
+        victim_run = asyncio.create_task(post(client, victim("answer.txt", secret, "print(open('answer.txt').read())\n"), timeout=30))
+        victim_pid = await asyncio.to_thread(holder, fallback, "answer.txt", secret)
+        known = os.readlink(f"/proc/{victim_pid}/cwd")
         attacker, _ = await post(client, FIND_AND_TAMPER.format(KNOWN="/nonexistent" if weak else known))
         attacked_while_running = not victim_run.done()
+        release(victim_pid)
         answer, _ = await victim_run
     assert attacked_while_running, "the victim ended before the attacker ran: nothing was checked"
-    assert stdout(answer) == secret + "\n" and secret not in stdout(attacker), stdout(attacker)
+    assert stdout(answer) == f"released\n{secret}\n" and secret not in stdout(attacker), stdout(attacker)
 
 
 @pytest.mark.parametrize(
@@ -164,7 +206,7 @@ async def test_zz_nothing_outlives_a_killed_server(fallback: RunningServer) -> N
     )
     async with httpx.AsyncClient(base_url=fallback.url) as client:
         running = asyncio.create_task(post(client, daemon, timeout=60))
-        await asyncio.to_thread(cwd_holding, fallback, "daemon-up", marker)  # the detached daemon is running
+        await asyncio.to_thread(holder, fallback, "daemon-up", marker)  # the detached daemon is running
         os.kill(fallback.pid, signal.SIGKILL)
         with pytest.raises(httpx.HTTPError):
             await running
