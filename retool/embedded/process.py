@@ -30,8 +30,11 @@ class ServerStartError(RuntimeError):
 
 
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
-LOWEST_PICKED = 15000
-"""Ports are picked from ``LOWEST_PICKED`` up to the kernel's ephemeral range, exclusive."""
+LOWEST_PICKED = 20000
+"""Ports are picked from ``LOWEST_PICKED`` up to the kernel's ephemeral range, exclusive: above Ray's
+default worker ports (10002-19999, ``ray start --min-worker-port/--max-worker-port``), which Ray
+refuses to see given to any of its components ("is trying to use a port number ... that is used by
+other components")."""
 _pick = random.SystemRandom()  # never reseeded by a test runner: two processes do not pick in step
 
 
