@@ -51,15 +51,18 @@ $(STAMP09): pyproject.toml retool/sandbox/_settle.c | $(STAMP)
 	touch $(STAMP09)
 
 test-verl09: install-verl09 ## only the 0.9 line's tests (tests/verl09: verl 0.9.1 on CPU), in .venv-verl09
-	$(PY09) -m pytest -q -p no:cacheprovider tests/verl09
+	$(PY09) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS_09) --dist loadfile tests/verl09
 
-# Two workers (CI has two cores); each takes a whole test file (or a group, tests/conftest.py) at a
-# time, so module-scoped servers start once. TEST_WORKERS=0 runs everything in one process.
-TEST_WORKERS ?= 2
+# Three workers on CI's two cores: with two, the cores sat idle a third of the time while tests waited
+# on the control plane and on servers (docs/development.md, measured). Each worker takes a whole test
+# file (or a group, tests/conftest.py) at a time, so module-scoped servers start once.
+# TEST_WORKERS=0 runs everything in one process; TEST_WORKERS_09 is the 0.9 line's (10 files: 2).
+TEST_WORKERS ?= 3
+TEST_WORKERS_09 ?= 2
 
 test: install install-verl09 helm kuberay-crds e2e-build disk-room ## install what is missing, then run the whole suite (end-to-end scenarios included), then the 0.9 line's tests
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
-	$(PY09) -m pytest -q -p no:cacheprovider tests/verl09
+	$(PY09) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS_09) --dist loadfile tests/verl09
 
 # The suite writes up to ~1.6 GB under TMPDIR while it runs (a fresh clone, measured; pytest removes
 # passed tests' folders at the end): a disk that fills midway fails tests far from the cause, with
