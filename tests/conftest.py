@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from retool.embedded.process import free_port as embedded_free_port
+from retool.embedded.process import free_port as free_port  # the tests' servers pick ports as the product's do
 from upstream.pins import kuberay_crd_dir
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,11 +36,6 @@ def repo_env(**extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env.update(extra)
     return env
-
-
-def free_port() -> int:
-    """A port for a server the test starts next (below the ephemeral range: retool.embedded.process)."""
-    return embedded_free_port()
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ import pytest
 
 from retool.sandbox.api import RunCodeResponse
 from tests.sandbox.conftest import RunningServer, descendants, start_server, stop_server
-from tests.sandbox.waiting import until
+from tests.sandbox.waiting import BOUND_S, until, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -58,16 +58,25 @@ def stdout(response: RunCodeResponse) -> str:
     return response.run_result.stdout or ""
 
 
-def cwd_holding(pod: RunningServer, name: str, content: str) -> str:
-    """The working directory (as the execution sees it) of the server's process holding ``name``."""
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        for pid in descendants(pod.pid):
+def holder(server: RunningServer, name: str, content: str, *, timeout_s: float = BOUND_S) -> int:
+    """The pid of the server's process whose directory holds ``name`` with ``content``."""
+    found: list[int] = []
+
+    def look() -> bool:
+        for pid in descendants(server.pid):
             with contextlib.suppress(OSError):
                 if Path(f"/proc/{pid}/cwd/{name}").read_text() == content:
-                    return os.readlink(f"/proc/{pid}/cwd")
-        time.sleep(0.05)
-    raise AssertionError(f"no execution holds {name}")
+                    found.append(pid)
+                    return True
+        return False
+
+    wait_until(look, what=f"an execution holding {name}", timeout_s=timeout_s)
+    return found[0]
+
+
+def cwd_holding(pod: RunningServer, name: str, content: str) -> str:
+    """The working directory (as the execution sees it) of the server's process holding ``name``."""
+    return os.readlink(f"/proc/{holder(pod, name, content, timeout_s=5)}/cwd")
 
 
 FIND_AND_TAMPER = """

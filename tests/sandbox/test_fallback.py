@@ -26,7 +26,7 @@ import pytest
 
 from tests.conftest import sandbox_uid_base
 from tests.sandbox.conftest import RunningServer, descendants, processes_of_uids, start_server, stop_server
-from tests.sandbox.test_cross_execution import FIND_AND_TAMPER, KILL_EVERYONE, LOOPBACK, post, stdout
+from tests.sandbox.test_cross_execution import FIND_AND_TAMPER, KILL_EVERYONE, LOOPBACK, holder, post, stdout
 from tests.sandbox.waiting import until, wait_until
 
 pytestmark = pytest.mark.slow
@@ -80,24 +80,6 @@ def victim(marker: str, content: str, then: str) -> str:
         f"while not os.path.exists({RELEASED!r}) and time.monotonic() < deadline:\n    time.sleep(0.01)\n"
         f"print('released' if os.path.exists({RELEASED!r}) else 'never released')\n{then}"
     )
-
-
-def holder(server: RunningServer, name: str, content: str) -> int:
-    """The pid of the server's process whose directory holds ``name`` with ``content``."""
-    found: list[int] = []
-
-    def look() -> bool:
-        for pid in descendants(server.pid):
-            try:
-                if Path(f"/proc/{pid}/cwd/{name}").read_text() == content:
-                    found.append(pid)
-                    return True
-            except OSError:
-                continue
-        return False
-
-    wait_until(look, what=f"an execution holding {name}")
-    return found[0]
 
 
 def release(pid: int) -> None:
