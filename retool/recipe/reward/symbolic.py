@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -174,6 +175,7 @@ class SymbolicPool:
         self._closed = False
         self._cond = threading.Condition()
         self.kills = 0  # workers killed at a deadline: a figure for the benchmark and the logs
+        self._request_ids = itertools.count(1)  # next() is atomic: callers on many threads get distinct ids
 
     def start(self) -> None:
         """Start every worker now, without waiting: each imports sympy and math-verify and runs its warm-up
@@ -275,24 +277,33 @@ class SymbolicPool:
                 self._release(worker, healthy=healthy)
         return None
 
-    def _ask(self, worker: _Worker, pred: str, truth: str, timeout_s: float, wait_deadline: float, started: list[float]) -> bool:
-        """One comparison on one worker; raises _WorkerFailedError when the worker, not the comparison, failed."""
+    def _ask(self, worker: _Worker, pred: str, truth: str, timeout_s: float, wait_deadline: float, started: list[float]) -> bool | None:
+        """One comparison on one worker (None: its own timer ran out); raises _WorkerFailedError when the worker, not the comparison, failed."""
         if not worker.wait_ready(wait_deadline):
             if worker.alive:
                 raise _StillWarmingError
             raise _WorkerFailedError(f"exited with code {worker.proc.returncode} before it was ready (see its stderr)")
         started[0] = time.monotonic()
         deadline = started[0] + timeout_s
-        # the worker's own interval timer fires first, so a slow pure-Python case ends without a kill
-        if not worker.send({"pred": pred, "truth": truth, "timeout_s": timeout_s * 0.8}):
+        request_id = next(self._request_ids)
+        # the worker's own interval timer fires first, so a slow pure-Python case ends without a kill;
+        # the deadline (CLOCK_MONOTONIC, one clock for every process) lets an executor forked after a
+        # kill skip this request if the killed one never read it
+        if not worker.send({"id": request_id, "pred": pred, "truth": truth, "timeout_s": timeout_s * 0.8, "deadline": deadline}):
             started[0] = 0.0
             raise _WorkerFailedError("its input pipe is broken")
-        line = worker.read_line(deadline)
-        if line is None:
-            if not worker.alive:
-                raise _WorkerFailedError(f"exited with code {worker.proc.returncode} during a comparison")
-            raise _TimedOutError
-        reply = _decode(line)
+        while True:
+            line = worker.read_line(deadline)
+            if line is None:
+                if not worker.alive:
+                    raise _WorkerFailedError(f"exited with code {worker.proc.returncode} during a comparison")
+                raise _TimedOutError
+            reply = _decode(line)
+            if reply.get("ready") is True or reply.get("id") == request_id:
+                break
+            # the answer to an earlier request (written just before its executor was killed, or
+            # skipped by the next one as past its deadline): not this comparison's
+            logger.debug("symbolic worker %d: skipping a reply to request %s", worker.proc.pid, reply.get("id"))
         if reply.get("ready") is True:
             # the executor died (a crash, its CPU or memory limit, a stray kill) and the zygote announced the next one
             worker.ready = True
@@ -300,6 +311,9 @@ class SymbolicPool:
             raise _WorkerFailedError("its executor died during a comparison", usable=True)
         if "eq" not in reply:
             raise _WorkerFailedError(f"it answered {line[:80]!r}")
+        if reply.get("error") == "timeout":
+            # the executor's own timer ended a slow pure-Python step: out of time all the same, no kill needed
+            return None
         if reply.get("error"):
             logger.debug("symbolic comparison failed: %s", reply["error"])
         return bool(reply["eq"])

@@ -3,10 +3,14 @@
 Run as a script (``python symbolic_worker.py``) by :mod:`retool.recipe.reward.symbolic`; it imports only the
 standard library and math-verify so that it starts the same way wherever the reward file lives.
 
-Protocol: each stdin line is JSON ``{"pred": str, "truth": str, "timeout_s": float}``; each answer is
-one stdout line ``{"eq": bool}`` or ``{"eq": false, "error": str}``. Requests are served by an
-executor forked from this (warm) process, which prints ``{"ready": true, "pid": N}`` when it starts;
-the parent kills that pid at a deadline and waits for the next ready line.
+Protocol: each stdin line is JSON ``{"id": int, "pred": str, "truth": str, "timeout_s": float,
+"deadline": float}``; each answer is one stdout line ``{"id": int, "eq": bool}`` or ``{"id": int,
+"eq": false, "error": str}`` with the request's id (``"error": "timeout"``: this process's own timer
+ended it). Requests are served by an executor forked from this (warm) process, which prints
+``{"ready": true, "pid": N}`` when it starts; the parent kills that pid at a deadline and waits for
+the next ready line. A request read after its ``deadline`` (``time.monotonic()``, one clock for all
+processes) was left in the pipe by a killed executor: it is answered ``"error": "expired"`` at
+once, not computed.
 
 Why a separate process: sympy can spend minutes inside one C-level big-integer operation
 (``9^{9^{9^9}}``) that no signal interrupts, and verl calls the reward from a thread pool where
@@ -43,8 +47,9 @@ _WARM_UP = (
 )
 
 
-class _SoftTimeoutError(Exception):
-    pass
+class _SoftTimeoutError(BaseException):
+    """Not an Exception: math-verify wraps its steps in ``except Exception`` and would swallow the
+    timer's interruption, go on with its next strategy, and leave the executor to the parent's kill."""
 
 
 def _on_alarm(signum: int, frame: object) -> None:
@@ -95,21 +100,32 @@ def _serve_requests(stdin: BinaryIO, stdout: BinaryIO) -> None:
     stdout.write(json.dumps({"ready": True, "pid": os.getpid()}).encode() + b"\n")
     stdout.flush()
     while line := stdin.readline():
+        reply: dict = {"id": None}
         try:
             request = json.loads(line)
+            reply["id"] = request.get("id")
+            if time.monotonic() >= float(request.get("deadline", math.inf)):
+                # sent to an executor killed before it read it: its caller has given up on it
+                reply.update(eq=False, error="expired")
+                _write(stdout, reply)
+                continue
             budget = max(float(request.get("timeout_s", 1.0)), 0.001)
             _limit_cpu(budget)
             signal.setitimer(signal.ITIMER_REAL, budget)
             try:
-                reply = {"eq": compare(str(request["pred"]), str(request["truth"]))}
+                reply["eq"] = compare(str(request["pred"]), str(request["truth"]))
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
         except _SoftTimeoutError:
-            reply = {"eq": False, "error": "timeout"}
+            reply.update(eq=False, error="timeout")
         except Exception as exc:  # any failure of one comparison (MemoryError, RecursionError, ...) is "not equivalent"
-            reply = {"eq": False, "error": f"{type(exc).__name__}: {exc}"[:200]}
-        stdout.write(json.dumps(reply).encode() + b"\n")
-        stdout.flush()
+            reply.update(eq=False, error=f"{type(exc).__name__}: {exc}"[:200])
+        _write(stdout, reply)
+
+
+def _write(stdout: BinaryIO, reply: dict) -> None:
+    stdout.write(json.dumps(reply).encode() + b"\n")
+    stdout.flush()
 
 
 def serve(stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
