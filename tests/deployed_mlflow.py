@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from retool.embedded.process import ManagedServer
+from retool.sandbox.accounting import descendants
 from tests.conftest import free_port
 
 VOLUME = "/mlflow/"
@@ -48,3 +49,20 @@ def deployed_mlflow(container: dict, data: Path, *, start_timeout_s: float = 180
     argv, env = local_command(container, data, port)
     url, log = f"http://127.0.0.1:{port}", data / "server.log"
     return ManagedServer(name="mlflow", argv=argv, base_url=url, ready_path="/health", log_path=log, env={**os.environ, **env}, cwd=data, start_timeout_s=start_timeout_s)
+
+
+def job_runner_processes(server: ManagedServer) -> list[str]:
+    """Command lines of MLflow's GenAI job runner and its huey consumers under ``server``.
+
+    ``mlflow server`` (3.17.2, ``mlflow/server/__init__.py``) starts ``mlflow.server.jobs._job_runner``
+    right after it spawns the HTTP server, so once ``/health`` answers the runner is there if job
+    execution is on; the runner then starts the huey consumers.
+    """
+    assert server.pid is not None
+    commands = []
+    for pid in descendants(server.pid):
+        try:
+            commands.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:  # ended meanwhile
+            continue
+    return [c for c in commands if "mlflow.server.jobs" in c or "huey" in c]

@@ -8,21 +8,23 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
-from tests.chart.helm import container, one
-from tests.deployed_mlflow import deployed_mlflow
+from retool.embedded.process import ManagedServer
+from tests.chart.helm import CHART, KUBERAY, NAMESPACE, RELEASE, container, helm, one
+from tests.deployed_mlflow import deployed_mlflow, job_runner_processes
 
 pytestmark = pytest.mark.slow
 SERVICE_HOST = "retool-mlflow.retool-system.svc:5000"
 
 
 @pytest.fixture(scope="module")
-def server(rendered, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+def server(rendered, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, ManagedServer]]:
     data = tmp_path_factory.mktemp("mlflow-pvc")
     mlflow = container(one(rendered("default"), "Deployment", "-mlflow"), "mlflow")
     assert mlflow["command"] == ["mlflow", "server"], "the chart passes the server's options as args"
     with deployed_mlflow(mlflow, data) as running:
-        yield running.base_url, data
+        yield running.base_url, data, running
 
 
 @pytest.mark.parametrize(
@@ -34,13 +36,13 @@ def server(rendered, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
     ],
 )
 def test_host_header_check(server, host: str, status: int) -> None:
-    url, _ = server
+    url, _, _ = server
     r = httpx.get(f"{url}/api/2.0/mlflow/experiments/search", params={"max_results": 1}, headers={"Host": host}, timeout=10)
     assert r.status_code == status, r.text[:300]
 
 
 def test_runs_land_in_sqlite_and_artifacts_on_the_volume(server) -> None:
-    url, data = server
+    url, data, _ = server
     headers = {"Host": SERVICE_HOST}
     exp = httpx.post(f"{url}/api/2.0/mlflow/experiments/create", json={"name": "chart-test"}, headers=headers, timeout=10).json()["experiment_id"]
     run = httpx.post(f"{url}/api/2.0/mlflow/runs/create", json={"experiment_id": exp}, headers=headers, timeout=10).json()["run"]["info"]
@@ -51,3 +53,16 @@ def test_runs_land_in_sqlite_and_artifacts_on_the_volume(server) -> None:
     assert put.status_code == 200, put.text[:300]
     assert (data / "mlflow.db").is_file()
     assert [p.read_bytes() for p in (data / "artifacts").rglob("hello.txt")] == [b"hi"]
+
+
+def test_the_tracker_runs_no_genai_job_runner(server) -> None:
+    """MLflow's default starts a job runner and 7 huey consumers, ~1.3 GB of the pod's 2Gi limit (measured)."""
+    _, _, running = server
+    assert job_runner_processes(running) == []
+
+
+def test_the_job_runner_can_be_turned_on() -> None:
+    rendered = yaml.safe_load_all(helm("template", RELEASE, CHART, "-n", NAMESPACE, *KUBERAY, "--set", "mlflow.jobExecution=true").stdout)
+    (deployment,) = [d for d in rendered if d and d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-mlflow")]
+    env = {e["name"]: e.get("value") for e in container(deployment, "mlflow")["env"]}
+    assert env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "true"
