@@ -20,10 +20,19 @@ PROBE_OUTPUT = "probe 42"
 TEXT_ONLY_SANDBOX = "recipe text-only: no code interpreter, so the run has no sandbox to call"
 
 
+PING_FIRST_INTERVAL_S = 0.05
+PING_MAX_INTERVAL_S = 1.0
+
+
 async def _wait_for_ping(url: str, deadline_s: float) -> str | None:
-    """None once ``GET /v1/ping`` answers, else the last error after ``deadline_s``."""
+    """None once ``GET /v1/ping`` answers, else the last error after ``deadline_s``.
+
+    The pause between tries doubles from 50 ms to 1 s: a sandbox that comes up while the stage
+    starts is seen within a few tens of milliseconds, one that takes minutes costs a request a second.
+    """
     deadline = time.monotonic() + deadline_s
     error = "not tried"
+    interval = PING_FIRST_INTERVAL_S
     async with httpx.AsyncClient(timeout=5.0) as client:
         while True:
             try:
@@ -33,9 +42,11 @@ async def _wait_for_ping(url: str, deadline_s: float) -> str | None:
                 error = f"HTTP {response.status_code}"
             except httpx.HTTPError as exc:
                 error = f"{type(exc).__name__}: {exc}"
-            if time.monotonic() >= deadline:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 return error
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(min(interval, remaining))
+            interval = min(interval * 2, PING_MAX_INTERVAL_S)
 
 
 async def _probe(tool: Any) -> str:
