@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from retool.sandbox.accounting import descendants as descendants  # the product's walk; the suites import it from here
 from tests.conftest import free_port, repo_env, sandbox_uid_base
 from tests.sandbox import podlike
 
@@ -99,18 +100,6 @@ def server_pid(launcher: int) -> int:
             if argv[1:3] == [b"-m", b"retool.sandbox"]:
                 return pid
     raise RuntimeError("no sandbox server under the launcher")
-
-
-def descendants(pid: int) -> list[int]:
-    found, frontier = [], [pid]
-    while frontier:
-        current = frontier.pop()
-        for task in os.listdir(f"/proc/{current}/task") if os.path.isdir(f"/proc/{current}/task") else []:
-            with contextlib.suppress(OSError):
-                kids = [int(x) for x in Path(f"/proc/{current}/task/{task}/children").read_text().split()]
-                found += kids
-                frontier += kids
-    return found
 
 
 def kill_tree(process: subprocess.Popen) -> None:
