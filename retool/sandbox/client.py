@@ -145,7 +145,10 @@ class SandboxClient:
             try:
                 response = await self._http.post("/run_code", json=payload, timeout=httpx.Timeout(remaining, connect=min(10.0, remaining)))
             except httpx.TimeoutException as exc:
-                last_problem, overloaded = f"no answer in time ({type(exc).__name__})", False
+                # an attempt's timeout is the deadline's remainder: this one only says the time ran out,
+                # so what the attempt before it met (a refused connection, a 503) is kept in the message
+                before = "" if attempt == 0 or last_problem.startswith("no answer in time") else f"; the attempt before: {last_problem}"
+                last_problem, overloaded = f"no answer in time ({type(exc).__name__}){before}", overloaded and bool(before)
             except httpx.TransportError as exc:
                 last_problem, overloaded = f"connection error: {type(exc).__name__}: {exc}", False
             else:

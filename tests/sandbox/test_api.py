@@ -108,6 +108,54 @@ async def test_client_unavailable_when_nothing_listens() -> None:
             await client.run_code("print(1)")
 
 
+def scripted(*answers: type[httpx.TransportError] | int) -> httpx.AsyncClient:
+    """A transport that meets each attempt with the next of ``answers`` (the last one repeats):
+    an HTTP status, or an httpx transport error as httpx raises it; a timeout only once the
+    attempt's own timeout (from the request, as httpx's transport reads it) has passed."""
+    queue = list(answers)
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        answer = queue.pop(0) if len(queue) > 1 else queue[0]
+        if isinstance(answer, int):
+            return httpx.Response(answer, text="busy", headers={"Retry-After": "0"})
+        if issubclass(answer, httpx.TimeoutException):
+            timeouts = request.extensions["timeout"]
+            await asyncio.sleep(timeouts["connect" if answer is httpx.ConnectTimeout else "read"])
+        raise answer("scripted", request=request)
+
+    return httpx.AsyncClient(base_url="http://sandbox.test", transport=httpx.MockTransport(handle))
+
+
+@pytest.mark.parametrize(
+    ("answers", "error", "says"),
+    [
+        pytest.param(
+            (httpx.ConnectError, httpx.ConnectTimeout),
+            SandboxUnavailable,
+            "no answer in time (ConnectTimeout); the attempt before: connection error: ConnectError",
+            id="refused, then the deadline ends mid-connect",
+        ),
+        pytest.param(
+            (429, httpx.ReadTimeout),
+            SandboxOverloaded,
+            "no answer in time (ReadTimeout); the attempt before: HTTP 429",
+            id="refused as overloaded, then the deadline ends mid-read",
+        ),
+        pytest.param((httpx.ConnectTimeout,), SandboxUnavailable, "after 1 attempt(s): no answer in time (ConnectTimeout)", id="the first attempt times out"),
+    ],
+)
+async def test_an_attempt_cut_short_by_the_deadline_does_not_hide_what_the_attempt_before_met(answers: tuple, error: type[SandboxError], says: str) -> None:
+    """Each attempt's timeout is what is left of the deadline, so the last one usually ends in a
+    timeout that only says the time ran out: a replica that refused connections until then was
+    reported as "no answer in time" alone (a loaded CI machine showed it)."""
+    async with SandboxClient("http://sandbox.test", deadline_s=0.5) as client:
+        await client._http.aclose()
+        client._http = scripted(*answers)
+        with pytest.raises(error) as raised:
+            await client.run_code("print(1)")
+    assert says in str(raised.value)
+
+
 async def test_full_replica_refuses_at_once_and_client_backs_off() -> None:
     """One worker, no queue: a second request gets 429 + Retry-After immediately; the client retries it."""
     busy = start_server(workers=1, RETOOL_SANDBOX_QUEUE_SIZE="0")
