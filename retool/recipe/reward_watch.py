@@ -44,6 +44,7 @@ benign rate; the detection delay depends on the sample size (docs/recipe.md has 
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -139,29 +140,74 @@ def _read(parsed: list[Any]) -> bool:
     return any(not isinstance(item, str) for item in parsed)
 
 
+class _NoVerdictError(Exception):
+    """math-verify ran out of its time: neither correct nor wrong."""
+
+
+def _off_the_main_thread(exc: Exception) -> bool:
+    """math-verify's refusal to time anything outside the main thread (its SIGALRM), which it raises whatever raise_on_error says."""
+    return isinstance(exc, ValueError) and "threaded environment" in str(exc)
+
+
+def _parse(text: str) -> list[Any]:
+    """math-verify's parse, with its timeout told apart from finding nothing (it returns [] for both)."""
+    from math_verify import parse
+    from math_verify.errors import TimeoutException
+
+    try:
+        return parse(text, raise_on_error=True)
+    except TimeoutException as exc:  # a BaseException in math-verify, so that its own except Exception passes it on
+        raise _NoVerdictError from exc
+    except Exception as exc:  # what parse answers [] for without raise_on_error
+        if _off_the_main_thread(exc):
+            raise
+        return []
+
+
+def _verify(gold: list[Any], answer: list[Any]) -> bool:
+    """math-verify's verify (any pair of extractions equal), a timed-out pair making the whole verdict unknown
+    unless another pair is equal: without raise_on_error, verify answers False for a timeout."""
+    from math_verify import verify
+    from math_verify.errors import TimeoutException
+
+    timed_out = False
+    for g, t in itertools.product(gold, answer):
+        try:
+            if verify(g, t, raise_on_error=True):
+                return True
+        except TimeoutException:
+            timed_out = True
+        except Exception as exc:  # a pair that fails to compare is unequal, as in verify itself
+            if _off_the_main_thread(exc):
+                raise
+    if timed_out:
+        raise _NoVerdictError
+    return False
+
+
 def second_verdict(response: str, ground_truth: str) -> Verdict:
     """math-verify's verdict on the answer region the reward grades (see :func:`answer_region`).
 
     ``unknown`` when math-verify cannot parse the ground truth, cannot read the reward's extracted
-    answer, or fails; ``wrong`` when neither the reward nor math-verify finds any answer in the
-    model's prose. Run it in a process's main thread: math-verify bounds parsing and comparison with
-    ``SIGALRM``.
+    answer, runs out of its time (5 s per parse and per comparison) or fails; ``wrong`` when neither
+    the reward nor math-verify finds any answer in the model's prose. Run it in a process's main
+    thread: math-verify bounds parsing and comparison with ``SIGALRM``.
     """
-    from math_verify import parse, verify
-
     if not isinstance(response, str) or not isinstance(ground_truth, str):
         return "unknown"
     truth = (last_boxed(ground_truth) or ground_truth) if "\\boxed" in ground_truth or "\\fbox" in ground_truth else ground_truth
     try:
-        gold = parse(f"${truth}$") or parse(truth)
+        gold = _parse(f"${truth}$") or _parse(truth)
         if not _read(gold):
             return "unknown"
         region, extracted = answer_region(response)
-        answer = parse(f"\\boxed{{{region}}}") if extracted else parse(region)
+        answer = _parse(f"\\boxed{{{region}}}") if extracted else _parse(region)
         if not _read(answer):
             return "unknown" if extracted else "wrong"
-        return "correct" if verify(gold, answer) else "wrong"
-    except Exception:  # math-verify's own failure (a timeout, a sympy error) is no verdict
+        return "correct" if _verify(gold, answer) else "wrong"
+    except _NoVerdictError:
+        return "unknown"
+    except Exception:  # math-verify's own failure (a sympy error) is no verdict
         return "unknown"
 
 
