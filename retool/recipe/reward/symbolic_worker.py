@@ -12,10 +12,11 @@ the next ready line. A request read after its ``deadline`` (``time.monotonic()``
 processes) was left in the pipe by a killed executor: it is answered ``"error": "expired"`` at
 once, not computed.
 
-Why a separate process: sympy can spend minutes inside one C-level big-integer operation
-(``9^{9^{9^9}}``) that no signal interrupts, and verl calls the reward from a thread pool where
-signals cannot be used at all. The parent kills this process at its deadline; the interval timer
-here only makes the common slow case (a long pure-Python simplification) end without a restart.
+Why a separate process: sympy can spend minutes inside one C-level big-integer operation that no
+signal interrupts (one late squaring of a power like ``9^{9^9}``: CPython checks signals only between
+its squarings), and verl calls the reward from a thread pool where signals cannot be used at all.
+The parent kills this process at its deadline; the interval timer here ends the common slow cases
+(a long pure-Python simplification, a power still early in its squarings) without a restart.
 """
 
 from __future__ import annotations
