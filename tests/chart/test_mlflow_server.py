@@ -8,10 +8,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 
 from retool.embedded.process import ManagedServer
-from tests.chart.helm import CHART, KUBERAY, NAMESPACE, RELEASE, container, helm, one
+from tests.chart.helm import container, one, render
 from tests.deployed_mlflow import deployed_mlflow, job_runner_processes
 
 pytestmark = pytest.mark.slow
@@ -61,8 +60,7 @@ def test_the_tracker_runs_no_genai_job_runner(server) -> None:
     assert job_runner_processes(running) == []
 
 
-def test_the_job_runner_can_be_turned_on() -> None:
-    rendered = yaml.safe_load_all(helm("template", RELEASE, CHART, "-n", NAMESPACE, *KUBERAY, "--set", "mlflow.jobExecution=true").stdout)
-    (deployment,) = [d for d in rendered if d and d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-mlflow")]
+def test_the_job_runner_can_be_turned_on(chart: Path) -> None:
+    deployment = one(render(chart, "--set", "mlflow.jobExecution=true"), "Deployment", "-mlflow")
     env = {e["name"]: e.get("value") for e in container(deployment, "mlflow")["env"]}
     assert env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "true"
