@@ -194,7 +194,7 @@ def start_ours(workers: int, *, as_pod: str | None = None, code_root: Path = REP
         sys.path.insert(0, str(REPO / "tests" / "sandbox"))
         import podlike
 
-        argv = podlike.command(as_pod, argv)
+        argv = podlike.command(as_pod, argv, expose=(str(code_root),))
     # cwd too: ``python -m`` puts the working directory first on sys.path.
     process = subprocess.Popen(argv, env=environment, cwd=str(code_root), start_new_session=True)
     url = f"http://127.0.0.1:{port}"

@@ -16,6 +16,11 @@
  *     -> (baseline_vm_bytes, stdin_fd)
  * Raises OSError(errno, "<step>: <strerror>") naming the step that failed; the caller reports it
  * and exits without acknowledging its setup. Linux only.
+ *
+ * reseed(regions): fresh states for the interpreter's random generators (retool/sandbox/reseed.py
+ * says which, where their states lie and why this is their seeding from the OS): for each (state
+ * address, index address, index value), the first word 0x80000000, the other 623 from getrandom,
+ * and the index at its value. Raises OSError when getrandom fails.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -31,6 +36,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -47,7 +53,7 @@
 #define NR_LANDLOCK_RESTRICT_SELF 446
 #define LANDLOCK_RULE_PATH_BENEATH 1
 
-#define PLAN_VERSION 2u
+#define PLAN_VERSION 3u
 #define PLAN_HEADER 56 /* 8 x u32, 2 x s32, then 2 x u64 */
 #define RULE_BYTES 12  /* struct landlock_path_beneath_attr, packed: u64 allowed_access, s32 parent_fd */
 #define FLAG_LANDLOCK 1u
@@ -421,8 +427,46 @@ done:
     return result;
 }
 
+#define MT_WORDS 624
+#define REGION_BYTES 24 /* u64 state address, u64 index address, s64 index value: reseed.py's _REGION */
+
+static PyObject *reseed(PyObject *self, PyObject *arg) {
+    (void)self;
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) != 0)
+        return NULL;
+    PyObject *result = NULL;
+    if (view.len % REGION_BYTES != 0) {
+        PyErr_SetString(PyExc_ValueError, "reseed: the regions are not (state, index, value) triples");
+        goto done;
+    }
+    for (Py_ssize_t at = 0; at < view.len; at += REGION_BYTES) {
+        const unsigned char *region = (const unsigned char *)view.buf + at;
+        uint32_t *state = (uint32_t *)(uintptr_t)u64_at(region);
+        int32_t index = (int32_t)u64_at(region + 16);
+        size_t got = sizeof(uint32_t), want = sizeof(uint32_t) * MT_WORDS; /* words 1..623 */
+        while (got < want) {
+            ssize_t n = getrandom((char *)state + got, want - got, 0);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0) {
+                fail("getrandom");
+                goto done;
+            }
+            got += (size_t)n;
+        }
+        state[0] = 0x80000000u; /* as both seedings leave it: never the all-zero state */
+        memcpy((void *)(uintptr_t)u64_at(region + 8), &index, sizeof index);
+    }
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"settle", settle, METH_VARARGS, "Apply an execution's prepared setup (see the module's C source)."},
+    {"reseed", reseed, METH_O, "Fresh states for the interpreter's random generators (see the module's C source)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -28,7 +28,7 @@ import types
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from retool.sandbox import forking, isolation, landlock, protocol, seccomp
+from retool.sandbox import forking, isolation, landlock, protocol, reseed, seccomp
 from retool.sandbox.outcome import Limits, rlimits
 
 try:
@@ -140,15 +140,17 @@ class Prepared:
     """How an execution closes what it inherits (``_close_other_fds``)."""
     forker: forking.Forker
     """How the zygote forks an execution, and what the execution then does first (``forking``)."""
-    native: bytes | None = None
+    native: bytes | None
     """The plan of ``_settle.settle`` (``pack_native_plan``), when the zygote's executions make their
     setup with the compiled helper; None: from Python (``_settle_layers``)."""
+    reseed: reseed.Plan
+    """How each execution reseeds the random generators it inherits (``reseed``)."""
 
 
 settled_natively = False
 """In an execution: its setup was ``_settle.settle``'s (the tests read it, as ``forking.forked_raw``)."""
 
-NATIVE_PLAN_VERSION = 2
+NATIVE_PLAN_VERSION = 3
 _NATIVE_HEADER = struct.Struct("=8I2i2Q")
 
 
@@ -206,7 +208,7 @@ def prepare(layers: dict[str, Any]) -> Prepared:
     )
     prepared_filter = seccomp.prepare(platform.machine(), policy) if layers["seccomp"] else None
     native = pack_native_plan(rules, prepared_filter) if layers.get("native_setup") and native_setup_error() is None else None
-    return Prepared(rules, prepared_filter, CloseRange.probe(), forking.Forker.probe(), native)
+    return Prepared(rules, prepared_filter, CloseRange.probe(), forking.Forker.probe(), native, reseed.locate(native is not None))
 
 
 def execution_signals() -> None:
@@ -250,7 +252,8 @@ def main(go_fd: int, stdout_fd: int, stderr_fd: int, ack_fd: int, setup: dict[st
     exit_code = 70
     acknowledged = False
     try:
-        prepared.forker.after_in_child()  # after a raw fork, what os.fork runs here but the lock repair (``forking``)
+        # After a raw fork, what os.fork runs here but the lock repair (``forking``) and what the reseed replaces.
+        prepared.forker.after_in_child(skip=prepared.reseed.covered)
         worker = os.getppid()
         if prepared.native is not None:  # the same calls as below, in one native call (``_settle.c``)
             baseline_vm, stdin_fd = _native.settle(  # type: ignore[union-attr]
@@ -266,7 +269,7 @@ def main(go_fd: int, stdout_fd: int, stderr_fd: int, ack_fd: int, setup: dict[st
             baseline_vm = _baseline_vm_bytes()
             stdin_fd = os.memfd_create("stdin")  # before seccomp, which refuses memfds to the code
             _settle_layers(setup, prepared, stdout_fd, stderr_fd, worker)
-        _settle_interpreter(setup["cwd"])
+        _settle_interpreter(setup["cwd"], prepared.reseed)
         os.write(ack_fd, b"k")
         acknowledged = True
         os.close(ack_fd)
@@ -318,8 +321,8 @@ def _settle_layers(setup: dict[str, Any], prepared: Prepared, stdout_fd: int, st
         isolation.set_dumpable(True)
 
 
-def _settle_interpreter(cwd: str) -> None:
-    """The interpreter's side: environment, fresh stdio, ``sys.argv`` and ``sys.path``, numpy's seed."""
+def _settle_interpreter(cwd: str, seeds: reseed.Plan) -> None:
+    """The interpreter's side: environment, fresh stdio, ``sys.argv`` and ``sys.path``, fresh seeds."""
     os.environ.update(HOME=cwd, TMPDIR=cwd, PWD=cwd)  # to the zygote's, which is SAFE_ENV (``prepare``)
     if "tempfile" in sys.modules:  # forget a temp dir the template may have cached
         sys.modules["tempfile"].tempdir = None
@@ -327,8 +330,10 @@ def _settle_interpreter(cwd: str) -> None:
     sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8", errors="backslashreplace", line_buffering=True)
     sys.argv = [CODE_FILENAME]
     sys.path[0] = cwd
-    if "numpy" in sys.modules:  # a fork copies numpy's global random state: reseed like a fresh interpreter
-        sys.modules["numpy"].random.seed(int.from_bytes(os.urandom(4), "little"))
+    if seeds.native:  # a fork copies the generators' states: seed them as a fresh interpreter does
+        _native.reseed(seeds.native)  # type: ignore[union-attr]
+    for seed in seeds.seeds:
+        seed()
 
 
 OOM_SCORE_ADJ = 1000

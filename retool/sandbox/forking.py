@@ -94,8 +94,9 @@ class Forker:
             raise OSError(errno, f"fork: {os.strerror(errno)}")
         return pid
 
-    def after_in_child(self) -> None:
-        """In the child of a raw fork: what ``os.fork`` would have called there but the lock repair.
+    def after_in_child(self, skip: tuple[Callable[[], object], ...] = ()) -> None:
+        """In the child of a raw fork: what ``os.fork`` would have called there but the lock repair
+        and ``skip`` (what the caller does another way: ``reseed``).
 
         The list is copied first, as CPython does: a function may register another."""
         if not self.raw:
@@ -103,7 +104,7 @@ class Forker:
         global forked_raw
         forked_raw = True
         for function in list(_after_in_child or ()):
-            if function not in LOCK_REPAIR:
+            if function not in LOCK_REPAIR and function not in skip:
                 function()
 
 

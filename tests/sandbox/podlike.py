@@ -40,14 +40,17 @@ KINDS = ("pod", "pod-userns", "k8s-userns")
 EXPOSED = (sys.base_prefix, sys.prefix, str(REPO))
 
 
-def command(kind: str, argv: list[str], *, uid: int = POD_UID, pid_namespace: bool = True) -> list[str]:
-    """The command line that runs ``argv`` as a pod of ``kind`` would (run it as root)."""
+def command(kind: str, argv: list[str], *, uid: int = POD_UID, pid_namespace: bool = True, expose: tuple[str, ...] = ()) -> list[str]:
+    """The command line that runs ``argv`` as a pod of ``kind`` would (run it as root). ``expose``:
+    more trees the pod must see as they are, beside this checkout and the interpreter (another
+    checkout a benchmark starts: under /tmp it would otherwise be hidden by the pod's fresh /tmp,
+    and the server would import this checkout's code instead, through the editable install)."""
     if kind not in KINDS:
         raise ValueError(kind)
     namespaces = ["--mount", "--propagation", "private"]
     if pid_namespace:
         namespaces += ["--pid", "--fork", "--mount-proc", "--kill-child"]
-    stage = [sys.executable, str(HERE), "prepare", kind, str(uid), "--", *argv]
+    stage = [sys.executable, str(HERE), "prepare", kind, str(uid), *expose, "--", *argv]
     line = ["unshare", *namespaces, "--", *stage]
     if kind == "k8s-userns":  # util-linux's --map-users needs newuidmap: map the range ourselves
         line = [sys.executable, str(HERE), "userns", "--", *line]
@@ -114,15 +117,16 @@ def _expose(target: str) -> None:
         return
 
 
-def prepare(kind: str, uid: int, argv: list[str]) -> None:
+def prepare(kind: str, uid: int, argv: list[str], expose: tuple[str, ...] = ()) -> None:
     """As root inside the new namespaces: the pod's filesystem, then its privileges, then exec."""
-    for target in EXPOSED:
+    exposed = (*EXPOSED, *expose)
+    for target in exposed:
         _expose(target)
     scratch = {"/tmp": "size=512m", "/var/tmp": "size=64m", "/dev/shm": "size=64m"}
     for path, size in scratch.items():
         # A checkout or venv under a scratch directory (a clone in /tmp) stays visible: it is bound
         # back into the pod's fresh tmpfs, as the image's own files are outside the pod's emptyDirs.
-        inside = [os.path.realpath(t) for t in EXPOSED if os.path.realpath(t).startswith(path.rstrip("/") + "/")]
+        inside = [os.path.realpath(t) for t in exposed if os.path.realpath(t).startswith(path.rstrip("/") + "/")]
         kept = [(target, os.open(target, os.O_PATH)) for target in inside]
         isolation.mount("tmpfs", path, "tmpfs", isolation.MS_NOSUID | isolation.MS_NODEV, f"mode=1777,{size}")
         for target, fd in kept:
@@ -150,7 +154,7 @@ def main() -> None:
     if head[0] == "userns":
         enter_userns(argv)
     elif head[0] == "prepare":
-        prepare(head[1], int(head[2]), argv)
+        prepare(head[1], int(head[2]), argv, tuple(head[3:]))
     elif head[0] == "deny-namespaces":
         deny_namespaces(argv)
     raise SystemExit(f"unknown stage {head}")

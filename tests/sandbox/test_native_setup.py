@@ -95,6 +95,9 @@ SHAPE = textwrap.dedent(
     from retool.sandbox import landlock, protocol, worker, zygote
     from retool.sandbox.outcome import Limits
     drop, native, scratch, probe, refuse = sys.argv[1], sys.argv[2] == "native", sys.argv[3], sys.argv[4], sys.argv[5] == "refuse"
+    preload, runs = [name for name in sys.argv[6].split(",") if name], int(sys.argv[7])
+    for name in preload:  # as the template imports them: the zygote inherits their state
+        __import__(name)
     if refuse:  # close_range answers ENOSYS, as on a runtime without it: both setups walk /proc/self/fd
         import errno, struct
         from retool.sandbox import child, seccomp
@@ -111,7 +114,7 @@ SHAPE = textwrap.dedent(
     zyg = zygote.Zygote(False, layers=layers)
     limits = Limits(run_timeout_s=10, memory_limit_mb=512, max_processes=64, max_file_size_mb=8, max_open_files=128)
     results = []
-    for name in ("x1", "x2", "missing"):
+    for name in [f"x{n}" for n in range(runs)] + ["missing"]:
         cwd = os.path.join(scratch, name)
         if name != "missing":
             os.mkdir(cwd, 0o700)
@@ -143,14 +146,15 @@ SHAPE = textwrap.dedent(
 )
 
 
-def _shape(drop: str, setup: str, refuse_close_range: bool) -> tuple[list[dict], str]:
-    """The three executions of a zygote of this credential shape (two probes, one with no directory)
-    and what was written on the zygote's stderr (where a setup that fails before its stdio is in
-    place writes its traceback too)."""
+def _shape(drop: str, setup: str, refuse_close_range: bool, probe: str = PROBE, preload: tuple[str, ...] = (), runs: int = 2) -> tuple[list[dict], str]:
+    """The executions of a zygote of this credential shape (``runs`` of ``probe``, then one with no
+    directory) and what was written on the zygote's stderr (where a setup that fails before its
+    stdio is in place writes its traceback too). ``preload``: modules imported before the zygote
+    starts, as the template imports them."""
     scratch = tempfile.mkdtemp(prefix="native-setup-")
     try:
         os.chmod(scratch, 0o711)  # execution uids reach their own directory inside, as in the replica's root
-        argv = [sys.executable, "-c", SHAPE, drop, setup, scratch, PROBE, "refuse" if refuse_close_range else ""]
+        argv = [sys.executable, "-c", SHAPE, drop, setup, scratch, probe, "refuse" if refuse_close_range else "", ",".join(preload), str(runs)]
         if drop == "caps":  # the user-namespace shape: root of a namespace of its own, every capability there
             argv = ["unshare", "--user", "--map-root-user", *argv]
         done = subprocess.run(argv, env=repo_env(), capture_output=True, text=True, timeout=120)
@@ -306,3 +310,40 @@ def test_the_worker_says_why_a_setup_failed(written: bytes | None, settled: bool
     finally:
         if written is None:
             os.close(ack_w)
+
+
+SEEDS_PROBE = textwrap.dedent(
+    """
+    import json, random, numpy, sympy
+    from sympy.core import random as sympy_random
+    generators = {"random": random._inst, "sympy": sympy_random.rng, "sympy_assumptions": sympy_random._assumptions_rng}
+    facts = {name: [g.getstate()[1][624], g.getstate()[1][0] == 0x80000000] for name, g in generators.items()}
+    _, key, pos, has_gauss, _ = numpy.random.get_state()
+    facts["numpy"] = [pos, int(key[0]) == 0x80000000, has_gauss]
+    draws = {name: g.random() for name, g in generators.items()}
+    draws["numpy"] = numpy.random.random()
+    draws["randprime"] = sympy.randprime(10**6, 10**7)
+    print(json.dumps({"facts": facts, "draws": draws}))
+    """
+)
+
+
+@pytest.mark.parametrize("setup", ["python", "native"])
+def test_every_execution_draws_fresh_random_numbers(setup: str) -> None:
+    """Each generator a fresh interpreter seeds from the OS at import (``reseed.GENERATORS``, numpy's
+    global one) is reseeded in each execution, by the helper (``_settle.reseed``) or by its own
+    ``seed()``: the state an MT19937 seeding from the OS leaves (the first word 0x80000000, the
+    index where each library's seeding leaves it), and
+    other numbers in every execution. Before ``reseed``, sympy's generators kept the zygote's
+    state: ``sympy.randprime`` gave the same prime in every execution."""
+    if os.geteuid() != 0:
+        pytest.skip("the shapes are started from a root test process (as in CI)")
+    if setup == "native" and child.native_setup_error() is not None:
+        pytest.skip(child.native_setup_error())
+    runs, _log = _shape("none", setup, False, SEEDS_PROBE, ("random", "numpy", "sympy"), runs=4)
+    found = [_facts(run) for run in runs[:4]]
+    for one in found:  # numpy's own seeding from the OS leaves its index at 623 (``reseed.NUMPY_INDEX``)
+        assert one["facts"] == {"random": [624, True], "sympy": [624, True], "sympy_assumptions": [624, True], "numpy": [623, True, 0]}, one["facts"]
+    for name in found[0]["draws"]:
+        values = [one["draws"][name] for one in found]
+        assert len(set(values)) == len(values), (name, values)
