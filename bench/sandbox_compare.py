@@ -235,6 +235,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=6.0, help="seconds per measurement")
     parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--code-root", type=Path, default=sandbox_bench.REPO, help="start our server from this checkout (a worktree of an older commit, its helper built)")
     parser.add_argument("--slices", type=int, default=4, help="slices per side of the print pair (1: one block each, the method before 2026-11-27 20:15 UTC)")
     parser.add_argument("--floor-against-itself", action="store_true", help="only the method's own error: the floor paired with itself (no server, no root)")
     parser.add_argument("--json", help="also write every row here")
@@ -258,7 +259,7 @@ def main() -> int:
         print(f"sched_autogroup_enabled: {Path('/proc/sys/kernel/sched_autogroup_enabled').read_text().strip()}", flush=True)
     print(f"load average at the start: {load:.2f}" + ("" if load < 1 else "  (NOT quiet: figures under load, compare rows of this run only)"), flush=True)
     _warm_interpreter()
-    process, url, _pid = sandbox_bench.start_ours(args.workers, as_pod="pod")
+    process, url, _pid = sandbox_bench.start_ours(args.workers, as_pod="pod", code_root=args.code_root.resolve())
     rows: list[dict] = []
     try:
         print(f"ours: {sandbox_bench.isolation_summary(url)}", flush=True)
