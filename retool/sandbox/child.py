@@ -245,7 +245,7 @@ def main(go_fd: int, stdout_fd: int, stderr_fd: int, ack_fd: int, setup: dict[st
     """Entry of a freshly forked child; never returns.
 
     Everything that does not depend on the request (detaching, dropping privileges, the isolation
-    layers, a clean environment, fresh stdio, reseeding numpy) happens before the job arrives, off
+    layers, a clean environment, fresh stdio, fresh random seeds) happens before the job arrives, off
     its latency. A failure there exits without acknowledging: the worker then refuses to run code.
     """
     global settled_natively
