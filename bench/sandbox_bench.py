@@ -21,6 +21,7 @@ import contextlib
 import io
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -212,6 +213,20 @@ def start_ours(workers: int, *, as_pod: str | None = None, code_root: Path = REP
     raise SystemExit("our sandbox did not become ready")
 
 
+def stop_ours(process: subprocess.Popen, server: int) -> None:
+    """Stop a server ``start_ours`` started as the kubelet stops a pod: SIGTERM to the server alone
+    (it drains, and its template and workers end with it), then the whole group after 30 s. A
+    SIGTERM to the whole group killed the workers and the template first, and the server logged
+    them as deaths to repair ("worker N retired: died while idle", "template gone")."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(server, signal.SIGTERM)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
 def _server_pid(launcher: int) -> int:
     """The sandbox server among the launcher and its descendants (the launcher itself when started plainly)."""
     frontier = [launcher]
@@ -282,12 +297,7 @@ def main() -> int:
         rows = asyncio.run(main_async(args, url))
     finally:
         if process is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(server, 15)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, 9)
+            stop_ours(process, server)
     if args.json:
         Path(args.json).write_text(json.dumps({"label": args.label, "rows": rows}, indent=1))
     mix = [r for r in rows if r["workload"] == "mix" and r["concurrency"] == 16]

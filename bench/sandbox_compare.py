@@ -39,7 +39,6 @@ import functools
 import json
 import os
 import select
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -259,7 +258,7 @@ def main() -> int:
         print(f"sched_autogroup_enabled: {Path('/proc/sys/kernel/sched_autogroup_enabled').read_text().strip()}", flush=True)
     print(f"load average at the start: {load:.2f}" + ("" if load < 1 else "  (NOT quiet: figures under load, compare rows of this run only)"), flush=True)
     _warm_interpreter()
-    process, url, _pid = sandbox_bench.start_ours(args.workers, as_pod="pod", code_root=args.code_root.resolve())
+    process, url, server = sandbox_bench.start_ours(args.workers, as_pod="pod", code_root=args.code_root.resolve())
     rows: list[dict] = []
     try:
         print(f"ours: {sandbox_bench.isolation_summary(url)}", flush=True)
@@ -276,8 +275,7 @@ def main() -> int:
                 print(f"   round {round_}: {name} = {value:.2f}", flush=True)
             rows += [dict(r, round=round_) for r in these]
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=30)
+        sandbox_bench.stop_ours(process, server)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

@@ -42,7 +42,6 @@ import asyncio
 import json
 import os
 import resource
-import signal
 import subprocess
 import sys
 import time
@@ -312,9 +311,8 @@ def main() -> int:
                     show("floor", row)
                     rows.append({"server": "floor", "round": round_, **row})
     finally:
-        for _label, process, _url, _server in servers:
-            os.killpg(process.pid, signal.SIGTERM)  # type: ignore[attr-defined]
-            process.wait(timeout=30)  # type: ignore[attr-defined]
+        for _label, process, _url, server in servers:
+            sandbox_bench.stop_ours(process, server)  # type: ignore[arg-type]
     print(f"load average at the end: {os.getloadavg()[0]:.2f}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -76,12 +75,11 @@ def main() -> int:
     args = parser.parse_args()
     if os.geteuid() != 0:
         parser.error("the restricted pod way needs root (tests/sandbox/podlike.py)")
-    process, url, _ = sandbox_bench.start_ours(16, as_pod="pod")
+    process, url, server = sandbox_bench.start_ours(16, as_pod="pod")
     try:
         asyncio.run(measure(url, args.duration))
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=30)
+        sandbox_bench.stop_ours(process, server)
     return 0
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -44,7 +43,7 @@ def p50(values: list[float]) -> float:
 
 
 def http_figures(requests: int) -> dict[str, float]:
-    process, url, _ = sandbox_bench.start_ours(1, as_pod="pod")
+    process, url, server = sandbox_bench.start_ours(1, as_pod="pod")
     try:
         with httpx.Client(base_url=url, timeout=30) as client:
             for _ in range(20):  # warm-up
@@ -60,8 +59,7 @@ def http_figures(requests: int) -> dict[str, float]:
                 assert answer["run_result"]["stdout"] == "2\n", answer
         return {"HTTP floor (GET /v1/ping)": p50(ping), "POST /run_code, restricted pod": p50(run)}
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=30)
+        sandbox_bench.stop_ours(process, server)
 
 
 async def pool_figures(requests: int) -> dict[str, float]:
