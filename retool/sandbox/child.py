@@ -26,7 +26,7 @@ import sys
 import traceback
 import types
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from retool.sandbox import forking, isolation, landlock, protocol, reseed, seccomp
 from retool.sandbox.outcome import Limits, rlimits
@@ -122,6 +122,40 @@ def _exit_code_of(exc: SystemExit) -> int:
     return 1
 
 
+class Stdio(NamedTuple):
+    stdin: io.TextIOWrapper
+    stdout: io.TextIOWrapper
+    stderr: io.TextIOWrapper
+
+
+def build_stdio() -> Stdio:
+    """In the zygote, once: the text streams a fresh ``python main.py`` has on descriptors 0, 1 and 2,
+    for every execution to take as they are. Built in each execution they cost ~120 copy-on-write
+    faults (the objects, their buffers, the codec lookups); built here, an execution only writes into
+    its copy. They are built while 0, 1 and 2 are of the kinds the execution will have there (a
+    memfd for stdin, pipes for stdout and stderr), because each stream reads its descriptor's
+    seekability and position when it is made and keeps them; the zygote's own 0, 1 and 2 are put
+    back after."""
+    saved = [os.dup(fd) for fd in (0, 1, 2)]
+    stdin_file = os.memfd_create("stdin")
+    read_end, write_end = os.pipe()
+    try:
+        os.dup2(stdin_file, 0)
+        os.dup2(write_end, 1)
+        os.dup2(write_end, 2)
+        return Stdio(
+            io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8"),
+            io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8"),
+            io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8", errors="backslashreplace", line_buffering=True),
+        )
+    finally:
+        for fd, old in zip((0, 1, 2), saved, strict=True):
+            os.dup2(old, fd)
+            os.close(old)
+        for fd in (stdin_file, read_end, write_end):
+            os.close(fd)
+
+
 @dataclass(frozen=True)
 class Prepared:
     """The layers every execution of a zygote applies identically, built once in the zygote.
@@ -145,6 +179,8 @@ class Prepared:
     setup with the compiled helper; None: from Python (``_settle_layers``)."""
     reseed: reseed.Plan
     """How each execution reseeds the random generators it inherits (``reseed``)."""
+    stdio: Stdio
+    """The execution's ``sys.stdin``, ``sys.stdout`` and ``sys.stderr``, built once (``build_stdio``)."""
 
 
 settled_natively = False
@@ -208,7 +244,7 @@ def prepare(layers: dict[str, Any]) -> Prepared:
     )
     prepared_filter = seccomp.prepare(platform.machine(), policy) if layers["seccomp"] else None
     native = pack_native_plan(rules, prepared_filter) if layers.get("native_setup") and native_setup_error() is None else None
-    return Prepared(rules, prepared_filter, CloseRange.probe(), forking.Forker.probe(), native, reseed.locate(native is not None))
+    return Prepared(rules, prepared_filter, CloseRange.probe(), forking.Forker.probe(), native, reseed.locate(native is not None), build_stdio())
 
 
 def execution_signals() -> None:
@@ -269,13 +305,13 @@ def main(go_fd: int, stdout_fd: int, stderr_fd: int, ack_fd: int, setup: dict[st
             baseline_vm = _baseline_vm_bytes()
             stdin_fd = os.memfd_create("stdin")  # before seccomp, which refuses memfds to the code
             _settle_layers(setup, prepared, stdout_fd, stderr_fd, worker)
-        _settle_interpreter(setup["cwd"], prepared.reseed)
+        _settle_interpreter(setup["cwd"], prepared)
         os.write(ack_fd, b"k")
         acknowledged = True
         os.close(ack_fd)
         job = protocol.MARSHAL.loads(_read_all(go_fd))  # the worker's (``protocol.MARSHAL`` says why)
         os.close(go_fd)
-        exit_code = _run(job, baseline_vm, stdin_fd)
+        exit_code = _run(job, baseline_vm, stdin_fd, prepared.stdio.stdin)
     except BaseException:  # the harness itself failed: say so, the worker reports it
         report = traceback.format_exc().encode(errors="replace")
         if not acknowledged:  # on the acknowledgement pipe: it is open whichever step failed, stdio or not
@@ -321,15 +357,15 @@ def _settle_layers(setup: dict[str, Any], prepared: Prepared, stdout_fd: int, st
         isolation.set_dumpable(True)
 
 
-def _settle_interpreter(cwd: str, seeds: reseed.Plan) -> None:
+def _settle_interpreter(cwd: str, prepared: Prepared) -> None:
     """The interpreter's side: environment, fresh stdio, ``sys.argv`` and ``sys.path``, fresh seeds."""
     os.environ.update(HOME=cwd, TMPDIR=cwd, PWD=cwd)  # to the zygote's, which is SAFE_ENV (``prepare``)
     if "tempfile" in sys.modules:  # forget a temp dir the template may have cached
         sys.modules["tempfile"].tempdir = None
-    sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8")
-    sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8", errors="backslashreplace", line_buffering=True)
+    sys.stdout, sys.stderr = prepared.stdio.stdout, prepared.stdio.stderr
     sys.argv = [CODE_FILENAME]
     sys.path[0] = cwd
+    seeds = prepared.reseed
     if seeds.native:  # a fork copies the generators' states: seed them as a fresh interpreter does
         _native.reseed(seeds.native)  # type: ignore[union-attr]
     for seed in seeds.seeds:
@@ -361,19 +397,19 @@ def _yield_to_the_server() -> None:
         os.setpriority(os.PRIO_PROCESS, 0, NICE)
 
 
-def _apply(job: dict[str, Any], baseline_vm: int, stdin_fd: int) -> None:
+def _apply(job: dict[str, Any], baseline_vm: int, stdin_fd: int, stdin: io.TextIOWrapper) -> None:
     os.write(stdin_fd, (job.get("stdin") or "").encode())
     os.lseek(stdin_fd, 0, os.SEEK_SET)
     os.dup2(stdin_fd, 0)
     os.close(stdin_fd)
-    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8")
+    sys.stdin = stdin
     limits = Limits(**job["limits"])
     for res, (soft, hard) in rlimits(limits, baseline_vm, job.get("processes_in_use", 0)).items():
         resource.setrlimit(res, (soft, hard))
 
 
-def _run(job: dict[str, Any], baseline_vm: int, stdin_fd: int) -> int:
-    _apply(job, baseline_vm, stdin_fd)
+def _run(job: dict[str, Any], baseline_vm: int, stdin_fd: int, stdin: io.TextIOWrapper) -> int:
+    _apply(job, baseline_vm, stdin_fd, stdin)
     code = job["code"]
     module = types.ModuleType("__main__")
     module.__dict__.update(__builtins__=builtins, __file__=CODE_FILENAME)

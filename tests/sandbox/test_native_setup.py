@@ -70,6 +70,7 @@ PROBE = textwrap.dedent(
         "environment": {key: norm(value) for key, value in os.environ.items()},
         "stdin": sys.stdin.read(),
         "stdio": [type(sys.stdout).__name__, sys.stdout.encoding, sys.stdout.line_buffering, sys.stderr.errors, sys.stderr.line_buffering],
+        "stdio_seekable": [sys.stdin.seekable(), sys.stdout.seekable(), sys.stderr.seekable(), sys.stdin.tell()],
         "argv": sys.argv, "path0": norm(sys.path[0]),
         "limits": {name: resource.getrlimit(getattr(resource, name)) for name in ("RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_CORE")},
         "write_here": attempt(lambda: open("mine", "w").close()),
@@ -198,6 +199,8 @@ def test_the_compiled_setup_leaves_the_execution_as_the_python_setup_does(drop: 
         assert [fd for fd, _ in facts["fds"]][:3] == [0, 1, 2] and facts["fds"][1][1] == facts["fds"][2][1] == "pipe"
         assert len(facts["fds"]) == 3, facts["fds"]  # stdio: nothing inherited is left open
         assert facts["stdin"] == "given\n" and facts["argv"] == [child.CODE_FILENAME] and facts["path0"] == "<cwd>"
+        # As a fresh interpreter's over these descriptors (a memfd, two pipes), not the zygote's own.
+        assert facts["stdio_seekable"] == [True, False, False, len("given\n")], facts["stdio_seekable"]
         assert facts["environment"]["HOME"] == facts["environment"]["TMPDIR"] == "<cwd>"
         assert facts["write_here"] == "ok" and facts["read_the_system"] == "ok"
         assert facts["write_outside"] == errno.EACCES and facts["list_the_scratch_root"] == errno.EACCES
@@ -347,3 +350,30 @@ def test_every_execution_draws_fresh_random_numbers(setup: str) -> None:
     for name in found[0]["draws"]:
         values = [one["draws"][name] for one in found]
         assert len(set(values)) == len(values), (name, values)
+
+
+def test_the_prebuilt_stdio_takes_its_kinds_and_gives_the_descriptors_back(tmp_path: Path) -> None:
+    """``child.build_stdio`` runs in the zygote with whatever 0, 1 and 2 it has (here a regular file
+    on 1, which is seekable): the streams must still be those of a memfd and two pipes, and 0, 1 and
+    2 the same files after."""
+    log = tmp_path / "out"
+    script = textwrap.dedent(
+        """
+        import json, os, sys
+        from retool.sandbox import child
+        before = [os.fstat(fd) for fd in (0, 1, 2)]
+        stdio = child.build_stdio()
+        after = [os.fstat(fd) for fd in (0, 1, 2)]
+        same = [(a.st_dev, a.st_ino) == (b.st_dev, b.st_ino) for a, b in zip(before, after)]
+        kinds = [stdio.stdin.seekable(), stdio.stdout.seekable(), stdio.stderr.seekable()]
+        shape = [stdio.stdout.encoding, stdio.stderr.errors, stdio.stderr.line_buffering, [s.fileno() for s in stdio]]
+        sys.stderr.write(json.dumps({"same": same, "kinds": kinds, "shape": shape, "open": sorted(int(fd) for fd in os.listdir("/proc/self/fd"))}))
+        """
+    )
+    with open(log, "w") as out:
+        done = subprocess.run([sys.executable, "-c", script], env=repo_env(), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stderr)
+    assert found["same"] == [True, True, True] and found["kinds"] == [True, False, False], found
+    assert found["shape"] == ["utf-8", "backslashreplace", True, [0, 1, 2]], found
+    assert found["open"][:3] == [0, 1, 2] and len(found["open"]) <= 4, found  # nothing left open (the listing's own aside)
