@@ -135,7 +135,18 @@ def build_stdio() -> Stdio:
     its copy. They are built while 0, 1 and 2 are of the kinds the execution will have there (a
     memfd for stdin, pipes for stdout and stderr), because each stream reads its descriptor's
     seekability and position when it is made and keeps them; the zygote's own 0, 1 and 2 are put
-    back after."""
+    back after (one that was closed is closed again: a server started with a closed stdout still
+    runs code)."""
+    closed = []
+    for fd in (0, 1, 2):  # taken first, so that neither the memfd nor the pipe lands on one of them
+        try:
+            os.fstat(fd)
+        except OSError:
+            placeholder = os.open(os.devnull, os.O_RDWR)
+            if placeholder != fd:
+                os.dup2(placeholder, fd)
+                os.close(placeholder)
+            closed.append(fd)
     saved = [os.dup(fd) for fd in (0, 1, 2)]
     stdin_file = os.memfd_create("stdin")
     read_end, write_end = os.pipe()
@@ -152,7 +163,7 @@ def build_stdio() -> Stdio:
         for fd, old in zip((0, 1, 2), saved, strict=True):
             os.dup2(old, fd)
             os.close(old)
-        for fd in (stdin_file, read_end, write_end):
+        for fd in (stdin_file, read_end, write_end, *closed):
             os.close(fd)
 
 

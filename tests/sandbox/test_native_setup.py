@@ -355,7 +355,7 @@ def test_every_execution_draws_fresh_random_numbers(setup: str) -> None:
 def test_the_prebuilt_stdio_takes_its_kinds_and_gives_the_descriptors_back(tmp_path: Path) -> None:
     """``child.build_stdio`` runs in the zygote with whatever 0, 1 and 2 it has (here a regular file
     on 1, which is seekable): the streams must still be those of a memfd and two pipes, and 0, 1 and
-    2 the same files after."""
+    2 the same files after. With 0 closed (a server started that way), 0 is closed again after."""
     log = tmp_path / "out"
     script = textwrap.dedent(
         """
@@ -367,7 +367,13 @@ def test_the_prebuilt_stdio_takes_its_kinds_and_gives_the_descriptors_back(tmp_p
         same = [(a.st_dev, a.st_ino) == (b.st_dev, b.st_ino) for a, b in zip(before, after)]
         kinds = [stdio.stdin.seekable(), stdio.stdout.seekable(), stdio.stderr.seekable()]
         shape = [stdio.stdout.encoding, stdio.stderr.errors, stdio.stderr.line_buffering, [s.fileno() for s in stdio]]
-        sys.stderr.write(json.dumps({"same": same, "kinds": kinds, "shape": shape, "open": sorted(int(fd) for fd in os.listdir("/proc/self/fd"))}))
+        def is_open(fd):
+            try:
+                return os.fstat(fd) is not None
+            except OSError:
+                return False
+        std = [is_open(fd) for fd in (0, 1, 2)]
+        sys.stderr.write(json.dumps({"same": same, "kinds": kinds, "shape": shape, "std": std, "open": sorted(int(fd) for fd in os.listdir("/proc/self/fd"))}))
         """
     )
     with open(log, "w") as out:
@@ -376,4 +382,13 @@ def test_the_prebuilt_stdio_takes_its_kinds_and_gives_the_descriptors_back(tmp_p
     found = json.loads(done.stderr)
     assert found["same"] == [True, True, True] and found["kinds"] == [True, False, False], found
     assert found["shape"] == ["utf-8", "backslashreplace", True, [0, 1, 2]], found
-    assert found["open"][:3] == [0, 1, 2] and len(found["open"]) <= 4, found  # nothing left open (the listing's own aside)
+    assert found["std"] == [True, True, True] and len(found["open"]) <= 4, found  # nothing left open (the listing's own aside)
+    closed_stdin = script.replace("before = [os.fstat(fd) for fd in (0, 1, 2)]", "os.close(0)\nbefore = [os.fstat(fd) for fd in (1, 2)]").replace(
+        "after = [os.fstat(fd) for fd in (0, 1, 2)]", "after = [os.fstat(fd) for fd in (1, 2)]"
+    )
+    with open(log, "w") as out:
+        done = subprocess.run([sys.executable, "-c", closed_stdin], env=repo_env(), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stderr)
+    assert found["same"] == [True, True] and found["kinds"] == [True, False, False], found
+    assert found["std"] == [False, True, True] and len(found["open"]) <= 3, found  # 0 closed again; nothing else left open
