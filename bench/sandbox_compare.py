@@ -1,6 +1,7 @@
 """One command, bounded time: ours (the restricted pod way) against SandboxFusion and the fork floor.
 
     sudo python bench/sandbox_compare.py --sandboxfusion-url http://127.0.0.1:8081 --rounds 3
+    sudo python bench/sandbox_compare.py --code-root ../older   # ours from another checkout (its helper built)
 
 Interleaved rounds; each round measures ``print`` (``print(1+1)``) at c=1 and c=16 and ``mix`` at
 c=16 on the servers below, and ``print`` on the fork floor. Ours' print c=16 and the floor's, the
