@@ -57,12 +57,18 @@ class Plan:
     seeds: tuple[Callable[[], object], ...]
     """``seed()`` of the generators the helper does not reseed (no helper, or a failed check)."""
     covered: tuple[Callable[[], object], ...]
-    """At-fork functions the native reseed replaces (``random._inst.seed``): the raw fork skips them."""
+    """At-fork functions this plan replaces (``random._inst.seed``): the raw fork skips them."""
 
 
 def locate(native: bool) -> Plan:
     """In the zygote: the plan for the generators present (none is imported here). With ``native``
-    false every generator is seeded by its ``seed()`` (the Python setup path)."""
+    false every generator is seeded by its ``seed()`` (the Python setup path).
+
+    Both paths do the same before an execution measures its address-space baseline (RLIMIT_AS is
+    that baseline + the job's limit, and ``test_native_setup`` compares the two paths' limits): the
+    states are located either way (the check allocates), and random's own at-fork ``seed`` is
+    skipped either way and done with the others after the baseline. Run at the fork on one path
+    only, its allocations once moved that path's baseline by a heap step (136 KiB)."""
     regions: list[tuple[int, int, int]] = []
     seeds: list[Callable[[], object]] = []
     covered: list[Callable[[], object]] = []
@@ -71,19 +77,20 @@ def locate(native: bool) -> Plan:
         if not isinstance(generator, random.Random) or isinstance(generator, random.SystemRandom):
             continue
         generator.gauss_next = None  # as ``seed()`` leaves it; the executions inherit it
-        region = python_region(generator) if native else None
-        at_fork = module_name == "random"  # random registers ``_inst.seed`` to run after every fork
+        found = python_region(generator)  # either way: both setups leave the zygote's heap alike
+        region = found if native else None
+        if module_name == "random":  # random registers ``_inst.seed`` to run after every fork
+            covered.append(generator.seed)
         if region is not None:
             regions.append((*region, PYTHON_INDEX))
-            if at_fork:
-                covered.append(generator.seed)
-        elif not at_fork:  # random's own at-fork hook seeds it already
+        else:
             seeds.append(generator.seed)
     numpy_global = getattr(sys.modules.get(NUMPY_GLOBAL[0]), NUMPY_GLOBAL[1], None)
     if numpy_global is not None:
         if numpy_global.get_state(legacy=False).get("has_gauss"):
             numpy_global.seed()  # drop a cached Gaussian, which no reseed of the words would
-        region = numpy_region(numpy_global) if native else None
+        found_numpy = numpy_region(numpy_global)
+        region = found_numpy if native else None
         if region is not None:
             regions.append((*region, NUMPY_INDEX))
         else:

@@ -85,13 +85,13 @@ def test_the_helper_refuses_regions_it_cannot_read() -> None:
 
 
 def test_the_plan_covers_what_the_process_imported() -> None:
-    """With the helper: every generator by address, and random's own at-fork seed skipped; without:
-    each by its ``seed()``, but random's, which its at-fork hook runs anyway."""
+    """With the helper: every generator by address; without: each by its ``seed()``. Either way
+    random's own at-fork seed is skipped (done with the others, after the baseline is measured)."""
     import sympy.core.random as sympy_random
 
     native = reseed.locate(native=True)
     assert len(native.native) == 4 * reseed._REGION.size  # random, sympy's two, numpy's global
     assert native.seeds == () and native.covered == (random._inst.seed,)
     python = reseed.locate(native=False)
-    assert python.native == b"" and python.covered == ()
-    assert python.seeds == (sympy_random.rng.seed, sympy_random._assumptions_rng.seed, numpy.random.mtrand._rand.seed)
+    assert python.native == b"" and python.covered == (random._inst.seed,)
+    assert python.seeds == (random._inst.seed, sympy_random.rng.seed, sympy_random._assumptions_rng.seed, numpy.random.mtrand._rand.seed)
