@@ -22,6 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from retool.sandbox import run_route
 from retool.sandbox.api import RunCodeRequest, RunCodeResponse
 from retool.sandbox.http_limits import BodyLimit, InflightBudget
 from retool.sandbox.metrics import SandboxMetrics
@@ -102,18 +103,18 @@ def job_from_request(request: RunCodeRequest, settings: SandboxSettings) -> Job:
     )
 
 
-NON_FINITE = frozenset({"finite_number"})
+BAD_REQUEST_TYPES = frozenset({"finite_number", run_route.NOT_TEXT})
 
 
 def validation_answer(errors: list[dict]) -> tuple[int, str]:
     """Status and message for a body the model refuses: 400 for a non-finite number (NaN, Infinity:
-    no limit can be computed from one), 422 otherwise as FastAPI does; the inputs are never echoed
-    (a NaN cannot even be written back as JSON)."""
+    no limit can be computed from one) and for a JSON body that is not text at all, 422 otherwise
+    as FastAPI does; the inputs are never echoed (a NaN cannot even be written back as JSON)."""
     parts = []
     for error in errors:
         where = ".".join(str(part) for part in error.get("loc", ()) if part != "body") or "body"
         parts.append(f"{where}: {error.get('msg', 'invalid')}")
-    status = 400 if any(error.get("type") in NON_FINITE for error in errors) else 422
+    status = 400 if any(error.get("type") in BAD_REQUEST_TYPES for error in errors) else 422
     return status, "invalid request: " + "; ".join(parts)
 
 
@@ -139,64 +140,12 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
     def error_body(message: str) -> bytes:
         return RunCodeResponse(status="SandboxError", message=message, executor_pod_name=settings.pod_name).model_dump_json().encode()
 
-    app.add_middleware(
-        BodyLimit,
-        max_bytes=settings.max_body_bytes,
-        error_body=error_body,
-        on_reject=lambda reason: metrics.http_rejected.labels(reason).inc(),
-        budget=InflightBudget(settings.max_inflight_body_bytes),
-        retry_after_s=settings.retry_after_s,
-        max_json_tokens=settings.max_body_json_tokens,
-    )
-
     def refuse(status_code: int, message: str, retry_after: int | None = None) -> JSONResponse:
         body = RunCodeResponse(status="SandboxError", message=message, executor_pod_name=settings.pod_name).model_dump()
         headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
         return JSONResponse(body, status_code=status_code, headers=headers)
 
-    @app.exception_handler(RequestValidationError)
-    async def invalid_body(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        status, message = validation_answer(list(exc.errors()))
-        metrics.requests.labels("Rejected").inc()
-        return refuse(status, message)
-
-    @app.get("/healthz")
-    async def healthz() -> JSONResponse:
-        """Liveness: the event loop answers, and the replica has not been without a live worker for
-        ``liveness_no_worker_s``. Dead workers are replaced by the pool; a replica that cannot
-        replace any for that long (its scratch root unusable, the template failing) is restarted."""
-        workerless = pool.workerless_for()
-        if workerless > settings.liveness_no_worker_s:
-            return JSONResponse({"status": "failing", "reason": f"no live worker for {workerless:.0f} s"}, status_code=503)
-        return JSONResponse({"status": "ok"})
-
-    @app.get("/readyz")
-    async def readyz() -> JSONResponse:
-        """Ready when at least one warm worker is alive (and, in strict mode, the isolation is strong).
-
-        The body says why not, and which isolation layers are in force (``isolation``).
-        """
-        snapshot = pool.snapshot()
-        ready = pool.ready
-        reasons = []
-        if pool.draining:
-            reasons.append("draining: the replica is shutting down")
-        if pool.refusing:
-            reasons.append(f"isolation required but not strong: {', '.join(snapshot['isolation'].get('problems', []))}")
-        if not snapshot["live_workers"]:
-            reasons.append("no live worker")
-        return JSONResponse({"ready": ready, "not_ready_because": reasons if not ready else [], **snapshot}, status_code=200 if ready else 503)
-
-    @app.get("/metrics")
-    async def prometheus() -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    @app.get("/v1/ping")
-    async def ping() -> str:
-        return "pong"
-
-    @app.post("/run_code", response_model=RunCodeResponse, response_model_exclude_none=False)
-    async def run_code(body: RunCodeRequest, request: Request) -> JSONResponse:
+    async def answer_run_code(body: RunCodeRequest) -> Response:
         started = time.monotonic()
         try:
             job = job_from_request(body, settings)
@@ -249,6 +198,68 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
                 "worker_died": bool(result.get("worker_died")),
             },
         )
-        return JSONResponse(response.model_dump())
+        return Response(response.model_dump_json().encode(), media_type="application/json")
+
+    def refuse_invalid(errors: list[dict]) -> JSONResponse:
+        status, message = validation_answer(errors)
+        metrics.requests.labels("Rejected").inc()
+        return refuse(status, message)
+
+    # Behind BodyLimit (added last, so outermost): the route gets a body already bounded and whole.
+    app.add_middleware(run_route.RunCodeRoute, answer=answer_run_code, refuse=refuse_invalid)
+    app.add_middleware(
+        BodyLimit,
+        max_bytes=settings.max_body_bytes,
+        error_body=error_body,
+        on_reject=lambda reason: metrics.http_rejected.labels(reason).inc(),
+        budget=InflightBudget(settings.max_inflight_body_bytes),
+        retry_after_s=settings.retry_after_s,
+        max_json_tokens=settings.max_body_json_tokens,
+    )
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_body(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return refuse_invalid(list(exc.errors()))
+
+    @app.get("/healthz")
+    async def healthz() -> JSONResponse:
+        """Liveness: the event loop answers, and the replica has not been without a live worker for
+        ``liveness_no_worker_s``. Dead workers are replaced by the pool; a replica that cannot
+        replace any for that long (its scratch root unusable, the template failing) is restarted."""
+        workerless = pool.workerless_for()
+        if workerless > settings.liveness_no_worker_s:
+            return JSONResponse({"status": "failing", "reason": f"no live worker for {workerless:.0f} s"}, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        """Ready when at least one warm worker is alive (and, in strict mode, the isolation is strong).
+
+        The body says why not, and which isolation layers are in force (``isolation``).
+        """
+        snapshot = pool.snapshot()
+        ready = pool.ready
+        reasons = []
+        if pool.draining:
+            reasons.append("draining: the replica is shutting down")
+        if pool.refusing:
+            reasons.append(f"isolation required but not strong: {', '.join(snapshot['isolation'].get('problems', []))}")
+        if not snapshot["live_workers"]:
+            reasons.append("no live worker")
+        return JSONResponse({"ready": ready, "not_ready_because": reasons if not ready else [], **snapshot}, status_code=200 if ready else 503)
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/ping")
+    async def ping() -> str:
+        return "pong"
+
+    @app.post(run_route.PATH, response_model=RunCodeResponse, response_model_exclude_none=False)
+    async def run_code(body: RunCodeRequest) -> Response:
+        """Declared here for the API's schema (/docs, /openapi.json); ``run_route.RunCodeRoute`` in
+        front of the router reads the body as this declaration does and answers it."""
+        return await answer_run_code(body)
 
     return app
