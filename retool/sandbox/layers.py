@@ -93,6 +93,13 @@ class Plan:
         return not self.uid_per_execution or (not self.private_tmp and self.landlock_abi < 1)
 
     @property
+    def replica_counts_processes(self) -> bool:
+        """Executions share the replica's uid and see its processes (no uid of their own, no pid
+        namespace): RLIMIT_NPROC counts every process of that uid, so each execution's limit adds the
+        replica's count, which the server makes at dispatch (``pool``)."""
+        return not self.uid_per_execution and self.namespaces is None
+
+    @property
     def needs_sweep(self) -> bool:
         """Executions can write to the shared /tmp, /var/tmp and /dev/shm: clean them after each."""
         return not self.private_tmp and self.landlock_abi < 1

@@ -74,7 +74,9 @@ class Job:
     files: dict[str, str | None] = field(default_factory=dict)
     fetch_files: list[str] = field(default_factory=list)
 
-    def message(self) -> dict[str, Any]:
+    def message(self, processes_in_use: int | None = None) -> dict[str, Any]:
+        """What the worker gets; ``processes_in_use``: the replica's processes of the uid executions
+        share (``Plan.replica_counts_processes``), None where the worker decides it."""
         return {
             "type": "job",
             "code": self.code,
@@ -83,7 +85,16 @@ class Job:
             "stdin": self.stdin,
             "files": self.files,
             "fetch_files": self.fetch_files,
+            "processes_in_use": processes_in_use,
         }
+
+    def encoded_bound(self) -> int:
+        """At least the size of ``protocol.encode(self.message(n))``, without encoding it: JSON
+        escapes a character to at most 12 bytes (``\\ud83d\\ude00``: two \\u escapes for one
+        code point outside the BMP), and the rest of the message is under 1 KiB."""
+        chars = len(self.code) + len(self.stdin or "")
+        chars += sum(len(path) + len(content or "") for path, content in self.files.items()) + sum(len(path) for path in self.fetch_files)
+        return 12 * chars + 16 * (len(self.files) + len(self.fetch_files)) + 1024
 
 
 @dataclass
@@ -142,6 +153,8 @@ class ExecutionPool:
         self._control_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
         self.plan: layers.Plan | None = None
+        self._uid_processes: accounting.UidProcesses | None = None
+        """The replica's processes of the uid its executions share (``Plan.replica_counts_processes``)."""
         self.isolation: dict[str, Any] = {}
         self.restarts = 0
         self.cgroup_failures = 0  # executions whose cgroup could not be made (refused or run without)
@@ -172,6 +185,7 @@ class ExecutionPool:
             native_setup=settings.native_setup,
         )
         self.plan = self._with_cgroups(self.plan)
+        self._uid_processes = accounting.UidProcesses(os.getuid()) if self.plan.replica_counts_processes else None
         self.isolation = layers.describe(self.plan)
         self.metrics.publish_isolation(self.isolation)
         # Execution uids must reach their own directory inside, never list it; with a shared uid the
@@ -395,9 +409,8 @@ class ExecutionPool:
             raise PoolUnavailable("the sandbox is shutting down")
         if self.refusing:
             raise PoolUnavailable(f"isolation is not strong ({self.isolation.get('summary')}) and this replica requires it")
-        message = protocol.encode(job.message())
-        if len(message) > protocol.MAX_MESSAGE:
-            raise JobTooLarge(f"the job is {len(message)} bytes encoded, over the {protocol.MAX_MESSAGE} a worker accepts")
+        if job.encoded_bound() > protocol.MAX_MESSAGE and len(encoded := protocol.encode(job.message())) > protocol.MAX_MESSAGE:
+            raise JobTooLarge(f"the job is {len(encoded)} bytes encoded, over the {protocol.MAX_MESSAGE} a worker accepts")
         if self._idle.empty() and self._waiting >= self.queue_size:
             raise PoolOverloaded(f"all {self.settings.workers} workers busy and {self._waiting} requests queued")
         self._waiting += 1
@@ -411,9 +424,12 @@ class ExecutionPool:
             self._waiting -= 1
             self.metrics.queue_depth.set(self._waiting)
         # Shielded: if the caller goes away the execution still finishes and the worker comes back.
-        return await asyncio.shield(self._execute(worker, job, message))
+        return await asyncio.shield(self._execute(worker, job))
 
-    async def _execute(self, worker: WorkerHandle, job: Job, message: bytes) -> dict[str, Any]:
+    async def _execute(self, worker: WorkerHandle, job: Job) -> dict[str, Any]:
+        # At dispatch, not when queued: a queued job's count would be as old as its wait.
+        in_use = self._uid_processes.count() if self._uid_processes is not None else None
+        message = protocol.encode(job.message(in_use))
         self._busy += 1
         self.metrics.busy_workers.set(self._busy)
         started = time.monotonic()

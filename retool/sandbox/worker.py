@@ -277,7 +277,7 @@ class Worker:
             max_file_size_mb=self.config.max_file_size_mb,
             max_open_files=self.config.max_open_files,
         )
-        go = {"code": job["code"], "stdin": job.get("stdin"), "limits": limits.__dict__, "processes_in_use": self._processes_in_use()}
+        go = {"code": job["code"], "stdin": job.get("stdin"), "limits": limits.__dict__, "processes_in_use": self._processes_in_use(job)}
         # The kernel's limits first: the process is in its own memory and pids cgroup (``_prefork``);
         # the watch below stays as a second layer.
         group = prepared.group
@@ -432,13 +432,20 @@ class Worker:
             return isolation.as_fs_identity(self.uid, self.gid, read)
         return read()
 
-    def _processes_in_use(self) -> int:
-        """RLIMIT_NPROC counts every process of the uid: add the ones that are not this execution's."""
+    def _processes_in_use(self, job: dict[str, Any]) -> int:
+        """RLIMIT_NPROC counts every process of the uid: add the ones that are not this execution's.
+
+        Where executions share the replica's uid and its view of the processes, the server counts
+        them once per dispatch (``Plan.replica_counts_processes``): counted here, each of the 16
+        workers listed /proc and looked up every pid the others had started since its last count,
+        a sixth of a worker's CPU per request (bench/RESULTS.md)."""
         if self.drop == "uid":
             return 0
-        if self.pid_namespace and self.plan.namespaces == "user-namespaces":
+        if self.plan.replica_counts_processes:
+            return int(job["processes_in_use"])
+        if self.plan.namespaces == "user-namespaces":
             return len(accounting.descendants("self")) + 1  # the uid's count is global: best effort (zygote included)
-        return self.uid_processes.count()
+        return self.uid_processes.count()  # a pid namespace without a uid switch: its own processes
 
     def _drain(self, open_fds: dict[int, Capture]) -> None:
         """Read what the pipes still hold; every writer is dead, so EOF comes at once."""

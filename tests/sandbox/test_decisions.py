@@ -7,10 +7,11 @@ import resource
 
 import pytest
 
+from retool.sandbox import protocol
 from retool.sandbox.api import RunCodeRequest
 from retool.sandbox.client import backoff_delay, parse_retry_after
 from retool.sandbox.outcome import MIB, Limits, checked_relative_path, render_output, rlimits, signal_note, verdict
-from retool.sandbox.pool import template_env
+from retool.sandbox.pool import Job, template_env
 from retool.sandbox.responses import WORKER_DIED, build_response
 from retool.sandbox.server import InvalidRequestError, job_from_request
 from retool.sandbox.settings import SandboxSettings
@@ -173,3 +174,21 @@ def test_cli_serve_flags_override_the_environment(monkeypatch: pytest.MonkeyPatc
     args = build_parser().parse_args(["sandbox", "serve", "--host", "0.0.0.0", "--port", "9000", "--workers", "5"])
     settings = settings_from(args)
     assert (settings.host, settings.port, settings.workers, settings.max_processes) == ("0.0.0.0", 9000, 5, 9)
+
+
+BOUND_CASES = {
+    "ascii": Job(code="print(1+1)\n", run_timeout=5, memory_limit_mb=256),
+    "outside the BMP": Job(code="😀" * 1000, run_timeout=5, memory_limit_mb=256, stdin="𝔸" * 10),
+    "control characters": Job(code="\x01\x1f" * 500, run_timeout=5, memory_limit_mb=256),
+    "quotes and backslashes": Job(code='"\\' * 500, run_timeout=5, memory_limit_mb=256),
+    "BMP non-ascii": Job(code="é中" * 700, run_timeout=5, memory_limit_mb=256),
+    "empty files and fetches": Job(code="", run_timeout=5, memory_limit_mb=256, files={f"f{i}": None for i in range(300)}, fetch_files=[f"g{i}" for i in range(300)]),
+    "file contents": Job(code="x", run_timeout=1e-300, memory_limit_mb=2**40, files={"a/b.txt": "QUJD" * 1000, "\u2028": ""}),
+}
+
+
+@pytest.mark.parametrize("job", BOUND_CASES.values(), ids=BOUND_CASES.keys())
+def test_a_jobs_size_bound_is_never_below_its_encoded_size(job: Job) -> None:
+    """The pool refuses a job over the worker channel's limit from this bound, encoding it only when
+    the bound cannot decide: a bound below the real size would send a message the worker refuses."""
+    assert job.encoded_bound() >= len(protocol.encode(job.message(processes_in_use=2**31)))

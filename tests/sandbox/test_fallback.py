@@ -178,6 +178,39 @@ async def test_own_children_can_be_signalled_where_the_kernel_scopes_signals(fal
     assert stdout(answer) == ("by pid 9\n" if scoped else "refused\n"), answer
 
 
+FORK_UNTIL_REFUSED = """
+import os
+r, w = os.pipe()
+started = 0
+while started < 500:
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        os.close(w)
+        os.read(r, 1)
+        os._exit(0)
+    started += 1
+os.close(w)
+print(started)
+"""
+
+
+async def test_an_execution_sharing_the_uid_may_start_its_own_max_processes(fallback: RunningServer) -> None:
+    """RLIMIT_NPROC counts every process of the uid: where executions share the replica's, each is
+    given the replica's count on top of MAX_PROCESSES (64), so it can start that many processes of
+    its own, and a fork past them is refused. The kernel counts threads too, which the count (of
+    processes) does not see: the server's few threads are the slack below 64."""
+    if fallback.kind != "pod":
+        pytest.skip("a uid of its own per execution: RLIMIT_NPROC is the execution's alone")
+    async with httpx.AsyncClient(base_url=fallback.url) as client:
+        answer, _ = await post(client, FORK_UNTIL_REFUSED, timeout=30, memory_mb=8192)  # each fork counts whole without Landlock
+    assert stdout(answer).strip().isdigit(), answer
+    started = int(stdout(answer))
+    assert 64 - 4 <= started <= 64, answer
+
+
 async def test_zz_nothing_outlives_a_killed_server(fallback: RunningServer) -> None:
     """SIGKILL the server while an execution runs with a detached daemon: everything goes with it."""
     marker = uuid.uuid4().hex
@@ -246,3 +279,4 @@ def test_a_strict_replica_without_strong_isolation_never_becomes_ready() -> None
     assert ready.status_code == 503 and ready.json()["isolation"]["strong"] is False
     assert any("isolation required but not strong" in reason for reason in ready.json()["not_ready_because"])
     assert refused.status_code == 503 and "isolation is not strong" in refused.json()["message"]
+

@@ -26,7 +26,10 @@ JSON = "application/json"
 CASES = {
     "minimal": (b'{"code": "print(1)"}', JSON),
     "every field": (
-        json.dumps({"code": "x", "language": "python3", "compile_timeout": 1, "run_timeout": 2.5, "memory_limit_MB": 64, "stdin": "s", "files": {"a": "YQ==", "b": None}, "fetch_files": ["a"]}).encode(),
+        json.dumps(
+            {"code": "x", "language": "python3", "compile_timeout": 1, "run_timeout": 2.5, "memory_limit_MB": 64, "stdin": "s"}
+            | {"files": {"a": "YQ==", "b": None}, "fetch_files": ["a"]}
+        ).encode(),
         JSON,
     ),
     "unknown fields are ignored": (b'{"code": "x", "extra": [1, {"y": 2}]}', JSON),
