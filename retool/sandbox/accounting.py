@@ -174,8 +174,14 @@ class UidProcesses:
     def __init__(self, uid: int) -> None:
         self.uid = uid
         self._owned: dict[str, bool] = {}
+        self._counted = -1
+        self._at = 0.0
 
-    def count(self) -> int:
+    def count(self, max_age_s: float = 0.0) -> int:
+        """The count; one made less than ``max_age_s`` ago is answered again without listing /proc."""
+        now = time.monotonic()
+        if self._counted >= 0 and now - self._at < max_age_s:
+            return self._counted
         seen: dict[str, bool] = {}
         known = self._owned
         for name in os.listdir("/proc"):
@@ -189,7 +195,8 @@ class UidProcesses:
                     continue
             seen[name] = owned
         self._owned = seen
-        return sum(seen.values())
+        self._counted, self._at = sum(seen.values()), now
+        return self._counted
 
 
 @dataclass

@@ -111,8 +111,10 @@ def test_the_uids_processes_are_counted_as_a_full_scan_counts_them(monkeypatch: 
     stats = []
     real_stat = os.stat
     monkeypatch.setattr(os, "stat", lambda path, *a, **k: stats.append(path) or real_stat(path, *a, **k))
+    before = counter.count()
     sleeper = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:
+        assert counter.count(max_age_s=3600) == before and not stats  # a count young enough is answered again
         with_it = counter.count()
         assert f"/proc/{sleeper.pid}" in stats  # a new pid is looked up
         stats.clear()
