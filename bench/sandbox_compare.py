@@ -27,8 +27,11 @@ itself the same way, and the spread of that ratio around 1 is the method's own e
 
 Duration: ``rounds x (3 x duration + floor 3 x duration)`` plus the server's start (~10 s): the
 defaults (3 rounds, 6 s) take about 4.5 minutes; ``--rounds 2 --duration 4`` about 2. Prints one row
-per measurement with the 1-minute load average, then the ratios per round. Quiet means load < 1
-at the start: the script prints the load and says so when it is not.
+per measurement with the 1-minute load average, then the ratios per round, then the goal's verdict
+over the run's rounds (``floor_verdict``). Quiet means load < 1 at the start: the script prints the
+load and says so when it is not.
+
+    python bench/sandbox_compare.py --verdict run1.json run2.json   # the verdict over several runs' --json
 """
 
 from __future__ import annotations
@@ -43,7 +46,9 @@ import select
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -229,6 +234,76 @@ def ratios(rows: list[dict]) -> dict[str, float]:
     return out
 
 
+GOAL = 0.7
+"""Issue 35's goal: ours' print c=16 at least this share of the fork floor's."""
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Verdict:
+    rounds: int
+    geomean: float
+    spread: float
+    """Standard deviation of the rounds' log ratios."""
+    lower: float
+    """One-sided ``CONFIDENCE`` lower bound of the geometric mean ratio."""
+    met: bool
+
+
+def lower_bounds(log_ratios: Any, confidence: float = CONFIDENCE) -> Any:
+    """One-sided lower confidence bounds of the mean of each row of ``log_ratios`` (rounds along the
+    last axis): Student's t with the rows' own spread, for rounds drawn independently around the
+    true log ratio with a normal error of unknown size."""
+    import numpy as np
+    from scipy import stats
+
+    logs = np.asarray(log_ratios, dtype=float)
+    n = logs.shape[-1]
+    t = stats.t.ppf(confidence, n - 1)
+    return logs.mean(axis=-1) - t * logs.std(axis=-1, ddof=1) / np.sqrt(n)
+
+
+def floor_verdict(ratios: list[float], goal: float = GOAL, confidence: float = CONFIDENCE) -> Verdict:
+    """Whether the rounds show ours at ``goal`` of the floor or above, with a stated error rate.
+
+    One round's ratio moves ~0.05-0.1 (as a log) with this VM's state (bench/RESULTS.md: the floor
+    paired with itself), so a single round at 0.69 or 0.72 says little. The rule: met when the
+    one-sided ``confidence`` lower bound of the geometric mean over the rounds clears ``goal``. If
+    the true ratio is exactly ``goal``, a run of rounds is declared met with probability at most
+    ``1 - confidence`` (5 %); below it, less. ``tests/sandbox/test_compare_method.py`` checks both
+    rates by a seeded simulation. The assumption is rounds independent around one true ratio: pool
+    rounds from two or more runs (``--verdict``), as the issue's "two independent runs", so that one
+    run's server start or machine state does not stand for all of them."""
+    import math
+
+    if len(ratios) < 2:
+        raise ValueError("a verdict needs at least two rounds")
+    logs = [math.log(r) for r in ratios]
+    mean = sum(logs) / len(logs)
+    spread = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
+    lower = math.exp(float(lower_bounds(logs, confidence)))
+    return Verdict(len(ratios), math.exp(mean), spread, lower, lower >= goal)
+
+
+def floor_ratios(rows: list[dict]) -> list[float]:
+    """Ours' print c=16 over the floor's, one per round of the rows (``--json``'s output)."""
+    by_round: dict[Any, dict[str, float]] = {}
+    for r in rows:
+        if r["workload"] == "print" and r["concurrency"] == 16 and r["server"] in ("ours", "fork-floor"):
+            by_round.setdefault(r["round"], {})[r["server"]] = r["rps"]
+    return [pair["ours"] / pair["fork-floor"] for _, pair in sorted(by_round.items()) if len(pair) == 2]
+
+
+def print_verdict(ratios: list[float], runs: int) -> None:
+    found = floor_verdict(ratios)
+    print(
+        f"print c=16 ours/fork floor over {found.rounds} rounds of {runs} run(s): geometric mean {found.geomean:.3f},"
+        f" spread {found.spread:.3f}, {CONFIDENCE:.0%} lower bound {found.lower:.3f}:"
+        f" {'MET' if found.met else 'not shown'} (goal {GOAL})",
+        flush=True,
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sandboxfusion-url", help="a running SandboxFusion 469de08 (left out when not given)")
@@ -239,7 +314,12 @@ def main() -> int:
     parser.add_argument("--slices", type=int, default=4, help="slices per side of the print pair (1: one block each, the method before 2026-11-27 20:15 UTC)")
     parser.add_argument("--floor-against-itself", action="store_true", help="only the method's own error: the floor paired with itself (no server, no root)")
     parser.add_argument("--json", help="also write every row here")
+    parser.add_argument("--verdict", nargs="+", metavar="JSON", help="no measurement: the goal's verdict over the rounds of these runs (their --json files)")
     args = parser.parse_args()
+    if args.verdict:
+        pooled = [r for path in args.verdict for r in floor_ratios(json.loads(Path(path).read_text()))]
+        print_verdict(pooled, len(args.verdict))
+        return 0
     if not 1 <= args.rounds <= 5 or not 1 <= args.duration <= 20:
         parser.error("--rounds must be 1..5 and --duration 1..20 s (the whole run stays under 8 minutes)")
     if not 1 <= args.slices <= 12 or args.duration / args.slices < 0.5:
@@ -279,6 +359,8 @@ def main() -> int:
         sandbox_bench.stop_ours(process, server)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
+    if args.rounds >= 2:
+        print_verdict(floor_ratios(rows), 1)
     return 0
 
 
