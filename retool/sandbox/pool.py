@@ -433,9 +433,14 @@ class ExecutionPool:
         return await asyncio.shield(self._execute(worker, job))
 
     async def _execute(self, worker: WorkerHandle, job: Job) -> dict[str, Any]:
-        # At dispatch, not when queued: a queued job's count would be as old as its wait.
-        in_use = self._uid_processes.count(COUNT_MAX_AGE_S) if self._uid_processes is not None else None
-        message = protocol.encode(job.message(in_use))
+        try:
+            # At dispatch, not when queued: a queued job's count would be as old as its wait.
+            in_use = self._uid_processes.count(COUNT_MAX_AGE_S) if self._uid_processes is not None else None
+            message = protocol.encode(job.message(in_use))
+        except BaseException:  # nothing was sent: the worker goes back as it came
+            worker.busy = False
+            self._idle.put_nowait(worker)
+            raise
         self._busy += 1
         self.metrics.busy_workers.set(self._busy)
         started = time.monotonic()

@@ -99,3 +99,24 @@ async def test_a_slot_that_keeps_failing_backs_off_and_oversized_jobs_cost_no_wo
         assert len(pool._workers) == 2, "the slots did not recover"
     finally:
         await pool.close()
+
+
+async def test_a_job_that_cannot_be_dispatched_gives_its_worker_back() -> None:
+    """The replica's process count is made when a worker is taken for the job (``Plan.replica_counts_processes``):
+    if it fails, nothing was sent, and the one worker must serve the next job."""
+
+    class BrokenCount:
+        def count(self, max_age_s: float = 0.0) -> int:
+            raise OSError("/proc could not be listed")
+
+    pool = ExecutionPool(SandboxSettings(workers=1, namespaces="off"))
+    await pool.start()
+    try:
+        pool._uid_processes = BrokenCount()  # type: ignore[assignment]
+        with pytest.raises(OSError, match="could not be listed"):
+            await pool.run(Job(code="print(1)", run_timeout=5, memory_limit_mb=256))
+        pool._uid_processes = None
+        result = await asyncio.wait_for(pool.run(Job(code="print(2)", run_timeout=5, memory_limit_mb=256)), timeout=30)
+        assert result["stdout"] == "2\n" and pool.snapshot()["busy_workers"] == 0
+    finally:
+        await pool.close()
