@@ -49,7 +49,7 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
     ("docs/recipe.md", "### Checkpoint storage", ["retool storage upload", "retool storage download"]),
     ("docs/recipe.md", "## Evaluating a served model", ["retool eval"]),
     ("docs/recipe.md", "## Checking SFT data", ["retool data check"]),
-    ("docs/sandbox.md", "# Code sandbox", ["retool sandbox serve", "python -m retool.sandbox", "python bench/sandbox_bench.py"]),
+    ("docs/sandbox.md", "# Code sandbox", ["retool sandbox serve", "python -m retool.sandbox", "python bench/sandbox_bench.py", "python bench/sandbox_compare.py"]),
 ]
 """Sections about a command (to the next heading of the same or a higher level) and its programs."""
 
