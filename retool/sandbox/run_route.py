@@ -3,10 +3,10 @@
 Through FastAPI, a ``print(1+1)`` request spent ~0.2 ms of the server's CPU (a quarter of it) in
 the framework: the exception and exit-stack middlewares, matching the path against every route,
 the request object, dependency solving, per-request telemetry, and a JSON encoder built for each
-response (bench/RESULTS.md, "the server's share"). At 16 concurrent requests on two CPUs the
-sandbox is CPU-bound, so that is throughput. ``RunCodeRoute`` sits behind ``BodyLimit`` (which
-hands over the whole body in one message) and answers this route itself; every other request goes
-on to FastAPI unchanged.
+response (bench/RESULTS.md, "Issue 35: /run_code in front of FastAPI"). At 16 concurrent requests
+on two CPUs the sandbox is CPU-bound, so that is throughput. ``RunCodeRoute`` sits behind
+``BodyLimit`` (which hands over the whole body in one message) and answers this route itself;
+every other request goes on to FastAPI unchanged.
 
 The body is read exactly as FastAPI 0.165.0 reads a JSON body parameter (``fastapi/routing.py``,
 ``get_request_handler``): parsed as JSON only when the content type is ``application/json`` or
