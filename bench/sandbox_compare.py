@@ -275,14 +275,13 @@ def floor_verdict(ratios: list[float], goal: float = GOAL, confidence: float = C
     rounds from two or more runs (``--verdict``), as the issue's "two independent runs", so that one
     run's server start or machine state does not stand for all of them."""
     import math
+    import statistics
 
     if len(ratios) < 2:
         raise ValueError("a verdict needs at least two rounds")
     logs = [math.log(r) for r in ratios]
-    mean = sum(logs) / len(logs)
-    spread = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
     lower = math.exp(float(lower_bounds(logs, confidence)))
-    return Verdict(len(ratios), math.exp(mean), spread, lower, lower >= goal)
+    return Verdict(len(ratios), math.exp(statistics.fmean(logs)), statistics.stdev(logs), lower, lower >= goal)
 
 
 def floor_ratios(rows: list[dict]) -> list[float]:
