@@ -17,8 +17,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -216,10 +215,6 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
         retry_after_s=settings.retry_after_s,
         max_json_tokens=settings.max_body_json_tokens,
     )
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid_body(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        return refuse_invalid(list(exc.errors()))
 
     @app.get("/healthz")
     async def healthz() -> JSONResponse:
