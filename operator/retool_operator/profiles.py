@@ -1,4 +1,4 @@
-"""Hardware profiles: what a trainer pod needs on NVIDIA or Ascend nodes.
+"""Hardware profiles: what a trainer pod needs on NVIDIA or Ascend nodes, or on CPU nodes for a rehearsal.
 
 A profile maps ``spec.hardware`` plus the operator's config to the device resource, node
 selector, tolerations, image, user, environment and Ray resources of the trainer pods. The
@@ -62,11 +62,12 @@ class HardwareProfile:
     shared_memory: str = "64Gi"
 
     def device_resources(self) -> dict[str, dict[str, str]]:
-        """Pod resources: CPU/memory plus the devices in both requests and limits (extended resources must match)."""
+        """Pod resources: CPU/memory plus the devices in both requests and limits (extended resources must match); a CPU run has none."""
         requests = dict(self.resources.get("requests", {}))
         limits = dict(self.resources.get("limits", {}))
-        requests[self.device_resource] = str(self.devices_per_node)
-        limits[self.device_resource] = str(self.devices_per_node)
+        if self.device_resource:
+            requests[self.device_resource] = str(self.devices_per_node)
+            limits[self.device_resource] = str(self.devices_per_node)
         return {"requests": requests, "limits": limits}
 
 
@@ -97,6 +98,25 @@ def hardware_profile(hardware: HardwareSpec, config: OperatorConfig, verl: str =
         hardware.resources.model_dump(by_alias=True) if (hardware.resources.requests or hardware.resources.limits) else DEFAULT_TRAINER_RESOURCES
     )
     resources = {k: {rk: str(rv) for rk, rv in v.items()} for k, v in resources.items() if v}
+    if hardware.accelerator == "cpu":
+        # A rehearsal (docs/rehearsal.md): no device resource, selector or toleration of its own, and
+        # the CUDA trainer image of the line (PyTorch's CUDA build runs on CPU). Its training processes
+        # are declared to Ray as GPUs: verl 0.9.1 counts only GPU or NPU when it checks the cluster's room
+        # (retool.recipe.verl_plugins.v0_9.cpu_platform), and Ray hands them out without touching a device.
+        return HardwareProfile(
+            accelerator="cpu",
+            device_resource="",
+            devices_per_node=hardware.devices_per_node,
+            image=hardware.image or trainer_image(config, "nvidia", verl),
+            node_selector=dict(hardware.node_selector),
+            tolerations=extra_tolerations,
+            env={},
+            ray_resources={"GPU": str(hardware.devices_per_node)},
+            ray_device_resource="GPU",
+            run_as_user=TRAINER_UID,
+            resources=resources,
+            shared_memory=str(hardware.shared_memory),
+        )
     if hardware.accelerator == "ascend":
         device = hardware.device_resource_name or config.ascend_resource_name
         selector = {**config.ascend_selector, **hardware.node_selector}

@@ -31,6 +31,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--eval-model", default=os.environ.get("EVAL_MODEL") or None, help="the model name that server serves (or EVAL_MODEL)")
     parser.add_argument("--eval-n", type=int, default=4, help="samples per problem for that evaluation; default 4")
+    parser.add_argument(
+        "--no-train", action="store_true", default=os.environ.get("TRAIN", "1") == "0", help="skip the training rehearsal (also TRAIN=0 in the environment)"
+    )
+    parser.add_argument(
+        "--trainer-python", type=Path, default=Path(".venv-verl09/bin/python"), help="the trainer environment of the rehearsal (verl 0.9.1); default .venv-verl09/bin/python"
+    )
     parser.add_argument("--stop", action="store_true", help="only stop the MLflow server a previous --keep demo left running, then exit")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what every step does")
@@ -44,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.example}: no such file (run from the repository root, or pass --example)")
     if args.eval_endpoint and not args.eval_model:
         parser.error("--eval-endpoint needs --eval-model (EVAL_MODEL=...)")
+    if not args.no_train and not args.trainer_python.exists():
+        parser.error(f"{args.trainer_python}: no such interpreter; the training rehearsal runs in verl 0.9.1's environment (make install-verl09), or TRAIN=0 skips it")
     config = DemoConfig(
         out=args.out,
         example=args.example,
@@ -53,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         eval_endpoint=args.eval_endpoint,
         eval_model=args.eval_model,
         eval_n=args.eval_n,
+        train=not args.no_train,
+        trainer_python=args.trainer_python,
     )
     try:
         summary = run_demo(config)

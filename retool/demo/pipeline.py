@@ -1,4 +1,4 @@
-"""The local demo: the platform's steps around training, for real, on an embedded stack.
+"""The local demo: the platform working for real on an embedded stack, training included.
 
 1. start our sandbox and an MLflow server (sqlite, local artifacts) on 127.0.0.1;
 2. prepare SFT and eval data from the sample files shipped in ``retool/demo/data``;
@@ -6,7 +6,9 @@
    (answers scored) and the prepared parquet (preparation kept every block with its output);
 4. log a run to MLflow: params, the figures, the report and the rendered files as artifacts;
 5. render the Kubernetes objects and per-stage verl commands of a RetoolRun example;
-6. stop what it started, unless asked to keep MLflow running.
+6. train: the training rehearsal (``retool.rehearsal``), a tiny model through every stage's own
+   command, prepare -> preflight -> sft -> merge -> rl -> eval, logged to the same MLflow;
+7. stop what it started, unless asked to keep MLflow running.
 
 Everything lands under one output directory (``build/demo``); a previous demo's MLflow kept
 running there is stopped first, so the demo never leaves two servers behind.
@@ -36,6 +38,8 @@ from retool.embedded.process import ManagedServer, group_alive
 from retool.embedded.servers import mlflow_server, sandbox_server
 from retool.evaluate.app import EvalConfig, EvalOutcome, run_eval
 from retool.evaluate.mlflow_log import log_run
+from retool.rehearsal.pipeline import RehearsalConfig, StageFailedError, set_up
+from retool.rehearsal.summary import RehearsalSummary, summarize, summary_lines
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +64,10 @@ class DemoConfig:
     """An OpenAI-compatible server to evaluate on the demo's eval set with ``retool eval`` (optional)."""
     eval_model: str | None = None
     eval_n: int = 4
+    train: bool = True
+    """Run the training rehearsal after the other steps (``make demo TRAIN=0`` skips it)."""
+    trainer_python: Path = Path(".venv-verl09/bin/python")
+    """The trainer environment the rehearsal's stages run in (verl 0.9.1, ``make install-verl09``)."""
 
 
 @dataclass
@@ -75,6 +83,8 @@ class DemoSummary:
     kept_mlflow_pid: int | None = None
     seconds: dict[str, float] = field(default_factory=dict)
     evaluation: EvalOutcome | None = None
+    training: RehearsalSummary | None = None
+    training_failure: str | None = None
 
 
 def stop_previous_mlflow(pid_file: Path) -> bool:
@@ -151,7 +161,7 @@ def run_demo(config: DemoConfig) -> DemoSummary:
     out = config.out.resolve()
     pid_file = out / "mlflow.pid"
     stop_previous_mlflow(pid_file)
-    for stale in ("data", "data-check", "data-check-prepared", "render", "eval", "mlflow", "logs"):
+    for stale in ("data", "data-check", "data-check-prepared", "render", "eval", "mlflow", "logs", "train"):
         shutil.rmtree(out / stale, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     seconds: dict[str, float] = {}
@@ -213,6 +223,9 @@ def run_demo(config: DemoConfig) -> DemoSummary:
                     on_step=lambda: bar.update(1),
                 ),
             )
+        training, training_failure = None, None
+        if config.train:
+            training, training_failure = _timed(seconds, "train", lambda: _train(config, out / "train", sandbox.base_url, mlflow.base_url))
         if config.keep:
             pid_file.write_text(str(mlflow.pid))
             kept_pid = mlflow.pid
@@ -228,11 +241,23 @@ def run_demo(config: DemoConfig) -> DemoSummary:
             kept_mlflow_pid=kept_pid,
             seconds=seconds,
             evaluation=evaluation,
+            training=training,
+            training_failure=training_failure,
         )
     finally:
         sandbox.stop()
         if kept_pid is None:
             mlflow.stop()
+
+
+def _train(config: DemoConfig, out: Path, sandbox_url: str, mlflow_uri: str) -> tuple[RehearsalSummary | None, str | None]:
+    """The training rehearsal on the demo's stack: its summary, or why it failed (the demo's other results stand)."""
+    rehearsal = set_up(RehearsalConfig(out=out, python=config.trainer_python.absolute(), sandbox_url=sandbox_url, mlflow_uri=mlflow_uri, progress=config.progress))
+    try:
+        rehearsal.run_all()
+    except StageFailedError as err:
+        return None, str(err)
+    return summarize(rehearsal), None
 
 
 def _check(file: Path, out_dir: Path, sandbox_url: str, progress: bool, label: str) -> CheckOutcome:
@@ -253,7 +278,7 @@ def demo_ok(summary: DemoSummary) -> bool:
     """The demo's verdict (its exit status): the data checks passed and an asked-for evaluation
     completed every sample, as ``retool eval`` alone requires; a mistyped endpoint is a failure,
     not a model that scored 0."""
-    return summary.check_ok and eval_failures(summary.evaluation) == 0
+    return summary.check_ok and eval_failures(summary.evaluation) == 0 and summary.training_failure is None
 
 
 def _eval_lines(evaluation: EvalOutcome | None) -> list[str]:
@@ -276,6 +301,17 @@ def _eval_lines(evaluation: EvalOutcome | None) -> list[str]:
     ]
 
 
+def _training_lines(summary: DemoSummary) -> list[str]:
+    if summary.training_failure:
+        return ["Training rehearsal FAILED:", *("  " + line for line in summary.training_failure.splitlines()), ""]
+    if summary.training is None:
+        return []
+    lines = ["Training rehearsal (a tiny Qwen2.5 through every stage's own command, on CPU; docs/rehearsal.md):", *summary_lines(summary.training)]
+    if not summary.kept_mlflow_pid:
+        lines[-1] += " (gone with MLflow: make demo KEEP=1 to browse it)"
+    return [*lines, ""]
+
+
 def _share(figures: dict[str, float], name: str) -> str:
     """A share as a percentage, or "n/a" where nothing was measured (the figure is absent)."""
     return f"{figures[name]:.0%}" if name in figures else "n/a"
@@ -287,6 +323,7 @@ def summary_text(summary: DemoSummary) -> str:
     problems = [
         *(["the data check found problems, see the report"] if not summary.check_ok else []),
         *([f"the evaluation could not complete {eval_failures(summary.evaluation)} sample(s) at its endpoint"] if eval_failures(summary.evaluation) else []),
+        *(["the training rehearsal failed, see below"] if summary.training_failure else []),
     ]
     lines = [
         "",
@@ -304,6 +341,7 @@ def summary_text(summary: DemoSummary) -> str:
         *_eval_lines(summary.evaluation),
         f"  timings      {', '.join(f'{k} {v:.1f}s' for k, v in summary.seconds.items())}",
         "",
+        *_training_lines(summary),
     ]
     if summary.kept_mlflow_pid:
         lines += [

@@ -5,6 +5,11 @@ The SFT trajectories are written as reasoning and code; their ``<interpreter>`` 
 written by hand: ``python -m retool.demo.samples`` runs every code block through our sandbox
 (the same tool path RL uses) and writes the real outputs into ``data/sft.jsonl``, so the data
 check of the demo compares against outputs the sandbox really produced.
+
+The training rehearsal (``retool.rehearsal``) trains a tiny random model on its own, shorter
+trajectories (``data/rehearsal_sft.jsonl``, made the same way): one code block, its output and a
+boxed answer each, short enough that a 10M-parameter model memorises them in a couple of minutes
+on 2 cores. Its RL prompts are the same problems, so that RL's first step can earn a reward.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from retool.evaluate.tools import sandbox_tool
 DATA_DIR = Path(__file__).resolve().parent / "data"
 SFT_FILE = DATA_DIR / "sft.jsonl"
 EVAL_FILE = DATA_DIR / "aime_demo.jsonl"
+REHEARSAL_SFT_FILE = DATA_DIR / "rehearsal_sft.jsonl"
 
 INSTRUCTION = (
     "Solve the problem below, reasoning step by step. You may write Python code to check or carry out "
@@ -103,6 +109,30 @@ SFT_SOURCES: tuple[SftSource, ...] = (
     ),
 )
 
+REHEARSAL_SOURCES: tuple[SftSource, ...] = (
+    SftSource(
+        question="Find the remainder when $2^{100}$ is divided by $7$.",
+        answer="2",
+        parts=("Let me compute it.", "print(pow(2, 100, 7))", "The remainder is 2.\n\n<answer>\n\\boxed{2}\n</answer>"),
+    ),
+    SftSource(
+        question="Find the sum of the digits of $2^{50}$.",
+        answer="76",
+        parts=("I will add the digits with code.", "print(sum(int(d) for d in str(2**50)))", "The digit sum is 76.\n\n<answer>\n\\boxed{76}\n</answer>"),
+    ),
+    SftSource(
+        question="How many primes are less than $100$?",
+        answer="25",
+        parts=("Let me count them.", "import sympy\nprint(len(list(sympy.primerange(100))))", "There are 25.\n\n<answer>\n\\boxed{25}\n</answer>"),
+    ),
+    SftSource(
+        question="Find the number of positive divisors of $720$.",
+        answer="30",
+        parts=("sympy counts divisors.", "import sympy\nprint(sympy.divisor_count(720))", "So $720$ has 30 divisors.\n\n<answer>\n\\boxed{30}\n</answer>"),
+    ),
+)
+"""The rehearsal's SFT trajectories (and RL prompts): one code block each, answers checked by the sandbox."""
+
 EVAL_PROBLEMS: tuple[tuple[str, str], ...] = (
     ("Let $S$ be the sum of all positive divisors of $432 = 2^4 \\cdot 3^3$. Find the remainder when $S$ is divided by $1000$.", "240"),
     ("Find the remainder when $3^{2026}$ is divided by $1000$.", "329"),
@@ -135,10 +165,10 @@ def eval_rows() -> list[dict]:
     return [{"id": f"demo-{i}", "problem": problem, "answer": answer} for i, (problem, answer) in enumerate(EVAL_PROBLEMS, start=1)]
 
 
-async def build_sft_rows(run_code: Callable[[str], Awaitable[str]]) -> list[dict]:
-    """Every SFT row, with each code block's output obtained from ``run_code``."""
+async def build_sft_rows(run_code: Callable[[str], Awaitable[str]], sources: tuple[SftSource, ...] = SFT_SOURCES) -> list[dict]:
+    """Every SFT row of ``sources``, with each code block's output obtained from ``run_code``."""
     rows = []
-    for source in SFT_SOURCES:
+    for source in sources:
         outputs = [await run_code(code) for code in source.parts[1::2]]
         rows.append(sft_row(source, outputs))
     return rows
@@ -160,6 +190,7 @@ async def _regenerate(sandbox_url: str | None, log_dir: Path) -> None:
                 return result.text
 
             write_jsonl(SFT_FILE, await build_sft_rows(run_code))
+            write_jsonl(REHEARSAL_SFT_FILE, await build_sft_rows(run_code, REHEARSAL_SOURCES))
 
     if sandbox_url:
         await generate(sandbox_url)
@@ -176,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
     asyncio.run(_regenerate(args.sandbox_url, args.log_dir))
-    logger.info("wrote %s and %s", SFT_FILE, EVAL_FILE)
+    logger.info("wrote %s, %s and %s", SFT_FILE, REHEARSAL_SFT_FILE, EVAL_FILE)
     return 0
 
 

@@ -112,8 +112,13 @@ class ResourceRequirements(SpecModel):
 
 
 class HardwareSpec(SpecModel):
-    accelerator: Literal["nvidia", "ascend"] = Field(
-        "nvidia", description="Device family of the trainer nodes: nvidia (CUDA GPUs) or ascend (Huawei Ascend NPUs)."
+    accelerator: Literal["nvidia", "ascend", "cpu"] = Field(
+        "nvidia",
+        description=(
+            "Device family of the trainer nodes: nvidia (CUDA GPUs) or ascend (Huawei Ascend NPUs); cpu is a rehearsal on CPU nodes "
+            "(a tiny model through every stage's own command: gloo, eager attention, the hf rollout engine; trainer.verl 0.9.1 and "
+            "rl.rolloutEngine hf; docs/rehearsal.md), where devicesPerNode counts training processes."
+        ),
     )
     product: str | None = Field(
         None,
@@ -317,10 +322,11 @@ class RLSpec(SpecModel):
     offload: bool = Field(True, description="Offload parameters and optimizer state to CPU between phases.")
     dynamic_batch_size: bool = Field(True, description="Pack micro-batches by token count (verl use_dynamic_bsz).")
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="Fraction of device memory the rollout engine may use.")
-    rollout_engine: Literal["vllm", "sglang"] = Field(
+    rollout_engine: Literal["vllm", "sglang", "hf"] = Field(
         "vllm",
         description="Rollout engine; the public recipes use vllm. sglang is refused: no ReTool trainer image installs SGLang "
-        "(trainer-cuda ships vLLM, trainer-ascend vllm-ascend).",
+        "(trainer-cuda ships vLLM, trainer-ascend vllm-ascend). hf (Hugging Face transformers generation) is the rehearsal engine "
+        "of hardware.accelerator cpu only: tiny models, no paged cache, never a real run.",
     )
     tool_response_max_chars: PositiveInt = Field(4096, le=1 << 20, description="Interpreter output kept in the context (head and tail around a marker).")
     save_freq: PositiveInt = Field(30, le=MAX_STEPS, description="Save a checkpoint every N steps (retries resume from the latest).")

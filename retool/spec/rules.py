@@ -203,6 +203,26 @@ def _rollout_engine(spec: RetoolRunSpec) -> list[Problem]:
     return []
 
 
+def _cpu_rehearsal(spec: RetoolRunSpec) -> list[Problem]:
+    """hardware.accelerator cpu and rl.rolloutEngine hf go together, on the 0.9 line (docs/rehearsal.md)."""
+    problems = []
+    cpu, hf = spec.hardware.accelerator == "cpu", spec.rl.rollout_engine == "hf"
+    if cpu and not hf:
+        problems.append(Problem("spec.rl.rolloutEngine", f"is {spec.rl.rollout_engine}, which needs a GPU or NPU; hardware.accelerator cpu rehearses with hf"))
+    if hf and not cpu:
+        problems.append(
+            Problem("spec.rl.rolloutEngine", f"hf is the CPU rehearsal engine (no paged KV cache, no tensor parallelism): use vllm on {spec.hardware.accelerator}")
+        )
+    if cpu and spec.trainer.verl != "0.9.1":
+        problems.append(
+            Problem(
+                "spec.trainer.verl",
+                f'is {spec.trainer.verl}; hardware.accelerator cpu runs on the 0.9 line only ("0.9.1": its platform and rollout registries, docs/verl-lines.md)',
+            )
+        )
+    return problems
+
+
 def _recipe(spec: RetoolRunSpec) -> list[Problem]:
     if spec.recipe != "text-only":
         return []
@@ -286,6 +306,7 @@ SPEC_RULES: tuple[Callable[[RetoolRunSpec], list[Problem]], ...] = (
     _scheduling,
     _recipe,
     _rollout_engine,
+    _cpu_rehearsal,
     pod_problems,
     _sandbox,
     _hardware,

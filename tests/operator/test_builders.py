@@ -126,6 +126,27 @@ def test_hardware_profiles(hardware: dict, device: str, selector: dict, ray_reso
     assert {"key": "nvidia.com/gpu" if device.startswith("nvidia") else device, "operator": "Exists", "effect": "NoSchedule"} in profile.tolerations
 
 
+def test_a_cpu_rehearsal_asks_for_no_device_and_declares_its_training_slots_to_ray() -> None:
+    """hardware.accelerator cpu (docs/rehearsal.md): no device resource, selector or toleration; the 0.9 line's CUDA image; slots as Ray GPUs."""
+    run = run_of(
+        hardware={"accelerator": "cpu", "devicesPerNode": 2, "nodeSelector": {"pool": "cpu"}},
+        rl={"rolloutEngine": "hf", "tensorParallel": 1, "sequenceParallel": 1},
+        sft={"sequenceParallel": 1},
+        trainer={"verl": "0.9.1"},
+    )
+    profile = hardware_profile(run.spec.hardware, CONFIG, run.spec.trainer.verl)
+    assert profile.device_resource == ""
+    assert (profile.node_selector, profile.tolerations) == ({"pool": "cpu"}, [])
+    assert profile.image == CONFIG.trainer_image_nvidia_verl09
+    assert profile.ray_resources == {"GPU": "2"}, "verl 0.9.1 sizes the cluster by its GPUs or NPUs"
+    resources = profile.device_resources()
+    assert not any(name.endswith(("/gpu", "Ascend910")) for part in resources.values() for name in part)
+    rayjob = builders.build_stage_rayjob(run, "rl", 1, config=CONFIG, tracking=builders.Tracking())
+    head = rayjob["spec"]["rayClusterSpec"]["headGroupSpec"]
+    assert head["resources"] == {"GPU": "2"}
+    assert "nvidia.com/gpu" not in str(head["template"]["spec"]["containers"])
+
+
 def test_config_reads_environment_and_parses_selectors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RETOOL_OPERATOR_ASCEND_NODE_SELECTOR", "accelerator=ascend,pool=a")
     monkeypatch.setenv("RETOOL_OPERATOR_NAMESPACES", "ml, research")

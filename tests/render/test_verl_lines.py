@@ -16,7 +16,9 @@ from retool.recipe.render.common import PPO_MODULE, SFT_MODULE
 from retool.recipe.verl_plugins import AGENT_LOOP_CONFIG, REWARD_FILE, v0_9
 from tests.render.cases import VARIANTS, context_of, run_of
 from tests.render.verl_config import compose_verl
-from tests.verl09.lines import CASES, PPO_CASES, rendered, run_on
+from tests.verl09.lines import BOTH_LINES_CASES as CASES
+from tests.verl09.lines import BOTH_LINES_PPO_CASES as PPO_CASES
+from tests.verl09.lines import rendered, run_on
 
 IDS = [f"{variant}-{stage}" for variant, stage in CASES]
 PPO_IDS = [f"{variant}-{stage}" for variant, stage in PPO_CASES]

@@ -77,7 +77,20 @@ INVALID = [
     ("unknown top-level spec field", with_spec(trainers={}), "spec.trainers", "unknown field"),
     ("verl line unquoted in YAML", with_spec(trainer__verl=0.9), "spec.trainer.verl", 'must be "0.6.1" or "0.9.1" (the line\'s verl version): YAML read 0.9 as a number'),
     ("verl line that does not exist", with_spec(trainer__verl="0.7"), "spec.trainer.verl", "'0.6.1' or '0.9.1'"),
-    ("accelerator outside the enum", with_spec(hardware__accelerator="tpu"), "spec.hardware.accelerator", "'nvidia' or 'ascend'"),
+    ("accelerator outside the enum", with_spec(hardware__accelerator="tpu"), "spec.hardware.accelerator", "'nvidia', 'ascend' or 'cpu'"),
+    (
+        "a CPU rehearsal with a GPU rollout engine",
+        with_spec(hardware__accelerator="cpu", trainer={"verl": "0.9.1"}),
+        "spec.rl.rolloutEngine",
+        "is vllm, which needs a GPU or NPU; hardware.accelerator cpu rehearses with hf",
+    ),
+    ("the rehearsal engine on GPUs", with_spec(rl__rolloutEngine="hf", trainer={"verl": "0.9.1"}), "spec.rl.rolloutEngine", "hf is the CPU rehearsal engine"),
+    (
+        "a CPU rehearsal on the 0.6 line",
+        with_spec(hardware__accelerator="cpu", rl__rolloutEngine="hf"),
+        "spec.trainer.verl",
+        'hardware.accelerator cpu runs on the 0.9 line only ("0.9.1"',
+    ),
     ("algorithm outside the enum", with_spec(rl__algorithm="dpo"), "spec.rl.algorithm", "'grpo' or 'ppo'"),
     ("batch not divisible by mini-batch", with_spec(rl__batchSize=100, rl__miniBatchSize=64), "spec.rl.batchSize", "divisible by rl.miniBatchSize"),
     (
@@ -222,7 +235,7 @@ def test_cli_validate_prints_one_line_per_problem_and_exits_1(tmp_path):
     result = run_cli("validate", str(bad))
     assert result.returncode == 1
     lines = result.stdout.strip().splitlines()
-    assert f"{bad}#0: spec.hardware.accelerator: Input should be 'nvidia' or 'ascend'" in lines
+    assert f"{bad}#0: spec.hardware.accelerator: Input should be 'nvidia', 'ascend' or 'cpu'" in lines
     assert len(lines) == 1  # structural errors stop the cross-field rules (they would misfire)
 
 

@@ -28,11 +28,12 @@ ASCEND_ENV: dict[str, str] = {
 trainer image installs libjemalloc2 and sets LD_PRELOAD in its own environment, where the
 library's path for the image's architecture is known)."""
 
-DEVICE = {"nvidia": "cuda", "ascend": "npu"}
+DEVICE = {"nvidia": "cuda", "ascend": "npu", "cpu": "cpu"}
 """verl's ``trainer.device`` per accelerator."""
 
-RAY_DEVICE_RESOURCE = {"nvidia": "GPU", "ascend": "NPU"}
-"""The Ray resource a device is declared as (the operator declares NPU in rayStartParams)."""
+RAY_DEVICE_RESOURCE = {"nvidia": "GPU", "ascend": "NPU", "cpu": "GPU"}
+"""The Ray resource a device is declared as (the operator declares NPU in rayStartParams; a CPU rehearsal's
+training slots are declared as GPUs, see retool.recipe.verl_plugins.v0_9.cpu_platform)."""
 
 
 def ppo_overrides() -> dict[str, Any]:

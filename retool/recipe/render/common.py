@@ -9,6 +9,7 @@ from retool.recipe.render import ascend
 from retool.recipe.render.command import RenderError
 from retool.recipe.render.profiles import engine_profile
 from retool.recipe.tool.config import tool_config_yaml
+from retool.recipe.verl_plugins import v0_9
 from retool.runtime.context import ENV_SANDBOX_URL, StageContext
 from retool.runtime.paths import RunPaths, cache_env, run_paths, staged_model_path
 from retool.spec.model import RetoolRun
@@ -27,6 +28,8 @@ MAX_CHECKPOINTS_KEPT = 2
 """RL checkpoints kept (a 32B actor with optimizer state is hundreds of GB); resume needs only the
 latest, the one before covers a checkpoint cut off while being written."""
 TORCHRUN_PORT = 29500
+CPU_ENV: dict[str, str] = {"VERL_PLATFORM": v0_9.CPU_PLATFORM, "VERL_USE_EXTERNAL_MODULES": v0_9.CPU_MODULE}
+"""Every trainer process of a CPU rehearsal loads our CPU adaptation of verl (retool.recipe.render.cpu)."""
 
 
 def experiment_name(run: RetoolRun, ctx: StageContext) -> str:
@@ -53,6 +56,8 @@ def process_env(run: RetoolRun, ctx: StageContext) -> dict[str, str]:
     env = {"PYTHONUNBUFFERED": "1", **cache_env(run_paths(run)), "HF_HUB_OFFLINE": "1"}
     if run.spec.hardware.accelerator == "ascend":
         env.update(ascend.ASCEND_ENV)
+    if run.spec.hardware.accelerator == "cpu":
+        env.update(CPU_ENV)
     if ctx.mlflow_tracking_uri:
         env["MLFLOW_TRACKING_URI"] = ctx.mlflow_tracking_uri
     return env

@@ -91,6 +91,11 @@ _PROFILES: dict[tuple[str, str], EngineProfile] = {
     ),
 }
 
+# A CPU rehearsal (hardware.accelerator cpu, docs/rehearsal.md) runs tiny models whatever their class:
+# one agent-loop worker (each is a process importing verl), no offload, one device slot per process.
+_CPU = _profile("rehearsal-cpu", tp=1, sp=1, sft_sp=1, agent_workers=1, rollout_max_num_seqs=64, enforce_eager=True, ref_param_offload=False)
+_PROFILES.update({(size, "cpu"): _CPU for _bound, size in _SIZE_CLASSES})
+
 DEFAULT_SIZE_CLASS = "large"
 """Used when the size is neither given nor in the model name: the spec's defaults are the 32B recipe."""
 

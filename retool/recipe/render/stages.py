@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from retool.preflight.command import render_preflight
-from retool.recipe.render import v0_9
+from retool.recipe.render import cpu, v0_9
 from retool.recipe.render.command import RenderError, StageCommand
 from retool.recipe.render.ppo import render_eval, render_rl
 from retool.recipe.render.sft import render_merge, render_prepare, render_sft
@@ -59,5 +59,8 @@ def render_stage(run: RetoolRun, stage: str, ctx: StageContext, *, spec_file: st
     if ctx.run_name != run.metadata.name:
         raise RenderError(f"stage context is for run {ctx.run_name!r}, the spec is {run.metadata.name!r}")
     command = RENDERERS[stage](run, ctx, spec_file)
-    # One override set per spec; the 0.9 line moves it onto verl 0.9.1 (retool.recipe.render.v0_9).
-    return v0_9.adapt(command) if run.spec.trainer.verl == v0_9.LINE else command
+    # One override set per spec; the 0.9 line moves it onto verl 0.9.1 (retool.recipe.render.v0_9),
+    # and a CPU rehearsal (0.9 line only, the spec rules) changes what a CPU cannot run (retool.recipe.render.cpu).
+    if run.spec.trainer.verl == v0_9.LINE:
+        command = v0_9.adapt(command)
+    return cpu.adapt(command, run, ctx) if run.spec.hardware.accelerator == "cpu" else command

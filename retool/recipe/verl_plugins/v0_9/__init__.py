@@ -44,3 +44,12 @@ its conversation (0.9.1 tokenizes it alone, which drops Qwen3's reasoning): :mod
 SFT_MODULE = "verl.trainer.sft_trainer"
 """verl 0.9.1's SFT trainer (``fsdp_sft_trainer`` was removed), Hydra config ``sft_trainer_engine``."""
 SFT_CONFIG_NAME = "sft_trainer_engine"
+
+CPU_MODULE = f"{_PACKAGE}.cpu"
+"""What ``VERL_USE_EXTERNAL_MODULES`` loads in every process of a CPU run (``hardware.accelerator: cpu``): :mod:`.cpu`."""
+CPU_PLATFORM = "cpu"
+"""``VERL_PLATFORM`` of a CPU run: the platform :mod:`.cpu_platform` registers."""
+HF_ROLLOUT_ENGINE = "hf"
+"""``actor_rollout_ref.rollout.name`` of the rehearsal rollout engine (:mod:`.hf_rollout`)."""
+HF_ROLLOUT_ADAPTER = f"{_PACKAGE}.hf_rollout.HFServerAdapter"
+"""Its ``BaseRollout`` by dotted path, as verl's in-worker rollout registry holds engines."""

@@ -1,0 +1,170 @@
+"""Run a RetoolRun's stages on this machine as the operator runs them on a cluster: the stage pods' own command.
+
+Each stage attempt is what the operator's Job or RayJob runs in its pod: ``python3 -m retool.stage
+STAGE`` with the stage context in the environment (``retool.runtime.context.StageContext``: run,
+attempt, sandbox URL, MLflow parent run), the run's spec as its file, and the run's claim at
+``storage.pvc.mountPath``. The stages render their verl commands themselves, so what runs is exactly
+what ``retool render`` shows and a cluster would run.
+
+As local processes, not through a local Ray head and KubeRay's submitter: a one-node RayJob runs
+this same entrypoint on its head, whose Ray the driver joins; here the rl and eval drivers start
+Ray themselves (``ray.init`` without ``RAY_ADDRESS``), declaring the node's training slots through
+``RAY_OVERRIDE_RESOURCES`` where KubeRay declares them in the group's ``resources``. The
+submitter's own script against a real Ray head is tested on its own (tests/ray); a head with its
+dashboard per stage would cost ~20 s and ~1 GB more per stage on a 2-core machine.
+
+An attempt is one process group, like a pod: :func:`run_attempt` ends it the way the kubelet does
+(SIGTERM, then SIGKILL after a grace period) when asked to stop, and waits until every process in
+it is gone before the next attempt starts (two attempts never write one checkpoint directory).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from retool.runtime.context import StageContext
+
+STEP_LINE = re.compile(r"(?:^|\s)step:(\d+)\s+-\s")
+"""verl's console logger: ``step:N - key:value - ...`` (SFT and PPO trainers)."""
+GRACE_SECONDS = 30.0
+"""The pod's termination grace period (SIGTERM, then SIGKILL)."""
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What a stage pod's node would give: its Python environment and the training slots Ray declares."""
+
+    python: Path
+    """The interpreter of the trainer image (``python3`` in the rendered commands)."""
+    devices: int = 1
+    cpus: int = 16
+    """Ray's logical CPUs: each verl actor asks for one to be scheduled; a pod declares its CPU limit."""
+
+    def env(self) -> dict[str, str]:
+        path = f"{self.python.parent}{os.pathsep}{os.environ.get('PATH', '')}"
+        return {"PATH": path, "RAY_OVERRIDE_RESOURCES": json.dumps({"CPU": self.cpus, "GPU": self.devices})}
+
+
+@dataclass
+class Attempt:
+    stage: str
+    attempt: int
+    status: int
+    seconds: float
+    log: Path
+    steps: list[int] = field(default_factory=list)
+    stopped: bool = False
+    """Ended by :func:`run_attempt`'s ``stop_when`` (a node lost mid-stage), not by itself."""
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def end_group(process: subprocess.Popen, grace: float = GRACE_SECONDS) -> None:
+    """SIGTERM the attempt's process group, SIGKILL what is left after ``grace``, and wait until none of it is left."""
+    pgid = process.pid
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+    process.wait()
+    deadline = time.monotonic() + 60
+    while group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def _follow(log: Path, done: threading.Event, on_line: Callable[[str], None]) -> None:
+    """Call ``on_line`` for each line the attempt writes to its log, until ``done``."""
+    while not log.exists() and not done.is_set():
+        time.sleep(0.1)
+    with contextlib.suppress(FileNotFoundError), log.open("r", encoding="utf-8", errors="replace") as stream:
+        buffer = ""
+        while True:
+            chunk = stream.read()
+            if chunk:
+                buffer += chunk
+                *lines, buffer = re.split(r"[\r\n]", buffer)
+                for line in lines:
+                    on_line(line)
+            elif done.is_set():
+                break
+            else:
+                time.sleep(0.2)
+
+
+def run_attempt(
+    stage: str,
+    ctx: StageContext,
+    spec_file: Path,
+    machine: Machine,
+    log_dir: Path,
+    *,
+    on_step: Callable[[int], None] | None = None,
+    stop_when: Callable[[], bool] | None = None,
+    extra_env: Mapping[str, str] | None = None,
+) -> Attempt:
+    """One attempt of ``stage``: the stage pod's command, its output in ``log_dir/<stage>-<attempt>.log``.
+
+    ``stop_when``: polled while it runs; when true, the attempt is ended as a deleted pod is.
+    """
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / f"{stage}-{ctx.attempt}.log"
+    env = {**os.environ, **machine.env(), **ctx.to_env(), **dict(extra_env or {})}
+    for stale in ("RAY_ADDRESS", "MLFLOW_RUN_ID", "VIRTUAL_ENV"):
+        env.pop(stale, None)
+    argv = [str(machine.python), "-m", "retool.stage", stage, "--spec", str(spec_file)]
+    steps: list[int] = []
+
+    def on_line(line: str) -> None:
+        match = STEP_LINE.search(line)
+        if match:
+            step = int(match.group(1))
+            if not steps or steps[-1] != step:
+                steps.append(step)
+                if on_step is not None:
+                    on_step(step)
+
+    started = time.monotonic()
+    done = threading.Event()
+    with log.open("wb") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=spec_file.parent, start_new_session=True)
+    follower = threading.Thread(target=_follow, args=(log, done, on_line), daemon=True)
+    follower.start()
+    stopped = False
+    try:
+        while process.poll() is None:
+            if stop_when is not None and stop_when():
+                stopped = True
+                break
+            time.sleep(0.5)
+    finally:
+        end_group(process)
+        done.set()
+        follower.join(timeout=10)
+    return Attempt(stage, ctx.attempt, process.returncode, round(time.monotonic() - started, 1), log, steps, stopped)
+
+
+@contextlib.contextmanager
+def timed() -> Iterator[Callable[[], float]]:
+    started = time.monotonic()
+    yield lambda: round(time.monotonic() - started, 1)

@@ -1,0 +1,196 @@
+"""A RetoolRun that really trains: every stage's own command on this CPU, a tiny Qwen2.5, and the seams between them.
+
+One rehearsal (``retool.rehearsal``) runs once for this module, the way the operator runs a run
+whose nodes fail: prepare, preflight, sft (its pod deleted after its mid-epoch checkpoint, then a
+second attempt), merge, rl (deleted after its first step's checkpoint, then a second attempt),
+eval. Each stage is ``python3 -m retool.stage STAGE`` with the stage context the operator sets, our
+sandbox and a real MLflow server. The tests then read what production writes (MLflow, the claim,
+verl's rollout dumps) and assert each seam where the next stage depends on the last:
+
+- SFT -> merge -> RL: RL's first step calls the tool and earns a positive reward on the prompts the
+  SFT memorised, which a random model cannot (the base model's own rollouts are shown to earn none);
+- RL's update: the RL model's weights differ from the merged SFT model's;
+- RL -> eval: the eval stage serves the merged RL checkpoint and scores the memorised set;
+- resume: each second attempt continues the global step and its data loader where the first
+  stopped (no replayed rows), on the real checkpoints.
+
+docs/rehearsal.md says what this proves and what it cannot (GPU kernels, NCCL, vLLM, scale).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from retool.embedded.servers import mlflow_server
+from retool.recipe.render.cpu import ROLLOUTS_DIR
+from retool.rehearsal.pipeline import Rehearsal, RehearsalConfig, set_up
+from retool.rehearsal.runner import Attempt
+from retool.rehearsal.spec import Size
+from retool.runtime.paths import run_paths
+from retool.tracking import naming
+from retool.tracking._client import client
+
+pytestmark = pytest.mark.slow
+
+SIZE = Size(sft_epochs=40, sft_save_freq=78, rl_steps=2, rl_batch=2, rollout_n=4, eval_samples=2)
+"""The demo's size: fewer epochs leave the model unable to reproduce a tool call at temperature 1."""
+ROWS = 4
+
+
+def tracker_step(directory: Path) -> int | None:
+    tracker = directory / "latest_checkpointed_iteration.txt"
+    try:
+        return int(tracker.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+@dataclass
+class Done:
+    rehearsal: Rehearsal
+    attempts: dict[tuple[str, int], Attempt]
+
+    def metric(self, stage: str, attempt: int, key: str) -> dict[int, float]:
+        """``key`` of a stage attempt's MLflow run, step -> value."""
+        mlflow_client = client(self.rehearsal.config.mlflow_uri)
+        runs = mlflow_client.search_runs([self.rehearsal.parent.experiment_id], filter_string=naming.stage_run_filter(self.rehearsal.parent.run_id, stage, attempt))
+        assert runs, f"no MLflow run of {stage} attempt {attempt}"
+        return {m.step: m.value for m in mlflow_client.get_metric_history(runs[0].info.run_id, key)}
+
+    def run_of(self, stage: str, attempt: int):
+        mlflow_client = client(self.rehearsal.config.mlflow_uri)
+        return mlflow_client.search_runs([self.rehearsal.parent.experiment_id], filter_string=naming.stage_run_filter(self.rehearsal.parent.run_id, stage, attempt))[0]
+
+
+@pytest.fixture(scope="module")
+def done(tmp_path_factory: pytest.TempPathFactory, sandbox: str) -> Iterator[Done]:
+    root = tmp_path_factory.mktemp("rehearsal")
+    with mlflow_server(root / "mlflow") as mlflow:
+        rehearsal = set_up(RehearsalConfig(out=root / "run", python=Path(sys.executable), sandbox_url=sandbox, mlflow_uri=mlflow.base_url, size=SIZE, progress=False))
+        paths = run_paths(rehearsal.run)
+        attempts: dict[tuple[str, int], Attempt] = {}
+
+        def run(stage: str, attempt: int = 1, stop_at: tuple[str, int] | None = None) -> Attempt:
+            stop_when = None
+            if stop_at is not None:
+                directory, step = Path(stop_at[0]), stop_at[1]
+                stop_when = lambda: tracker_step(directory) == step  # noqa: E731
+            result = rehearsal.run_stage(stage, attempt, stop_when=stop_when)
+            attempts[(stage, attempt)] = result
+            if stop_at is not None:
+                assert result.stopped, f"{stage} attempt {attempt} ended (status {result.status}) before its checkpoint at step {stop_at[1]}: {result.log}"
+            else:
+                assert result.status == 0, f"{stage} attempt {attempt} failed: {result.log}\n" + result.log.read_text(errors="replace")[-4000:]
+            return result
+
+        run("prepare")
+        run("preflight")
+        run("sft", 1, stop_at=(paths.sft_checkpoints, SIZE.sft_save_freq))
+        run("sft", 2)
+        run("merge")
+        run("rl", 1, stop_at=(paths.rl_checkpoints, 1))
+        run("rl", 2)
+        run("eval")
+        yield Done(rehearsal, attempts)
+
+
+def test_sft_loss_falls_and_reaches_mlflow(done: Done) -> None:
+    first, second = done.metric("sft", 1, "train/loss"), done.metric("sft", 2, "train/loss")
+    assert first[1] > 10, "a random model starts near ln(151936) = 11.9"
+    final = second[max(second)]
+    assert max(second) == SIZE.sft_epochs * ROWS
+    assert final < 0.3, f"SFT ends at loss {final}: the tiny model did not learn the trajectories"
+
+
+def test_sft_resumes_inside_the_interrupted_epoch_without_replaying_its_rows(done: Done) -> None:
+    """Steps 77-80 are epoch 20; the first attempt stopped after 78's checkpoint, the second did 79 and 80."""
+    save = SIZE.sft_save_freq
+    first_tokens, second_tokens = done.metric("sft", 1, "train/global_tokens"), done.metric("sft", 2, "train/global_tokens")
+    assert min(second_tokens) == save + 1, f"the second attempt must start at step {save + 1}, started at {min(second_tokens)}"
+    rows = {first_tokens[step] for step in range(1, ROWS + 1)}
+    assert len(rows) == ROWS, "each row of the data has its own token count (what tells the rows apart here)"
+    epoch_start = (save // ROWS) * ROWS + 1
+    epoch = [first_tokens[s] for s in range(epoch_start, save + 1)] + [second_tokens[s] for s in range(save + 1, epoch_start + ROWS)]
+    assert sorted(epoch) == sorted(rows), f"epoch {save // ROWS + 1} saw rows {epoch}: a row replayed or skipped across the resume"
+    second_loss = done.metric("sft", 2, "train/loss")
+    assert second_loss[save + 1] < 1.0, "the second attempt starts from the checkpoint's weights, not from random ones"
+
+
+def rollouts(done: Done, attempt: int, step: int) -> list[dict]:
+    path = Path(run_paths(done.rehearsal.run).stage_files) / f"rl-{attempt}" / ROLLOUTS_DIR / f"{step}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_rl_step_one_calls_the_tool_in_the_sandbox_and_earns_reward_on_the_memorised_prompts(done: Done) -> None:
+    """The actor starts from the merged SFT model: a random one never writes a parseable tool call."""
+    calls, successes = done.metric("rl", 1, "tool/calls"), done.metric("rl", 1, "tool/outcome_success_count")
+    score = done.metric("rl", 1, "critic/score/max")
+    assert calls[1] > 0 and successes[1] > 0, "step 1's code ran in the sandbox"
+    assert score[1] == 1.0, "at least one rollout of step 1 got the +1 of a correct answer"
+    rows = rollouts(done, 1, 1)
+    assert len(rows) == SIZE.rl_batch * SIZE.rollout_n
+    assert any("<tool_call>" in row["output"] and "<tool_response>" in row["output"] for row in rows)
+
+
+def test_rl_updates_the_actor_so_its_weights_differ_from_the_merged_sft_model(done: Done) -> None:
+    grad = done.metric("rl", 2, "actor/grad_norm")
+    assert grad[2] > 0, "the policy loss had a gradient (GRPO needs both outcomes within a group)"
+    claim = Path(run_paths(done.rehearsal.run).root)
+    sft, rl = load_file(claim / "models" / "sft" / "model.safetensors"), load_file(claim / "models" / "rl" / "model.safetensors")
+    assert sft.keys() == rl.keys()
+    changed = sum(int((sft[k] != rl[k]).sum()) for k in sft)
+    assert changed > 0, "RL left every weight as the SFT model had it"
+
+
+def test_rl_resume_continues_the_global_step_and_the_data(done: Done) -> None:
+    assert set(done.metric("rl", 2, "critic/score/mean")) == {2}, "the second attempt resumes after step 1: it runs step 2 only"
+    step1, step2 = {row["input"] for row in rollouts(done, 1, 1)}, {row["input"] for row in rollouts(done, 2, 2)}
+    assert len(step1) == len(step2) == SIZE.rl_batch
+    assert not step1 & step2, "step 2 after the resume trained on prompts of step 1: the data loader replayed"
+
+
+def test_eval_serves_the_merged_rl_checkpoint_and_scores_the_memorised_set(done: Done) -> None:
+    paths = run_paths(done.rehearsal.run)
+    params = done.run_of("eval", 1).data.params
+    assert params["actor_rollout_ref/model/path"] == paths.rl_merged
+    rl_step = tracker_step(Path(paths.rl_checkpoints))
+    assert rl_step == SIZE.rl_steps
+    parent = client(done.rehearsal.config.mlflow_uri).get_run(done.rehearsal.parent.run_id).data.metrics
+    key = f"final/rehearsal_mean_at_{SIZE.eval_samples}"
+    assert parent.get(key, 0) > 0, f"the parent run's {key} is {parent.get(key)}: the evaluated model has not learned the memorised set"
+    assert f"final/aime_demo_mean_at_{SIZE.eval_samples}" in parent
+
+
+def agent_loop_prompt(done: Done, tokenizer) -> list[int]:
+    """The first RL prompt as verl's tool agent loop renders it: its messages and the run's tool schema, through the chat template."""
+    import pyarrow.parquet as pq
+    import yaml
+
+    paths = run_paths(done.rehearsal.run)
+    messages = pq.read_table(paths.rl_train).to_pylist()[0]["prompt"]
+    tools = [tool["tool_schema"] for tool in yaml.safe_load((Path(paths.stage_files) / "rl-1" / "tool_config.yaml").read_text())["tools"]]
+    return list(tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False))
+
+
+def test_the_base_model_calls_no_tool_where_the_trained_one_does(done: Done) -> None:
+    """The reward > 0 above is the training's: the random base model's greedy answer to a memorised prompt is no tool call."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    claim = Path(run_paths(done.rehearsal.run).root)
+    outputs = {}
+    for name, directory in (("base", Path(done.rehearsal.run.spec.model.base)), ("rl", claim / "models" / "rl")):
+        tokenizer = AutoTokenizer.from_pretrained(directory)
+        model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, attn_implementation="eager").eval()
+        ids = torch.tensor([agent_loop_prompt(done, tokenizer)])
+        out = model.generate(ids, max_new_tokens=60, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+        outputs[name] = tokenizer.decode(out[0, ids.shape[1] :])
+    assert "<tool_call>" not in outputs["base"]
+    assert "<tool_call>" in outputs["rl"], outputs["rl"]
