@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import retool
 from retool.runtime.context import StageContext
 
 STEP_LINE = re.compile(r"(?:^|\s)step:(\d+)\s+-\s")
@@ -51,8 +52,10 @@ class Machine:
     """Ray's logical CPUs: each verl actor asks for one to be scheduled; a pod declares its CPU limit."""
 
     def env(self) -> dict[str, str]:
+        """``python3``/``torchrun`` from the trainer environment, this checkout's ``retool`` first, and the node's Ray resources."""
         path = f"{self.python.parent}{os.pathsep}{os.environ.get('PATH', '')}"
-        return {"PATH": path, "RAY_OVERRIDE_RESOURCES": json.dumps({"CPU": self.cpus, "GPU": self.devices})}
+        source = str(Path(retool.__file__).resolve().parents[1])
+        return {"PATH": path, "PYTHONPATH": source, "RAY_OVERRIDE_RESOURCES": json.dumps({"CPU": self.cpus, "GPU": self.devices})}
 
 
 @dataclass

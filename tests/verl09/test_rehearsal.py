@@ -37,6 +37,7 @@ from retool.rehearsal.spec import Size
 from retool.runtime.paths import run_paths
 from retool.tracking import naming
 from retool.tracking._client import client
+from tests.preflight.conftest import sandbox  # noqa: F401  (session fixture: our sandbox server)
 
 pytestmark = pytest.mark.slow
 
@@ -71,7 +72,7 @@ class Done:
 
 
 @pytest.fixture(scope="module")
-def done(tmp_path_factory: pytest.TempPathFactory, sandbox: str) -> Iterator[Done]:
+def done(tmp_path_factory: pytest.TempPathFactory, sandbox: str) -> Iterator[Done]:  # noqa: F811
     root = tmp_path_factory.mktemp("rehearsal")
     with mlflow_server(root / "mlflow") as mlflow:
         rehearsal = set_up(RehearsalConfig(out=root / "run", python=Path(sys.executable), sandbox_url=sandbox, mlflow_uri=mlflow.base_url, size=SIZE, progress=False))
