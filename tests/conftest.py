@@ -86,8 +86,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return GroupedFileScheduling(config, log)
 
 
-XDIST_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
-"""This pytest-xdist worker's index (0 without xdist)."""
+XDIST_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0) + int(os.environ.get("RETOOL_TEST_WORKER_OFFSET", "0"))
+"""This pytest-xdist worker's index (0 without xdist), past ``RETOOL_TEST_WORKER_OFFSET``: `make test` runs the 0.9
+line's session beside the main one, and its workers must not take the main workers' sandbox uids."""
 SANDBOX_UID_FIRST = 40000
 SANDBOX_UID_BAND = 64
 """Execution uids one test server may use (its slots: no test server has more workers)."""
