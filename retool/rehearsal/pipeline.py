@@ -99,7 +99,9 @@ class Rehearsal:
 
     def run_stage(self, stage: str, attempt: int = 1, *, stop_when: Callable[[], bool] | None = None) -> Attempt:
         total = self.expected_steps(stage)
-        with tqdm(total=total, desc=f"{stage} (attempt {attempt})", unit="step" if total else "it", disable=not self.config.progress, leave=True) as bar:
+        # A stage without steps (prepare, preflight, merge, eval) shows its elapsed time only.
+        bar_format = None if total else "{desc}: {elapsed}"
+        with tqdm(total=total, desc=f"{stage} (attempt {attempt})", unit="step", bar_format=bar_format, disable=not self.config.progress, leave=True) as bar:
 
             def on_step(step: int) -> None:
                 if total:

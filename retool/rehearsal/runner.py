@@ -68,6 +68,27 @@ class Attempt:
     steps: list[int] = field(default_factory=list)
     stopped: bool = False
     """Ended by :func:`run_attempt`'s ``stop_when`` (a node lost mid-stage), not by itself."""
+    peak_rss_mb: float = 0.0
+    """The most resident memory the attempt's processes held at once (sampled every 0.5 s): what its pod would need."""
+
+
+def session_rss_mb(sid: int) -> float:
+    """Resident memory of every process in session ``sid`` (an attempt and all it started), in MiB."""
+    total = 0
+    page = os.sysconf("SC_PAGE_SIZE")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            if int(fields[3]) != sid:  # field 6 of stat, the session id (after the comm field)
+                continue
+            with open(f"/proc/{entry}/statm", encoding="ascii") as statm:
+                total += int(statm.read().split()[1]) * page
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / 2**20
 
 
 def group_alive(pgid: int) -> bool:
@@ -154,8 +175,10 @@ def run_attempt(
     follower = threading.Thread(target=_follow, args=(log, done, on_line), daemon=True)
     follower.start()
     stopped = False
+    peak = 0.0
     try:
         while process.poll() is None:
+            peak = max(peak, session_rss_mb(process.pid))
             if stop_when is not None and stop_when():
                 stopped = True
                 break
@@ -164,7 +187,7 @@ def run_attempt(
         end_group(process)
         done.set()
         follower.join(timeout=10)
-    return Attempt(stage, ctx.attempt, process.returncode, round(time.monotonic() - started, 1), log, steps, stopped)
+    return Attempt(stage, ctx.attempt, process.returncode, round(time.monotonic() - started, 1), log, steps, stopped, round(peak))
 
 
 @contextlib.contextmanager

@@ -16,6 +16,8 @@ RL_KEYS = ("tool/calls", "tool/outcome_success_count", "critic/score/mean", "cri
 class RehearsalSummary:
     parent_url: str
     seconds: dict[str, float]
+    peak_gb: dict[str, float] = field(default_factory=dict)
+    """The most memory any attempt of the stage held at once (all its processes)."""
     sft_loss: tuple[float, float] | None = None
     """(first step, last step)."""
     sft_steps: int = 0
@@ -44,9 +46,11 @@ def _history(mlflow_client: Any, runs: list[Any], key: str) -> dict[int, float]:
 def summarize(rehearsal: Rehearsal) -> RehearsalSummary:
     mlflow_client = client(rehearsal.config.mlflow_uri)
     seconds: dict[str, float] = {}
+    peak: dict[str, float] = {}
     for attempt in rehearsal.attempts:
         seconds[attempt.stage] = round(seconds.get(attempt.stage, 0.0) + attempt.seconds, 1)
-    summary = RehearsalSummary(parent_url=rehearsal.parent.url, seconds=seconds)
+        peak[attempt.stage] = round(max(peak.get(attempt.stage, 0.0), attempt.peak_rss_mb / 1024), 1)
+    summary = RehearsalSummary(parent_url=rehearsal.parent.url, seconds=seconds, peak_gb=peak)
     loss = _history(mlflow_client, _stage_runs(mlflow_client, rehearsal, "sft"), "train/loss")
     if loss:
         summary.sft_loss = (loss[min(loss)], loss[max(loss)])
@@ -73,5 +77,7 @@ def summary_lines(summary: RehearsalSummary) -> list[str]:
     if summary.scores:
         lines.append("  eval         " + ", ".join(f"{name.replace('_mean_at_', ' mean@')} {value:.2f}" for name, value in summary.scores.items()))
     lines.append(f"  stages       {', '.join(f'{stage} {seconds:.0f}s' for stage, seconds in summary.seconds.items())}")
+    if summary.peak_gb:
+        lines.append(f"  peak memory  {', '.join(f'{stage} {gb:.1f} GB' for stage, gb in summary.peak_gb.items())}")
     lines.append(f"  MLflow run   {summary.parent_url}")
     return lines

@@ -86,14 +86,15 @@ def test_a_server_that_spins_without_answering_is_stopped_after_its_cpu_budget_n
 @pytest.mark.slow
 def test_demo_runs_for_real_keeps_mlflow_on_request_and_stops_it(tmp_path):
     """The demo's core as `make demo KEEP=1 EVAL_ENDPOINT=... EVAL_MODEL=...` runs it, the model being
-    a scripted endpoint that solves the demo's problems with code."""
+    a scripted endpoint that solves the demo's problems with code. Its training (the rehearsal, ~9 min on 2
+    cores) is tests/verl09/test_rehearsal.py's, down to the figures the demo prints (``summary_lines``)."""
     out = tmp_path / "demo"
     env = {k: v for k, v in repo_env().items() if k not in ("KEEP", "EVAL_ENDPOINT", "EVAL_MODEL")}
     scripted = ScriptedEndpoint(model="scripted-demo", scripts=demo_scripts())
     port = free_port()
     with ServerThread(build_app(scripted)) as endpoint:
         command = [
-            sys.executable, "-m", "retool.demo", "--out", str(out), "--keep", "--mlflow-port", str(port), "--no-progress", "-v",
+            sys.executable, "-m", "retool.demo", "--out", str(out), "--keep", "--mlflow-port", str(port), "--no-progress", "-v", "--no-train",
             "--eval-endpoint", endpoint.url, "--eval-model", "scripted-demo", "--eval-n", "2",
         ]  # fmt: skip
         done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=420, check=False)
@@ -160,7 +161,7 @@ def test_an_evaluation_that_cannot_reach_its_endpoint_fails_the_demo(tmp_path):
     (as `retool eval` alone exits 1), and nothing is scored, rather than a model that scored 0."""
     env = {k: v for k, v in repo_env().items() if k not in ("KEEP", "EVAL_ENDPOINT", "EVAL_MODEL")}
     command = [
-        sys.executable, "-m", "retool.demo", "--out", str(tmp_path / "demo"), "--no-progress",
+        sys.executable, "-m", "retool.demo", "--out", str(tmp_path / "demo"), "--no-progress", "--no-train",
         "--eval-endpoint", f"http://127.0.0.1:{free_port()}", "--eval-model", "nope", "--eval-n", "1",
     ]  # fmt: skip
     done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=420, check=False)
@@ -248,7 +249,7 @@ def test_a_kept_demo_refuses_a_busy_port_before_starting_anything(tmp_path):
         busy.listen()
         port = busy.getsockname()[1]
         env = {k: v for k, v in repo_env().items() if k not in ("KEEP", "EVAL_ENDPOINT", "EVAL_MODEL", "MLFLOW_PORT")}
-        command = [sys.executable, "-m", "retool.demo", "--out", str(tmp_path / "demo"), "--keep", "--mlflow-port", str(port), "--no-progress"]
+        command = [sys.executable, "-m", "retool.demo", "--out", str(tmp_path / "demo"), "--keep", "--mlflow-port", str(port), "--no-progress", "--no-train"]
         done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 2, done.stderr[-2000:]
     assert f"port {port} on 127.0.0.1 is in use" in done.stderr

@@ -40,6 +40,12 @@ VARIANTS = {
     "nvidia-one-node": {},
     "nvidia-two-nodes-product-deadline": {"hardware": {"nodes": 2, "product": "NVIDIA-H200"}, "failurePolicy": {"stageDeadlineSeconds": 3600}},
     "ascend-one-node": {"hardware": {"accelerator": "ascend"}},
+    "cpu-rehearsal-two-nodes": {
+        "hardware": {"accelerator": "cpu", "nodes": 2, "devicesPerNode": 1},
+        "rl": {"rolloutEngine": "hf", "tensorParallel": 1, "sequenceParallel": 1, "batchSize": 2, "miniBatchSize": 2},
+        "sft": {"sequenceParallel": 1, "batchSize": 2, "microBatchSizePerDevice": 1},
+        "trainer": {"verl": "0.9.1"},
+    },
     "ascend-four-nodes-s3": {
         "hardware": {"accelerator": "ascend", "nodes": 4, "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "rl", "effect": "NoSchedule"}]},
         "storage": {"pvc": {"claimName": "data", "subPath": "runs"}, "s3": {"uri": "s3://bucket/prefix", "endpoint": "http://minio:9000", "secretRef": {"name": "s3"}}},

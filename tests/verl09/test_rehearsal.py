@@ -1,6 +1,7 @@
 """A RetoolRun that really trains: every stage's own command on this CPU, a tiny Qwen2.5, and the seams between them.
 
-One rehearsal (``retool.rehearsal``) runs once for this module, the way the operator runs a run
+One rehearsal (``retool.rehearsal``) runs for this module, as far as its tests need (a run of only the
+SFT tests stops after SFT), the way the operator runs a run
 whose nodes fail: prepare, preflight, sft (its pod deleted after its mid-epoch checkpoint, then a
 second attempt), merge, rl (deleted after its first step's checkpoint, then a second attempt),
 eval. Each stage is ``python3 -m retool.stage STAGE`` with the stage context the operator sets, our
@@ -28,12 +29,14 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from retool.embedded.servers import mlflow_server
 from retool.recipe.render.cpu import ROLLOUTS_DIR
 from retool.rehearsal.pipeline import Rehearsal, RehearsalConfig, set_up
 from retool.rehearsal.runner import Attempt
 from retool.rehearsal.spec import Size
+from retool.rehearsal.summary import summarize, summary_lines
 from retool.runtime.paths import run_paths
 from retool.tracking import naming
 from retool.tracking._client import client
@@ -54,56 +57,69 @@ def tracker_step(directory: Path) -> int | None:
         return None
 
 
+PLAN: tuple[tuple[str, int, str | None, int | None], ...] = (
+    ("prepare", 1, None, None),
+    ("preflight", 1, None, None),
+    ("sft", 1, "sft_checkpoints", SIZE.sft_save_freq),
+    ("sft", 2, None, None),
+    ("merge", 1, None, None),
+    ("rl", 1, "rl_checkpoints", 1),
+    ("rl", 2, None, None),
+    ("eval", 1, None, None),
+)
+"""Every attempt, in order: (stage, attempt, the checkpoint directory whose step ends it as a lost pod, that step)."""
+
+
 @dataclass
 class Done:
+    """The rehearsal, run as far as a test needs (``through``): a test of SFT does not wait for RL."""
+
     rehearsal: Rehearsal
     attempts: dict[tuple[str, int], Attempt]
 
+    def through(self, stage: str) -> Done:
+        """Run every planned attempt up to and including ``stage``'s last (those not run yet)."""
+        last = max(i for i, planned in enumerate(PLAN) if planned[0] == stage)
+        paths = run_paths(self.rehearsal.run)
+        for name, attempt, directory, step in PLAN[: last + 1]:
+            if (name, attempt) in self.attempts:
+                continue
+            stop_when = None
+            if directory is not None:
+                where = Path(getattr(paths, directory))
+                stop_when = lambda where=where, step=step: tracker_step(where) == step  # noqa: E731
+            result = self.rehearsal.run_stage(name, attempt, stop_when=stop_when)
+            self.attempts[(name, attempt)] = result
+            if directory is not None:
+                assert result.stopped, f"{name} attempt {attempt} ended (status {result.status}) before its checkpoint at step {step}: {result.log}"
+            else:
+                assert result.status == 0, f"{name} attempt {attempt} failed: {result.log}\n" + result.log.read_text(errors="replace")[-4000:]
+        return self
+
     def metric(self, stage: str, attempt: int, key: str) -> dict[int, float]:
         """``key`` of a stage attempt's MLflow run, step -> value."""
-        mlflow_client = client(self.rehearsal.config.mlflow_uri)
-        runs = mlflow_client.search_runs([self.rehearsal.parent.experiment_id], filter_string=naming.stage_run_filter(self.rehearsal.parent.run_id, stage, attempt))
+        runs = self._runs(stage, attempt)
         assert runs, f"no MLflow run of {stage} attempt {attempt}"
-        return {m.step: m.value for m in mlflow_client.get_metric_history(runs[0].info.run_id, key)}
+        return {m.step: m.value for m in client(self.rehearsal.config.mlflow_uri).get_metric_history(runs[0].info.run_id, key)}
 
     def run_of(self, stage: str, attempt: int):
-        mlflow_client = client(self.rehearsal.config.mlflow_uri)
-        return mlflow_client.search_runs([self.rehearsal.parent.experiment_id], filter_string=naming.stage_run_filter(self.rehearsal.parent.run_id, stage, attempt))[0]
+        return self._runs(stage, attempt)[0]
+
+    def _runs(self, stage: str, attempt: int) -> list:
+        parent = self.rehearsal.parent
+        return client(self.rehearsal.config.mlflow_uri).search_runs([parent.experiment_id], filter_string=naming.stage_run_filter(parent.run_id, stage, attempt))
 
 
 @pytest.fixture(scope="module")
-def done(tmp_path_factory: pytest.TempPathFactory, sandbox: str) -> Iterator[Done]:  # noqa: F811
+def rehearsal(tmp_path_factory: pytest.TempPathFactory, sandbox: str) -> Iterator[Done]:  # noqa: F811
     root = tmp_path_factory.mktemp("rehearsal")
     with mlflow_server(root / "mlflow") as mlflow:
-        rehearsal = set_up(RehearsalConfig(out=root / "run", python=Path(sys.executable), sandbox_url=sandbox, mlflow_uri=mlflow.base_url, size=SIZE, progress=False))
-        paths = run_paths(rehearsal.run)
-        attempts: dict[tuple[str, int], Attempt] = {}
-
-        def run(stage: str, attempt: int = 1, stop_at: tuple[str, int] | None = None) -> Attempt:
-            stop_when = None
-            if stop_at is not None:
-                directory, step = Path(stop_at[0]), stop_at[1]
-                stop_when = lambda: tracker_step(directory) == step  # noqa: E731
-            result = rehearsal.run_stage(stage, attempt, stop_when=stop_when)
-            attempts[(stage, attempt)] = result
-            if stop_at is not None:
-                assert result.stopped, f"{stage} attempt {attempt} ended (status {result.status}) before its checkpoint at step {stop_at[1]}: {result.log}"
-            else:
-                assert result.status == 0, f"{stage} attempt {attempt} failed: {result.log}\n" + result.log.read_text(errors="replace")[-4000:]
-            return result
-
-        run("prepare")
-        run("preflight")
-        run("sft", 1, stop_at=(paths.sft_checkpoints, SIZE.sft_save_freq))
-        run("sft", 2)
-        run("merge")
-        run("rl", 1, stop_at=(paths.rl_checkpoints, 1))
-        run("rl", 2)
-        run("eval")
-        yield Done(rehearsal, attempts)
+        config = RehearsalConfig(out=root / "run", python=Path(sys.executable), sandbox_url=sandbox, mlflow_uri=mlflow.base_url, size=SIZE, progress=False)
+        yield Done(set_up(config), {})
 
 
-def test_sft_loss_falls_and_reaches_mlflow(done: Done) -> None:
+def test_sft_loss_falls_and_reaches_mlflow(rehearsal: Done) -> None:
+    done = rehearsal.through("sft")
     first, second = done.metric("sft", 1, "train/loss"), done.metric("sft", 2, "train/loss")
     assert first[1] > 10, "a random model starts near ln(151936) = 11.9"
     final = second[max(second)]
@@ -111,8 +127,9 @@ def test_sft_loss_falls_and_reaches_mlflow(done: Done) -> None:
     assert final < 0.3, f"SFT ends at loss {final}: the tiny model did not learn the trajectories"
 
 
-def test_sft_resumes_inside_the_interrupted_epoch_without_replaying_its_rows(done: Done) -> None:
+def test_sft_resumes_inside_the_interrupted_epoch_without_replaying_its_rows(rehearsal: Done) -> None:
     """Steps 77-80 are epoch 20; the first attempt stopped after 78's checkpoint, the second did 79 and 80."""
+    done = rehearsal.through("sft")
     save = SIZE.sft_save_freq
     first_tokens, second_tokens = done.metric("sft", 1, "train/global_tokens"), done.metric("sft", 2, "train/global_tokens")
     assert min(second_tokens) == save + 1, f"the second attempt must start at step {save + 1}, started at {min(second_tokens)}"
@@ -130,8 +147,9 @@ def rollouts(done: Done, attempt: int, step: int) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def test_rl_step_one_calls_the_tool_in_the_sandbox_and_earns_reward_on_the_memorised_prompts(done: Done) -> None:
+def test_rl_step_one_calls_the_tool_in_the_sandbox_and_earns_reward_on_the_memorised_prompts(rehearsal: Done) -> None:
     """The actor starts from the merged SFT model: a random one never writes a parseable tool call."""
+    done = rehearsal.through("rl")
     calls, successes = done.metric("rl", 1, "tool/calls"), done.metric("rl", 1, "tool/outcome_success_count")
     score = done.metric("rl", 1, "critic/score/max")
     assert calls[1] > 0 and successes[1] > 0, "step 1's code ran in the sandbox"
@@ -141,7 +159,8 @@ def test_rl_step_one_calls_the_tool_in_the_sandbox_and_earns_reward_on_the_memor
     assert any("<tool_call>" in row["output"] and "<tool_response>" in row["output"] for row in rows)
 
 
-def test_rl_updates_the_actor_so_its_weights_differ_from_the_merged_sft_model(done: Done) -> None:
+def test_rl_updates_the_actor_so_its_weights_differ_from_the_merged_sft_model(rehearsal: Done) -> None:
+    done = rehearsal.through("eval")
     grad = done.metric("rl", 2, "actor/grad_norm")
     assert grad[2] > 0, "the policy loss had a gradient (GRPO needs both outcomes within a group)"
     claim = Path(run_paths(done.rehearsal.run).root)
@@ -151,14 +170,16 @@ def test_rl_updates_the_actor_so_its_weights_differ_from_the_merged_sft_model(do
     assert changed > 0, "RL left every weight as the SFT model had it"
 
 
-def test_rl_resume_continues_the_global_step_and_the_data(done: Done) -> None:
+def test_rl_resume_continues_the_global_step_and_the_data(rehearsal: Done) -> None:
+    done = rehearsal.through("rl")
     assert set(done.metric("rl", 2, "critic/score/mean")) == {2}, "the second attempt resumes after step 1: it runs step 2 only"
     step1, step2 = {row["input"] for row in rollouts(done, 1, 1)}, {row["input"] for row in rollouts(done, 2, 2)}
     assert len(step1) == len(step2) == SIZE.rl_batch
     assert not step1 & step2, "step 2 after the resume trained on prompts of step 1: the data loader replayed"
 
 
-def test_eval_serves_the_merged_rl_checkpoint_and_scores_the_memorised_set(done: Done) -> None:
+def test_eval_serves_the_merged_rl_checkpoint_and_scores_the_memorised_set(rehearsal: Done) -> None:
+    done = rehearsal.through("eval")
     paths = run_paths(done.rehearsal.run)
     params = done.run_of("eval", 1).data.params
     assert params["actor_rollout_ref/model/path"] == paths.rl_merged
@@ -181,10 +202,9 @@ def agent_loop_prompt(done: Done, tokenizer) -> list[int]:
     return list(tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False))
 
 
-def test_the_base_model_calls_no_tool_where_the_trained_one_does(done: Done) -> None:
+def test_the_base_model_calls_no_tool_where_the_trained_one_does(rehearsal: Done) -> None:
     """The reward > 0 above is the training's: the random base model's greedy answer to a memorised prompt is no tool call."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+    done = rehearsal.through("eval")
     claim = Path(run_paths(done.rehearsal.run).root)
     outputs = {}
     for name, directory in (("base", Path(done.rehearsal.run.spec.model.base)), ("rl", claim / "models" / "rl")):
@@ -195,3 +215,18 @@ def test_the_base_model_calls_no_tool_where_the_trained_one_does(done: Done) -> 
         outputs[name] = tokenizer.decode(out[0, ids.shape[1] :])
     assert "<tool_call>" not in outputs["base"]
     assert "<tool_call>" in outputs["rl"], outputs["rl"]
+
+
+def test_the_demos_figures_are_the_runs_own_read_back_from_mlflow(rehearsal: Done) -> None:
+    """What `make demo` prints after training (``retool.rehearsal.summary``) is what MLflow holds, over every attempt."""
+    done = rehearsal.through("eval")
+    summary = summarize(done.rehearsal)
+    assert summary.sft_steps == SIZE.sft_epochs * ROWS and summary.sft_loss is not None
+    assert summary.sft_loss[0] > 10 > 0.3 > summary.sft_loss[1]
+    assert set(summary.rl) == set(range(1, SIZE.rl_steps + 1)), "both attempts' steps, merged"
+    assert summary.rl[1]["tool/calls"] == done.metric("rl", 1, "tool/calls")[1]
+    assert summary.scores[f"rehearsal_mean_at_{SIZE.eval_samples}"] > 0
+    assert set(summary.seconds) == {"prepare", "preflight", "sft", "merge", "rl", "eval"}
+    assert all(gb > 0 for gb in summary.peak_gb.values())
+    text = "\n".join(summary_lines(summary))
+    assert f"over {SIZE.sft_epochs * ROWS} steps" in text and "rl step 2" in text and f"rehearsal mean@{SIZE.eval_samples}" in text
