@@ -13,9 +13,13 @@ Ray themselves (``ray.init`` without ``RAY_ADDRESS``), declaring the node's trai
 submitter's own script against a real Ray head is tested on its own (tests/ray); a head with its
 dashboard per stage would cost ~20 s and ~1 GB more per stage on a 2-core machine.
 
-An attempt is one process group, like a pod: :func:`run_attempt` ends it the way the kubelet does
-(SIGTERM, then SIGKILL after a grace period) when asked to stop, and waits until every process in
-it is gone before the next attempt starts (two attempts never write one checkpoint directory).
+An attempt is a pod: every process it starts carries its mark in the environment
+(:data:`POD_MARK`, inherited by the torchrun ranks and Ray's processes alike, though both leave the
+attempt's session: torchrun starts its ranks with ``start_new_session``). :func:`run_attempt` ends
+it as the kubelet ends a deleted pod, SIGTERM to every marked process, then SIGKILL to what is left
+after a grace period, and returns only when none is left, so the next attempt never starts beside
+the last one's ranks (two attempts never write one checkpoint directory). The same mark gives the
+attempt's memory: all its processes at once, as a pod's cgroup would count them.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,8 +40,9 @@ from pathlib import Path
 import retool
 from retool.runtime.context import StageContext
 
-STEP_LINE = re.compile(r"(?:^|\s)step:(\d+)\s+-\s")
-"""verl's console logger: ``step:N - key:value - ...`` (SFT and PPO trainers)."""
+STEP_LINE = re.compile(r"(?<![\w/])step:(\d+) - ")
+"""verl's console logger: ``step:N - key:value - ...`` (SFT and PPO trainers), also right after a tqdm bar
+on the same line (``...1.07s/it]step:4 - ...``); not ``global_step:`` or ``timing_s/step:``."""
 GRACE_SECONDS = 30.0
 """The pod's termination grace period (SIGTERM, then SIGKILL)."""
 
@@ -72,49 +78,58 @@ class Attempt:
     """The most resident memory the attempt's processes held at once (sampled every 0.5 s): what its pod would need."""
 
 
-def session_rss_mb(sid: int) -> float:
-    """Resident memory of every process in session ``sid`` (an attempt and all it started), in MiB."""
-    total = 0
-    page = os.sysconf("SC_PAGE_SIZE")
+POD_MARK = "RETOOL_REHEARSAL_POD"
+"""The environment variable that marks every process of one attempt (its value: the attempt's own id)."""
+
+
+def pod_processes(mark: str) -> list[int]:
+    """The live processes whose environment carries ``POD_MARK=mark`` (zombies run nothing and are left out)."""
+    needle = f"{POD_MARK}={mark}".encode()
+    found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-            if int(fields[3]) != sid:  # field 6 of stat, the session id (after the comm field)
-                continue
-            with open(f"/proc/{entry}/statm", encoding="ascii") as statm:
-                total += int(statm.read().split()[1]) * page
-        except (OSError, IndexError, ValueError):
+                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+            with open(f"/proc/{entry}/environ", "rb") as environ:
+                if needle in environ.read().split(b"\0"):
+                    found.append(int(entry))
+        except (OSError, IndexError):
             continue
+    return found
+
+
+def pod_rss_mb(mark: str) -> float:
+    """Resident memory of every process of the attempt, in MiB."""
+    total, page = 0, os.sysconf("SC_PAGE_SIZE")
+    for pid in pod_processes(mark):
+        with contextlib.suppress(OSError, IndexError, ValueError), open(f"/proc/{pid}/statm", encoding="ascii") as statm:
+            total += int(statm.read().split()[1]) * page
     return total / 2**20
 
 
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
 
 
-def end_group(process: subprocess.Popen, grace: float = GRACE_SECONDS) -> None:
-    """SIGTERM the attempt's process group, SIGKILL what is left after ``grace``, and wait until none of it is left."""
-    pgid = process.pid
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGTERM)
+def end_pod(process: subprocess.Popen, mark: str, grace: float = GRACE_SECONDS) -> None:
+    """SIGTERM every process of the attempt, SIGKILL what is left after ``grace``, and wait until none is left."""
+    _signal_all([process.pid, *pod_processes(mark)], signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while group_alive(pgid) and time.monotonic() < deadline:
+    while pod_processes(mark) and time.monotonic() < deadline:
         time.sleep(0.2)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
+    _signal_all(pod_processes(mark), signal.SIGKILL)
     process.wait()
     deadline = time.monotonic() + 60
-    while group_alive(pgid) and time.monotonic() < deadline:
+    while pod_processes(mark) and time.monotonic() < deadline:
         time.sleep(0.2)
+    left = pod_processes(mark)
+    if left:
+        raise RuntimeError(f"processes {left} of the attempt outlived SIGKILL for 60 s")
 
 
 def _follow(log: Path, done: threading.Event, on_line: Callable[[str], None]) -> None:
@@ -153,7 +168,8 @@ def run_attempt(
     """
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"{stage}-{ctx.attempt}.log"
-    env = {**os.environ, **machine.env(), **ctx.to_env(), **dict(extra_env or {})}
+    mark = uuid.uuid4().hex
+    env = {**os.environ, **machine.env(), **ctx.to_env(), **dict(extra_env or {}), POD_MARK: mark}
     for stale in ("RAY_ADDRESS", "MLFLOW_RUN_ID", "VIRTUAL_ENV"):
         env.pop(stale, None)
     argv = [str(machine.python), "-m", "retool.stage", stage, "--spec", str(spec_file)]
@@ -178,13 +194,13 @@ def run_attempt(
     peak = 0.0
     try:
         while process.poll() is None:
-            peak = max(peak, session_rss_mb(process.pid))
+            peak = max(peak, pod_rss_mb(mark))
             if stop_when is not None and stop_when():
                 stopped = True
                 break
             time.sleep(0.5)
     finally:
-        end_group(process)
+        end_pod(process, mark)
         done.set()
         follower.join(timeout=10)
     return Attempt(stage, ctx.attempt, process.returncode, round(time.monotonic() - started, 1), log, steps, stopped, round(peak))
