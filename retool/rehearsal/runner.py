@@ -61,7 +61,16 @@ class Machine:
         """``python3``/``torchrun`` from the trainer environment, this checkout's ``retool`` first, and the node's Ray resources."""
         path = f"{self.python.parent}{os.pathsep}{os.environ.get('PATH', '')}"
         source = str(Path(retool.__file__).resolve().parents[1])
-        return {"PATH": path, "PYTHONPATH": source, "RAY_OVERRIDE_RESOURCES": json.dumps({"CPU": self.cpus, "GPU": self.devices})}
+        return {
+            "PATH": path,
+            "PYTHONPATH": source,
+            "RAY_OVERRIDE_RESOURCES": json.dumps({"CPU": self.cpus, "GPU": self.devices}),
+            # Ray's memory monitor kills workers when the *host* passes 95 % of its memory; in a pod it reads
+            # the pod's cgroup, here the whole machine, which other work shares: during a `make test` with the
+            # rest of the suite beside it, it killed the rehearsal's RL workers (~3 GB of the machine's ~22).
+            # The kernel's OOM killer still bounds memory.
+            "RAY_memory_monitor_refresh_ms": "0",
+        }
 
 
 @dataclass
