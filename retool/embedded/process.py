@@ -16,7 +16,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,15 +79,33 @@ def session_cpu_seconds(session: int) -> float:
     ``start_new_session`` and the workers it forked), from ``/proc/PID/stat``; 0 off Linux."""
     tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     total = 0
-    for entry in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = entry.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):  # the process ended while we looked
-            continue
+    for _pid, fields in proc_stats():
         # after "(comm)": state, ppid, pgrp, session, ..., utime (11), stime (12), cutime (13), cstime (14)
         if len(fields) > 14 and int(fields[3]) == session:
             total += sum(int(f) for f in fields[11:15])
     return total / tick
+
+
+def proc_stats() -> Iterator[tuple[int, list[str]]]:
+    """(pid, the fields of ``/proc/PID/stat`` after its ``(comm)``) of every process; none off Linux.
+
+    Processes end while the scan runs: a ``/proc/PID`` listed a moment ago may be gone, or answer
+    ESRCH (``ProcessLookupError``) when read; such a process is skipped, never an error (a glob over
+    ``/proc`` raised it from inside the directory walk, issue 50).
+    """
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):  # ended while we looked (ProcessLookupError is an OSError)
+            continue
+        yield int(entry), fields
 
 
 def log_tail(path: Path, lines: int = 20) -> str:
@@ -220,11 +238,7 @@ def group_alive(pgid: int) -> bool:
         except PermissionError:
             return True
         return True
-    for stat in proc.glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # exited while we looked
+    for _pid, fields in proc_stats():
         state, process_group = fields[0], int(fields[2])
         if process_group == pgid and state != "Z":
             return True

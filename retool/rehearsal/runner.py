@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import retool
+from retool.embedded.process import proc_stats
 from retool.runtime.context import StageContext
 
 STEP_LINE = re.compile(r"(?<![\w/])step:(\d+) - ")
@@ -95,17 +96,14 @@ def pod_processes(mark: str) -> list[int]:
     """The live processes whose environment carries ``POD_MARK=mark`` (zombies run nothing and are left out)."""
     needle = f"{POD_MARK}={mark}".encode()
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+    for pid, fields in proc_stats():
+        if fields[0] == "Z":
             continue
         try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as stat:
-                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
-            with open(f"/proc/{entry}/environ", "rb") as environ:
+            with open(f"/proc/{pid}/environ", "rb") as environ:
                 if needle in environ.read().split(b"\0"):
-                    found.append(int(entry))
-        except (OSError, IndexError):
+                    found.append(pid)
+        except OSError:  # ended while we looked
             continue
     return found
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -254,3 +255,38 @@ def test_a_kept_demo_refuses_a_busy_port_before_starting_anything(tmp_path):
     assert done.returncode == 2, done.stderr[-2000:]
     assert f"port {port} on 127.0.0.1 is in use" in done.stderr
     assert not (tmp_path / "demo" / "mlflow").exists(), "nothing was started"
+
+
+def test_scans_of_proc_tolerate_a_process_that_ends_while_they_look(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 50 item 8: a process that ends mid-scan answers ESRCH (``ProcessLookupError``) for its /proc entry; the
+    scans skip it. The ending is made certain: that one process's entry answers as an ending process does
+    (``os.stat`` and ``open`` of its ``stat``: ESRCH), while it stays listed in /proc."""
+    import builtins
+
+    from retool.embedded import process
+
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    path = f"/proc/{victim.pid}/stat"
+    real_stat, real_open = os.stat, builtins.open
+
+    def stat(target, *args, **kwargs):
+        if os.fspath(target) == path:
+            raise ProcessLookupError(3, "No such process", path)
+        return real_stat(target, *args, **kwargs)
+
+    def opener(target, *args, **kwargs):
+        if isinstance(target, (str, Path)) and os.fspath(target) == path:
+            raise ProcessLookupError(3, "No such process", path)
+        return real_open(target, *args, **kwargs)
+
+    try:
+        monkeypatch.setattr(os, "stat", stat)
+        monkeypatch.setattr(builtins, "open", opener)
+        assert str(victim.pid) in os.listdir("/proc")
+        assert not process.group_alive(victim.pid), "the ending process is not counted as alive"
+        assert process.session_cpu_seconds(os.getsid(0)) >= 0
+        assert victim.pid not in {pid for pid, _ in process.proc_stats()}
+    finally:
+        monkeypatch.undo()
+        victim.kill()
+        victim.wait()
