@@ -160,14 +160,15 @@ def run_demo(config: DemoConfig) -> DemoSummary:
         raise ValueError("an eval endpoint needs a model name (EVAL_MODEL / --eval-model)")
     out = config.out.resolve()
     pid_file = out / "mlflow.pid"
-    stop_previous_mlflow(pid_file)
+    stop_previous_mlflow(pid_file)  # a kept MLflow of the last demo holds the port the check below asks for
+    # Every precondition before anything is deleted (issue 50): a refused demo leaves the last one's results.
+    if config.keep and port_in_use(config.mlflow_port):
+        raise DemoSetupError(f"port {config.mlflow_port} on 127.0.0.1 is in use: stop what holds it, or keep MLflow on another port (MLFLOW_PORT=... / --mlflow-port)")
     for stale in ("data", "data-check", "data-check-prepared", "render", "eval", "mlflow", "logs", "train"):
         shutil.rmtree(out / stale, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     seconds: dict[str, float] = {}
     sandbox = sandbox_server(out / "logs", workers=config.sandbox_workers)
-    if config.keep and port_in_use(config.mlflow_port):
-        raise DemoSetupError(f"port {config.mlflow_port} on 127.0.0.1 is in use: stop what holds it, or keep MLflow on another port (MLFLOW_PORT=... / --mlflow-port)")
     mlflow = mlflow_server(out / "mlflow", port=config.mlflow_port if config.keep else None)
     kept_pid = None
     try:

@@ -250,11 +250,15 @@ def test_a_kept_demo_refuses_a_busy_port_before_starting_anything(tmp_path):
         busy.listen()
         port = busy.getsockname()[1]
         env = {k: v for k, v in repo_env().items() if k not in ("KEEP", "EVAL_ENDPOINT", "EVAL_MODEL", "MLFLOW_PORT")}
+        last = tmp_path / "demo" / "data-check" / "report.md"  # what the last demo left, to be browsed
+        last.parent.mkdir(parents=True)
+        last.write_text("the last demo's report")
         command = [sys.executable, "-m", "retool.demo", "--out", str(tmp_path / "demo"), "--keep", "--mlflow-port", str(port), "--no-progress", "--no-train"]
         done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 2, done.stderr[-2000:]
     assert f"port {port} on 127.0.0.1 is in use" in done.stderr
     assert not (tmp_path / "demo" / "mlflow").exists(), "nothing was started"
+    assert last.read_text() == "the last demo's report", "a refused demo deleted the last one's results (issue 50, item 3)"
 
 
 def test_scans_of_proc_tolerate_a_process_that_ends_while_they_look(monkeypatch: pytest.MonkeyPatch) -> None:
