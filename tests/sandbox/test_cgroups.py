@@ -19,6 +19,7 @@ from retool_operator.isolation import parse_readyz
 
 from retool.sandbox import cgroups, layers
 from tests.sandbox.conftest import RunningServer, start_server, stop_server
+from tests.sandbox.waiting import wait_until
 
 V1_SELF = "12:pids:/\n11:memory:/jobs/a\n0::/\n"
 V2_SELF = "0::/kubepods/pod1/c1\n"
@@ -282,6 +283,10 @@ def test_an_execution_cgroup_that_cannot_be_made_is_counted_and_refused_or_run(s
     try:
         mine = _replica_subtrees(server)
         assert len(mine) == 2, mine
+        # The worker says hello before it pre-forks: on a loaded machine the server is ready before the
+        # pre-forked process has joined its cgroups, and moving the subtree then would refuse it too.
+        joined = lambda path: any(child.is_dir() and (child / "cgroup.procs").read_text().strip() for child in path.iterdir())  # noqa: E731
+        wait_until(lambda: all(joined(path) for path in mine), what="the pre-forked process in its execution cgroups")
         moved = [path.rename(path.with_name(path.name + "-moved")) for path in mine]
         try:
             with httpx.Client(base_url=server.url, timeout=60) as client:
