@@ -26,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("build/rehearsal"), help="output directory; default build/rehearsal")
     parser.add_argument("--python", type=Path, default=DEFAULT_PYTHON, help=f"the trainer environment's interpreter (verl 0.9.1); default {DEFAULT_PYTHON}")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads per training process (default: one per core; 1 where other work shares the machine)")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -33,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.python}: no such interpreter; the rehearsal trains in verl 0.9.1's environment (make install-verl09), or pass --python")
     out = args.out.resolve()
     with sandbox_server(out / "logs", workers=2) as sandbox, mlflow_server(out / "mlflow") as mlflow:
-        config = RehearsalConfig(out=out, python=args.python.absolute(), sandbox_url=sandbox.base_url, mlflow_uri=mlflow.base_url, progress=not args.no_progress)
+        config = RehearsalConfig(out=out, python=args.python.absolute(), sandbox_url=sandbox.base_url, mlflow_uri=mlflow.base_url, progress=not args.no_progress, threads=args.threads)
         rehearsal = set_up(config)
         try:
             rehearsal.run_all()

@@ -51,6 +51,8 @@ class RehearsalConfig:
     size: Size = DEMO
     shape: TinyShape = field(default_factory=TinyShape)
     progress: bool = True
+    threads: int | None = None
+    """torch's threads per training process (:attr:`Machine.threads`)."""
 
 
 @dataclass
@@ -108,7 +110,7 @@ class Rehearsal:
                     bar.n = min(step, total)
                     bar.refresh()
 
-            result = run_attempt(stage, self.context(attempt), self.spec_file, Machine(self.config.python), self.logs, on_step=on_step, stop_when=stop_when)
+            result = run_attempt(stage, self.context(attempt), self.spec_file, Machine(self.config.python, threads=self.config.threads), self.logs, on_step=on_step, stop_when=stop_when)
             if result.status == 0 and total:
                 bar.n = total
                 bar.refresh()

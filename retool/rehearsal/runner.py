@@ -57,6 +57,11 @@ class Machine:
     devices: int = 1
     cpus: int = 16
     """Ray's logical CPUs: each verl actor asks for one to be scheduled; a pod declares its CPU limit."""
+    threads: int | None = None
+    """torch's threads per process (``OMP_NUM_THREADS``); None: torch's default, one per core. Ray gives its
+    workers one already, torchrun a single rank none. Where other work shares the cores (the rehearsal beside
+    the rest of ``make test``), 1: a rank's second thread then waits on the first at every op, and SFT ran
+    ~7x slower than on the quiet machine (measured; docs/rehearsal.md)."""
 
     def env(self) -> dict[str, str]:
         """``python3``/``torchrun`` from the trainer environment, this checkout's ``retool`` first, and the node's Ray resources."""
@@ -71,6 +76,7 @@ class Machine:
             # rest of the suite beside it, it killed the rehearsal's RL workers (~3 GB of the machine's ~22).
             # The kernel's OOM killer still bounds memory.
             "RAY_memory_monitor_refresh_ms": "0",
+            **({"OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads)} if self.threads else {}),
         }
 
 

@@ -17,7 +17,8 @@ import uuid
 
 import pytest
 
-from retool.rehearsal.runner import POD_MARK, STEP_LINE, end_pod, pod_processes, pod_rss_mb
+from retool.rehearsal.runner import POD_MARK, STEP_LINE, Machine, end_pod, pod_processes, pod_rss_mb, run_attempt
+from retool.runtime.context import StageContext
 
 # A parent like torchrun: its child leaves the session (setsid), ignores SIGTERM and holds ~60 MB.
 TREE = textwrap.dedent(
@@ -92,3 +93,24 @@ def test_processes_of_another_attempt_are_not_this_ones() -> None:
 )
 def test_step_lines_of_verls_console_logger(line: str, steps: list[str]) -> None:
     assert [m.group(1) for m in STEP_LINE.finditer(line)] == steps
+
+
+def test_a_machine_of_one_thread_gives_torch_one_thread_in_every_stage_process(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a shared machine a rank's second torch thread waits on the first at every op (SFT ran ~7x slower
+    beside the rest of `make test`): ``Machine.threads`` reaches torch itself in the stage's processes."""
+    probe = "import torch; print('threads', torch.get_num_threads())"
+    fake = tmp_path / "python3"  # stands for the trainer image's interpreter: what `python3 -m retool.stage` starts
+    fake.write_text(f"#!/bin/sh\nexec {sys.executable} -c \"{probe}\"\n")
+    fake.chmod(0o755)
+    spec = tmp_path / "run.yaml"
+    spec.write_text("{}")
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    default = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()[-1]
+    if default == "1":
+        pytest.skip("a one-core machine: torch's default is already one thread")
+    ctx = StageContext(run_name="r", namespace="default", sandbox_url="http://127.0.0.1:1")
+    for threads, expected in ((1, "1"), (None, default)):
+        attempt = run_attempt("sft", ctx, spec, Machine(fake, threads=threads), tmp_path / f"logs-{threads}")
+        assert attempt.status == 0
+        assert f"threads {expected}" in attempt.log.read_text(), (threads, attempt.log.read_text())

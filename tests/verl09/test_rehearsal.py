@@ -48,6 +48,8 @@ SIZE = Size(sft_epochs=40, sft_save_freq=78, rl_steps=2, rl_batch=2, rollout_n=4
 """The demo's training (fewer epochs leave the model unable to reproduce its tool call when sampled), one eval
 sample per problem: the test needs a score above 0, not an estimate."""
 ROWS = 4
+THREADS = 1
+"""torch's threads per training process: `make test` runs this beside the rest of the suite (``Machine.threads``)."""
 
 
 def tracker_step(directory: Path) -> int | None:
@@ -126,7 +128,7 @@ class Done:
 def rehearsal(tmp_path_factory: pytest.TempPathFactory, sandbox: str) -> Iterator[Done]:  # noqa: F811
     root = tmp_path_factory.mktemp("rehearsal")
     with mlflow_server(root / "mlflow") as mlflow:
-        config = RehearsalConfig(out=root / "run", python=Path(sys.executable), sandbox_url=sandbox, mlflow_uri=mlflow.base_url, size=SIZE, progress=False)
+        config = RehearsalConfig(out=root / "run", python=Path(sys.executable), sandbox_url=sandbox, mlflow_uri=mlflow.base_url, size=SIZE, progress=False, threads=THREADS)
         yield Done(set_up(config), {})
 
 
