@@ -63,17 +63,17 @@ test-verl09: install-verl09 ## only the 0.9 line's tests (tests/verl09: verl 0.9
 TEST_WORKERS ?= 3
 TEST_WORKERS_09 ?= 2
 
-# The 0.9 line's tests run beside the main suite, not after it, in two sessions started first: the
-# training rehearsal (tests/verl09/test_rehearsal.py, ~7 min of mostly one core on a quiet machine, the
-# longest chain of the whole suite) alone, and the line's other files. The main suite leaves a core idle
-# a good part of its time (docs/development.md, measured). Their workers count from 8 and 9
-# (RETOOL_TEST_WORKER_OFFSET) so that no two sessions' sandboxes share execution uids; their output
-# follows the main suite's.
+# The 0.9 line's tests run beside the main suite, not after it, as one chain of two sessions: first the
+# training rehearsal (tests/verl09/test_rehearsal.py, the longest chain of the whole suite: ~7 min of
+# mostly one core on a quiet machine), then the line's other files. The main suite leaves a core idle a
+# good part of its time (docs/development.md, measured); a third stream of work would not find one, and
+# its memory would crowd the machine's. The chain's workers count from 8 (RETOOL_TEST_WORKER_OFFSET) so
+# that its sandboxes never share execution uids with the main suite's; its output follows the main suite's.
 test: install install-verl09 helm kuberay-crds e2e-build disk-room ## install what is missing, then run the whole suite (end-to-end scenarios included) with the 0.9 line's tests beside it
 	@mkdir -p build && rm -f build/test-verl09*.log build/test-verl09*.rc
 	@( RETOOL_TEST_WORKER_OFFSET=8 $(PY09) -m pytest -q -p no:cacheprovider tests/verl09/test_rehearsal.py > build/test-verl09-rehearsal.log 2>&1; \
-	   echo $$? > build/test-verl09-rehearsal.rc ) & \
-	( RETOOL_TEST_WORKER_OFFSET=9 $(PY09) -m pytest -q -p no:cacheprovider --ignore=tests/verl09/test_rehearsal.py tests/verl09 > build/test-verl09.log 2>&1; \
+	   echo $$? > build/test-verl09-rehearsal.rc; \
+	   RETOOL_TEST_WORKER_OFFSET=8 $(PY09) -m pytest -q -p no:cacheprovider --ignore=tests/verl09/test_rehearsal.py tests/verl09 > build/test-verl09.log 2>&1; \
 	   echo $$? > build/test-verl09.rc ) & \
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile; main=$$?; \
 	wait; status=$$main; \
