@@ -49,6 +49,9 @@ class Mutation:
     """The virtualenv of the checkout that runs them, when not ``--python``'s: ``.venv-verl09`` for the 0.9 line's tests."""
 
 
+REHEARSAL_TESTS = ("tests/verl09/test_rehearsal.py",)
+"""The training rehearsal's tests (issue 47), in file order: SFT, then RL, then eval."""
+
 MUTATIONS: tuple[Mutation, ...] = (
     # Named in issue 20.
     Mutation(
@@ -409,13 +412,15 @@ MUTATIONS: tuple[Mutation, ...] = (
         'if outcome.state == "missing":',
         ("tests/operator/test_integration_upstream.py::test_a_running_rayjob_deleted_outside_the_operator_fails_its_attempt_and_is_let_go",),
     ),
-    # Issue 47: the seams of a RetoolRun that really trains (tests/verl09/test_rehearsal.py, docs/rehearsal.md).
+    # Issue 47: the seams of a RetoolRun that really trains (tests/verl09/test_rehearsal.py, docs/rehearsal.md). Each
+    # row runs the whole file: one rehearsal serves all its tests, so they share one baseline, and -x ends a
+    # mutated run at the first seam that breaks.
     Mutation(
         "the SFT learning rate is not the spec's (the model learns nothing)",
         "retool/recipe/render/sft.py",
         '"optim.lr": sft.learning_rate,',
         '"optim.lr": 1e-9,',
-        ("tests/verl09/test_rehearsal.py::test_sft_loss_falls_and_reaches_mlflow",),
+        REHEARSAL_TESTS,
         venv=".venv-verl09",
     ),
     Mutation(
@@ -423,7 +428,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "retool/recipe/render/sft.py",
         '"trainer.resume_mode": "auto",',
         '"trainer.resume_mode": "disable",',
-        ("tests/verl09/test_rehearsal.py::test_sft_resumes_inside_the_interrupted_epoch_without_replaying_its_rows",),
+        REHEARSAL_TESTS,
         venv=".venv-verl09",
     ),
     Mutation(
@@ -431,7 +436,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "retool/recipe/render/ppo.py",
         "return run_paths(run).sft_merged if run.spec.sft.enabled else model_path(run)",
         "return model_path(run)",
-        ("tests/verl09/test_rehearsal.py::test_rl_step_one_calls_the_tool_in_the_sandbox_and_earns_reward_on_the_memorised_prompts",),
+        REHEARSAL_TESTS,
         venv=".venv-verl09",
     ),
     Mutation(
@@ -439,7 +444,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "retool/recipe/render/ppo.py",
         'f"{arr}.actor.optim.lr": rl.learning_rate,',
         'f"{arr}.actor.optim.lr": 0.0,',
-        ("tests/verl09/test_rehearsal.py::test_rl_updates_the_actor_so_its_weights_differ_from_the_merged_sft_model",),
+        REHEARSAL_TESTS,
         venv=".venv-verl09",
     ),
     Mutation(
@@ -447,7 +452,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "retool/recipe/render/ppo.py",
         '"trainer.resume_mode": "auto",',
         '"trainer.resume_mode": "disable",',
-        ("tests/verl09/test_rehearsal.py::test_rl_resume_continues_the_global_step_and_the_data",),
+        REHEARSAL_TESTS,
         venv=".venv-verl09",
     ),
     Mutation(
@@ -455,7 +460,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "retool/recipe/render/ppo.py",
         "return run_paths(run).rl_merged if run.spec.rl.enabled else policy_model_path(run)",
         "return policy_model_path(run)",
-        ("tests/verl09/test_rehearsal.py::test_eval_serves_the_merged_rl_checkpoint_and_scores_the_memorised_set",),
+        REHEARSAL_TESTS,
         venv=".venv-verl09",
     ),
     Mutation(

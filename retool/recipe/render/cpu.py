@@ -64,8 +64,14 @@ PPO_OVERRIDES: dict[str, Any] = {
     f"{ARR}.model.enable_gradient_checkpointing": False,
     "reward.num_workers": 1,
     "data.dataloader_num_workers": 0,
+    "+ray_kwargs.ray_init.include_dashboard": False,
 }
-"""verl 0.9.1 ``ppo_trainer`` keys of the rl and eval stages."""
+"""verl 0.9.1 ``ppo_trainer`` keys of the rl and eval stages.
+
+``include_dashboard``: a driver without ``RAY_ADDRESS`` (the rehearsal's) starts Ray itself, and its
+dashboard would take 127.0.0.1:8265, the port a machine's own Ray head expects (the end-to-end
+RayJob scenario's, beside it in ``make test``). A driver that joins a RayJob's head passes it to
+``ray.init``, which ignores it when it connects (``ray/_private/worker.py``, Ray 2.60)."""
 
 CRITIC_OVERRIDES: dict[str, Any] = {
     "critic.strategy": "fsdp2",
