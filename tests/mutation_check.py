@@ -541,13 +541,15 @@ def run_tests(root: Path, python: str, tests: tuple[str, ...], timeout_s: float)
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("-k", dest="only", default="", help="only the mutations whose name contains this")
+    parser.add_argument(
+        "-k", dest="only", action="append", default=[], help="only the mutations whose name contains this (repeat: any of them; rows with the same tests share one baseline)"
+    )
     parser.add_argument("--python", default=sys.executable, help="interpreter that runs pytest (default: this one)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per pytest run (default 900)")
     parser.add_argument("--list", action="store_true", help="list the mutations and exit")
     parser.add_argument("--repo", type=Path, default=REPO, help="the tree to copy (default: this checkout), e.g. an export of an older commit")
     args = parser.parse_args(argv)
-    chosen = [m for m in MUTATIONS if args.only in m.name]
+    chosen = [m for m in MUTATIONS if not args.only or any(words in m.name for words in args.only)]
     if args.list or not chosen:
         for m in chosen or MUTATIONS:
             print(f"{m.file}: {m.name}")

@@ -34,7 +34,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.python}: no such interpreter; the rehearsal trains in verl 0.9.1's environment (make install-verl09), or pass --python")
     out = args.out.resolve()
     with sandbox_server(out / "logs", workers=2) as sandbox, mlflow_server(out / "mlflow") as mlflow:
-        config = RehearsalConfig(out=out, python=args.python.absolute(), sandbox_url=sandbox.base_url, mlflow_uri=mlflow.base_url, progress=not args.no_progress, threads=args.threads)
+        config = RehearsalConfig(
+            out=out, python=args.python.absolute(), sandbox_url=sandbox.base_url, mlflow_uri=mlflow.base_url, progress=not args.no_progress, threads=args.threads
+        )
         rehearsal = set_up(config)
         try:
             rehearsal.run_all()

@@ -110,7 +110,8 @@ class Rehearsal:
                     bar.n = min(step, total)
                     bar.refresh()
 
-            result = run_attempt(stage, self.context(attempt), self.spec_file, Machine(self.config.python, threads=self.config.threads), self.logs, on_step=on_step, stop_when=stop_when)
+            machine = Machine(self.config.python, threads=self.config.threads)
+            result = run_attempt(stage, self.context(attempt), self.spec_file, machine, self.logs, on_step=on_step, stop_when=stop_when)
             if result.status == 0 and total:
                 bar.n = total
                 bar.refresh()
