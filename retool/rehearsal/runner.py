@@ -129,20 +129,44 @@ def _signal_all(pids: list[int], sig: int) -> None:
             os.kill(pid, sig)
 
 
+def _start_time(pid: int) -> str | None:
+    """The process's start time (``/proc/PID/stat`` field 22), None once it has ended or is a zombie: with the
+    pid, it names one process, never a later one that reuses the pid."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
 def end_pod(process: subprocess.Popen, mark: str, grace: float = GRACE_SECONDS) -> None:
-    """SIGTERM every process of the attempt, SIGKILL what is left after ``grace``, and wait until none is left."""
-    _signal_all([process.pid, *pod_processes(mark)], signal.SIGTERM)
+    """SIGTERM every process of the attempt, SIGKILL what is left after ``grace``, and wait until none is left.
+
+    A process that is exiting has already given up its memory, environment included, so the mark no
+    longer finds it while the kernel still tears it down; every process the mark ever found is therefore
+    waited for by its pid and start time until it is gone or a zombie.
+    """
+    seen: dict[int, str] = {}
+
+    def left() -> list[int]:
+        for pid in pod_processes(mark):
+            started = _start_time(pid)
+            if started is not None:
+                seen.setdefault(pid, started)
+        return [pid for pid, started in seen.items() if _start_time(pid) == started]
+
+    _signal_all([process.pid, *left()], signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while pod_processes(mark) and time.monotonic() < deadline:
+    while left() and time.monotonic() < deadline:
         time.sleep(0.2)
     _signal_all(pod_processes(mark), signal.SIGKILL)
     process.wait()
     deadline = time.monotonic() + 60
-    while pod_processes(mark) and time.monotonic() < deadline:
+    while left() and time.monotonic() < deadline:
         time.sleep(0.2)
-    left = pod_processes(mark)
-    if left:
-        raise RuntimeError(f"processes {left} of the attempt outlived SIGKILL for 60 s")
+    if left():
+        raise RuntimeError(f"processes {left()} of the attempt outlived SIGKILL for 60 s")
 
 
 def _follow(log: Path, done: threading.Event, on_line: Callable[[str], None]) -> None:
