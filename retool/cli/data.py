@@ -18,7 +18,9 @@ from retool.runtime.context import SPEC_MOUNT_PATH
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    data = subparsers.add_parser("data", help="prepare SFT, RL and evaluation data", description="Data set preparation.")
+    data = subparsers.add_parser(
+        "data", help="data prepare: SFT, RL and evaluation data to parquet; data check: re-run and score SFT trajectories in the sandbox", description="Data set preparation."
+    )
     actions = data.add_subparsers(dest="data_command", metavar="ACTION", required=True)
     prepare = actions.add_parser("prepare", help="convert a data source into verl parquet", description="Convert data sources into verl parquet.")
     kinds = prepare.add_subparsers(dest="kind", metavar="KIND", required=True)

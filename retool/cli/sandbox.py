@@ -10,7 +10,7 @@ from retool.cli.inputs import InputError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("sandbox", help="the code sandbox service", description="SandboxFusion-compatible code sandbox.")
+    parser = subparsers.add_parser("sandbox", help="the code sandbox service: sandbox serve", description="SandboxFusion-compatible code sandbox.")
     commands = parser.add_subparsers(dest="sandbox_command", metavar="COMMAND", required=True)
     serve = commands.add_parser(
         "serve",

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "storage",
-        help="copy checkpoint/model directories between the PVC and S3 (verified, resumable)",
+        help="copy checkpoint/model directories between the PVC and S3, verified and resumable: storage upload, storage download",
         description="Copy directories between local (PVC) paths and s3://bucket/prefix URIs with sha256 verification.",
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
