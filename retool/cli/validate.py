@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from retool.cli.inputs import add_operator_arguments, operator_settings
@@ -39,6 +40,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+def with_flag_advice(found: FileProblem, batch_scheduler: str) -> FileProblem:
+    """A refusal that depends on the operator's batch scheduler also names the flag that sets the one checked
+    against: the operator's own message names its chart value, which means nothing to a pull-request check."""
+    if found.problem.path == "spec.scheduling.gang.enabled" and not batch_scheduler:
+        advice = "retool validate assumed an operator without one: --batch-scheduler volcano (or yunikorn) checks against one whose KubeRay has it"
+    elif found.problem.path == "spec.scheduling.queueName" and batch_scheduler:
+        advice = f"retool validate assumed --batch-scheduler {batch_scheduler}: --batch-scheduler none checks against an operator without one"
+    else:
+        return found
+    return replace(found, problem=Problem(found.problem.path, f"{found.problem.message}. {advice}"))
+
+
 def run(args: argparse.Namespace) -> int:
     settings = operator_settings(args.batch_scheduler, args.sandbox_max_replicas, os.environ)
     try:
@@ -63,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
                 continue
         count, found = validate_text(text, source, settings)
         documents += count
-        problems.extend(found)
+        problems.extend(with_flag_advice(p, settings.batch_scheduler) for p in found)
         model_errors, model_warnings = model_fit_problems(text, source, model_config)
         problems.extend(model_errors)
         warnings.extend(model_warnings)
