@@ -34,7 +34,7 @@ from retool.data_check.app import CheckConfig, CheckOutcome, run_check
 from retool.demo.prepare import prepare_samples
 from retool.demo.render import render_run
 from retool.demo.samples import EVAL_FILE, SFT_FILE
-from retool.embedded.process import ManagedServer, group_alive
+from retool.embedded.process import ManagedServer, free_port, group_alive
 from retool.embedded.servers import mlflow_server, sandbox_server
 from retool.evaluate.app import EvalConfig, EvalOutcome, run_eval
 from retool.evaluate.mlflow_log import log_run
@@ -85,6 +85,8 @@ class DemoSummary:
     evaluation: EvalOutcome | None = None
     training: RehearsalSummary | None = None
     training_failure: str | None = None
+    keep_port: int = DEMO_MLFLOW_PORT
+    """The port the closing hint offers for ``KEEP=1``: the configured one, or a free one when that is taken."""
 
 
 def stop_previous_mlflow(pid_file: Path) -> bool:
@@ -153,6 +155,12 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
         except OSError:
             return True
     return False
+
+
+def keep_hint_port(configured: int) -> int:
+    """The port the closing hint offers for ``KEEP=1``: the configured one while it is free, else a free one
+    (a hint that names a taken port leads to the refusal above)."""
+    return configured if not port_in_use(configured) else free_port()
 
 
 def run_demo(config: DemoConfig) -> DemoSummary:
@@ -244,6 +252,7 @@ def run_demo(config: DemoConfig) -> DemoSummary:
             evaluation=evaluation,
             training=training,
             training_failure=training_failure,
+            keep_port=keep_hint_port(config.mlflow_port),
         )
     finally:
         sandbox.stop()
@@ -350,5 +359,6 @@ def summary_text(summary: DemoSummary) -> str:
             "",
         ]
     else:
-        lines += [f"Everything the demo started has been stopped; `make demo KEEP=1` keeps MLflow running at http://127.0.0.1:{DEMO_MLFLOW_PORT} to browse the run.", ""]
+        keep = "make demo KEEP=1" + ("" if summary.keep_port == DEMO_MLFLOW_PORT else f" MLFLOW_PORT={summary.keep_port}")
+        lines += [f"Everything the demo started has been stopped; `{keep}` keeps MLflow running at http://127.0.0.1:{summary.keep_port} to browse the run.", ""]
     return "\n".join(lines)

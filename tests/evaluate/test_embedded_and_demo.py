@@ -242,6 +242,30 @@ def test_a_demo_that_stops_mlflow_prints_no_link_to_it(tmp_path):
     assert f"MLflow run   {run_url}" in kept and "make demo-stop" in kept
 
 
+def test_the_closing_hint_never_names_a_taken_port(tmp_path):
+    """Issue 50, item 6: the hint said `make demo KEEP=1` and 5055 while 5055 was taken, which the next demo refuses."""
+    import socket
+
+    from retool.demo.pipeline import DEMO_MLFLOW_PORT, DemoSummary, keep_hint_port, port_in_use, summary_text
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        offered = keep_hint_port(taken)
+        assert offered != taken and not port_in_use(offered)
+    assert keep_hint_port(offered) == offered, "a free configured port is offered as it is"
+    summary = DemoSummary(
+        mlflow_url="http://127.0.0.1:1", run_url="", report=tmp_path / "report.md", manifests=tmp_path / "manifests.yaml", commands={}, prepared={},
+        figures={"data_check/trajectories": 4, "data_check/blocks": 6, "data_check/output_agreement": 1.0, "data_check/answer_accuracy": 1.0,
+                 "data_check_prepared/output_agreement": 1.0, "data_check_prepared/blocks": 6, "demo/render/objects": 12},
+        check_ok=True, keep_port=offered,
+    )  # fmt: skip
+    text = summary_text(summary)
+    assert f"`make demo KEEP=1 MLFLOW_PORT={offered}` keeps MLflow running at http://127.0.0.1:{offered}" in text
+    assert f":{DEMO_MLFLOW_PORT}" not in text or offered == DEMO_MLFLOW_PORT
+
+
 def test_a_kept_demo_refuses_a_busy_port_before_starting_anything(tmp_path):
     import socket
 
