@@ -37,6 +37,7 @@ from retool.demo.samples import EVAL_FILE, SFT_FILE
 from retool.embedded.process import ManagedServer, free_port, group_alive
 from retool.embedded.servers import mlflow_server, sandbox_server
 from retool.evaluate.app import EvalConfig, EvalOutcome, run_eval
+from retool.evaluate.chat import EndpointError, check_served
 from retool.evaluate.mlflow_log import log_run
 from retool.rehearsal.pipeline import RehearsalConfig, StageFailedError, set_up
 from retool.rehearsal.summary import RehearsalSummary, summarize, summary_lines
@@ -172,6 +173,11 @@ def run_demo(config: DemoConfig) -> DemoSummary:
     # Every precondition before anything is deleted (issue 50): a refused demo leaves the last one's results.
     if config.keep and port_in_use(config.mlflow_port):
         raise DemoSetupError(f"port {config.mlflow_port} on 127.0.0.1 is in use: stop what holds it, or keep MLflow on another port (MLFLOW_PORT=... / --mlflow-port)")
+    if config.eval_endpoint:
+        try:
+            check_served(config.eval_endpoint, config.eval_model or "")
+        except EndpointError as err:
+            raise DemoSetupError(f"EVAL_ENDPOINT: {err} (EVAL_MODEL={config.eval_model}; without EVAL_ENDPOINT the demo skips this evaluation)") from None
     for stale in ("data", "data-check", "data-check-prepared", "render", "eval", "mlflow", "logs", "train"):
         shutil.rmtree(out / stale, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)

@@ -186,3 +186,28 @@ def completions_url(endpoint: str) -> str:
     if not base.endswith("/v1"):
         base += "/v1"
     return base + "/chat/completions"
+
+
+def models_url(endpoint: str) -> str:
+    """``/v1/models`` under the endpoint, as :func:`completions_url` places ``/v1/chat/completions``."""
+    return completions_url(endpoint).removesuffix("/chat/completions") + "/models"
+
+
+def check_served(endpoint: str, model: str, api_key: str | None = None, timeout_s: float = 5.0) -> None:
+    """One ``GET /v1/models`` (OpenAI's list, as vLLM serves it: ``{"data": [{"id": ...}]}``, vLLM's
+    ``ModelList`` in ``vllm/entrypoints/openai/protocol.py``): :class:`EndpointError` naming what is wrong and
+    the next step, before anything depends on the endpoint."""
+    url = models_url(endpoint)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        answer = httpx.get(url, headers=headers, timeout=timeout_s)
+    except httpx.HTTPError as err:
+        raise EndpointError(f"cannot reach {url} ({type(err).__name__}: {err or 'no answer'}): start the model server there, or leave the endpoint unset") from None
+    if answer.status_code != 200:
+        raise EndpointError(f"GET {url} answered {answer.status_code}: is this an OpenAI-compatible server (vLLM: `vllm serve MODEL`)?")
+    try:
+        served = [str(card["id"]) for card in answer.json()["data"]]
+    except (ValueError, KeyError, TypeError):
+        raise EndpointError(f"GET {url} is not an OpenAI model list: is this an OpenAI-compatible server (vLLM: `vllm serve MODEL`)?") from None
+    if model not in served:
+        raise EndpointError(f"{url} does not serve {model!r}; it serves: {', '.join(served) or 'no model'}")

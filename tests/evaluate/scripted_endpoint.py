@@ -118,6 +118,11 @@ def build_app(endpoint: ScriptedEndpoint) -> FastAPI:
     app = FastAPI()
     lock = threading.Lock()
 
+    @app.get("/v1/models")
+    async def models() -> JSONResponse:
+        # vLLM's ModelList (vllm/entrypoints/openai/protocol.py): OpenAI's list of model cards.
+        return JSONResponse({"object": "list", "data": [{"id": endpoint.model, "object": "model", "created": int(time.time()), "owned_by": "vllm"}]})
+
     @app.post("/v1/chat/completions")
     async def completions(request: Request) -> JSONResponse:
         body = await request.json()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -156,21 +157,33 @@ def test_demo_runs_for_real_keeps_mlflow_on_request_and_stops_it(tmp_path):
     assert not (out / "mlflow.pid").exists()
 
 
-@pytest.mark.slow
-def test_an_evaluation_that_cannot_reach_its_endpoint_fails_the_demo(tmp_path):
-    """`make demo EVAL_ENDPOINT=http://127.0.0.1:9 EVAL_MODEL=nope`: a mistyped endpoint fails the demo
-    (as `retool eval` alone exits 1), and nothing is scored, rather than a model that scored 0."""
+@pytest.mark.parametrize("serving", [None, "another-model"], ids=["unreachable", "another model"])
+def test_an_eval_endpoint_that_cannot_serve_fails_the_demo_before_anything_starts(tmp_path, serving):
+    """`make demo EVAL_ENDPOINT=... EVAL_MODEL=nope`: one GET /v1/models before anything starts or is deleted
+    (issue 50, item 4: the stack and the data steps ran first, then 96 warnings and no next step)."""
     env = {k: v for k, v in repo_env().items() if k not in ("KEEP", "EVAL_ENDPOINT", "EVAL_MODEL")}
-    command = [
-        sys.executable, "-m", "retool.demo", "--out", str(tmp_path / "demo"), "--no-progress", "--no-train",
-        "--eval-endpoint", f"http://127.0.0.1:{free_port()}", "--eval-model", "nope", "--eval-n", "1",
-    ]  # fmt: skip
-    done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=420, check=False)
-    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
-    assert "ReTool platform demo: FAILED: the evaluation could not complete 6 sample(s) at its endpoint" in done.stdout
-    assert "eval         FAILED: none of 6 sample(s) completed at the endpoint, nothing was scored" in done.stdout and "mean@n" not in done.stdout
-    summary = json.loads((tmp_path / "demo" / "eval" / "results.summary.json").read_text())
-    assert summary == {"eval/samples": 6.0, "eval/errors": 6.0}
+    last = tmp_path / "demo" / "data-check" / "report.md"
+    last.parent.mkdir(parents=True)
+    last.write_text("the last demo's report")
+    with contextlib.ExitStack() as stack:
+        endpoint = ScriptedEndpoint(model=serving or "", scripts={})
+        url = f"http://127.0.0.1:{free_port()}" if serving is None else stack.enter_context(ServerThread(build_app(endpoint))).url
+        command = [
+            sys.executable, "-m", "retool.demo", "--out", str(tmp_path / "demo"), "--no-progress", "--no-train",
+            "--eval-endpoint", url, "--eval-model", "nope", "--eval-n", "1",
+        ]  # fmt: skip
+        started = time.monotonic()
+        done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2, done.stdout + done.stderr[-3000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("retool demo: EVAL_ENDPOINT: "), done.stderr
+    if serving is None:
+        assert f"cannot reach {url}/v1/models" in lines[0] and "start the model server there" in lines[0]
+    else:
+        assert "does not serve 'nope'; it serves: another-model" in lines[0]
+    assert time.monotonic() - started < 60
+    assert not (tmp_path / "demo" / "mlflow").exists(), "nothing was started"
+    assert last.read_text() == "the last demo's report", "a refused demo deleted the last one's results"
 
 
 def test_stop_without_a_kept_server_says_so(tmp_path):
