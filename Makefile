@@ -28,12 +28,15 @@ install: $(STAMP) ## create .venv with everything the tests need (idempotent)
 # only the CUDA build for Linux (2.13.0+cu130, ~4 GB, kept in pip's cache); the tests run it on CPU.
 # The compiled execution setup (retool/sandbox/_settle.c) is built in place by the editable install:
 # a changed source reinstalls, and a build older than its source is refused at run time anyway.
-$(STAMP): pyproject.toml retool/sandbox/_settle.c
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet torch==2.13.0
+$(STAMP): pyproject.toml setup.py retool/sandbox/_settle.c
+	@echo "==> installing .venv: torch 2.13.0 (PyPI's CUDA build, a ~4 GB download the first time, then pip's cache), then the project with every extra (6.5 GB in all); minutes the first time (8.5 measured on a shared 2-core machine), seconds when only the project changed"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PIP) install --quiet --upgrade pip
+	@echo "==> torch"
+	@$(PIP) install --progress-bar on torch==2.13.0
+	@echo "==> the project and its extras (verl 0.6.1, kopf, mlflow, ray, ...)"
 	$(PIP) install --quiet -e '.[dev]'
-	touch $(STAMP)
+	@touch $(STAMP)
 
 # The 0.9 trainer line's test environment (spec.trainer.verl: "0.9", docs/verl-lines.md): verl 0.9.1
 # with transformers 5.x beside the default line's verl 0.6.1, which needs transformers<5, so in a venv
@@ -47,11 +50,12 @@ STAMP09 := $(VENV09)/.installed
 
 install-verl09: $(STAMP09) ## create .venv-verl09: the 0.9 line's test environment (verl 0.9.1, transformers 5; idempotent)
 
-$(STAMP09): pyproject.toml retool/sandbox/_settle.c | $(STAMP)
-	test -x $(PY09) || $(VENV)/bin/uv venv --quiet $(VENV09) --python $(PYTHON)
-	$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY09) torch==2.13.0
-	$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY09) -e '.[dev-verl09]'
-	touch $(STAMP09)
+$(STAMP09): pyproject.toml setup.py retool/sandbox/_settle.c | $(STAMP)
+	@echo "==> installing .venv-verl09: verl 0.9.1 with transformers 5 and torch 2.13.0 (up to 5.7 GB more, less where uv's cache shares the disk; a few minutes the first time)"
+	@test -x $(PY09) || $(VENV)/bin/uv venv --quiet $(VENV09) --python $(PYTHON)
+	$(VENV)/bin/uv pip install --compile-bytecode --python $(PY09) torch==2.13.0
+	$(VENV)/bin/uv pip install --compile-bytecode --python $(PY09) -e '.[dev-verl09]'
+	@touch $(STAMP09)
 
 test-verl09: install-verl09 ## only the 0.9 line's tests (tests/verl09: verl 0.9.1 on CPU), in .venv-verl09
 	$(PY09) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS_09) --dist loadfile tests/verl09
