@@ -95,15 +95,20 @@ def check_hub_source(source: str, env: Mapping[str, str]) -> None:
         return
     import httpx
     from huggingface_hub import hf_hub_url
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
 
+    try:
+        validate_repo_id(source)
+    except HFValidationError:
+        return  # a path, not a hub id: the tokenizer check names what is wrong with it (tokenizer_source_problem)
     url = hf_hub_url(source, "tokenizer_config.json")
     headers = {"Authorization": f"Bearer {env['HF_TOKEN']}"} if env.get("HF_TOKEN") else {}
     try:
         answer = httpx.head(url, headers=headers, timeout=HUB_PROBE_TIMEOUT_S, follow_redirects=True)
     except httpx.HTTPError as err:
-        raise InputError(f"--tokenizer {source}: the model hub does not answer ({type(err).__name__} for {url}): {OFFLINE_ADVICE}") from None
+        raise InputError(f"--tokenizer {source}: no such directory here, and the model hub does not answer ({type(err).__name__} for {url}): {OFFLINE_ADVICE}") from None
     if answer.status_code == 404:
-        raise InputError(f"--tokenizer {source}: no such model on the hub ({url} answered 404): check spec.model.base, or {OFFLINE_ADVICE}")
+        raise InputError(f"--tokenizer {source}: no such directory here, nor model on the hub ({url} answered 404): check spec.model.base, or {OFFLINE_ADVICE}")
     if answer.status_code in (401, 403):
         raise InputError(f"--tokenizer {source}: the hub refuses it ({answer.status_code}; a gated model needs HF_TOKEN), or {OFFLINE_ADVICE}")
 
