@@ -173,10 +173,24 @@ def test_rl_step_one_calls_the_tool_in_the_sandbox_and_earns_reward_on_the_memor
     assert any("<tool_call>" in row["output"] and "<tool_response>" in row["output"] for row in rows)
 
 
+def mixed_groups(rows: list[dict]) -> int:
+    """GRPO groups (one prompt's rollouts) whose scores differ: only these have a non-zero advantage."""
+    scores: dict[str, set[float]] = {}
+    for row in rows:
+        scores.setdefault(row["input"], set()).add(row["score"])
+    return sum(len(group) > 1 for group in scores.values())
+
+
 def test_rl_updates_the_actor_so_its_weights_differ_from_the_merged_sft_model(rehearsal: Done) -> None:
+    """The policy gradient flows exactly where GRPO has a signal. Whether a step has one is chance: sampled at
+    0.8, a memorised prompt's four rollouts all succeed, or all fail, often enough that both groups of a step
+    were uniform in one run of four (advantages 0, grad_norm 0). So each step is checked against its own
+    groups, read from verl's rollout dump, not against a fixed expectation."""
     done = rehearsal.through("eval")
-    grad = done.metric("rl", 2, "actor/grad_norm")
-    assert grad[2] > 0, "the policy loss had a gradient (GRPO needs both outcomes within a group)"
+    for attempt, step in ((1, 1), (2, 2)):
+        grad = done.metric("rl", attempt, "actor/grad_norm")[step]
+        mixed = mixed_groups(rollouts(done, attempt, step))
+        assert (grad > 0) == (mixed > 0), f"step {step}: grad_norm {grad} with {mixed} group(s) of mixed outcomes"
     claim = Path(run_paths(done.rehearsal.run).root)
     sft, rl = load_file(claim / "models" / "sft" / "model.safetensors"), load_file(claim / "models" / "rl" / "model.safetensors")
     assert sft.keys() == rl.keys()
