@@ -98,13 +98,17 @@ POD_MARK = "RETOOL_REHEARSAL_POD"
 """The environment variable that marks every process of one attempt (its value: the attempt's own id)."""
 
 
-def pod_processes(mark: str) -> list[int]:
-    """The live processes whose environment carries ``POD_MARK=mark`` (zombies run nothing and are left out)."""
+def _live() -> dict[int, str]:
+    """Every process that has not ended (zombies run nothing): pid -> its start time (``/proc/PID/stat`` field
+    22). With the pid, the start time names one process, never a later one that reuses the pid."""
+    return {pid: fields[19] for pid, fields in proc_stats() if fields[0] not in ("Z", "X")}
+
+
+def pod_processes(mark: str, live: dict[int, str] | None = None) -> list[int]:
+    """The live processes (``live``: one scan of them, else a new one) whose environment carries ``POD_MARK=mark``."""
     needle = f"{POD_MARK}={mark}".encode()
     found = []
-    for pid, fields in proc_stats():
-        if fields[0] == "Z":
-            continue
+    for pid in _live() if live is None else live:
         try:
             with open(f"/proc/{pid}/environ", "rb") as environ:
                 if needle in environ.read().split(b"\0"):
@@ -129,17 +133,6 @@ def _signal_all(pids: list[int], sig: int) -> None:
             os.kill(pid, sig)
 
 
-def _start_time(pid: int) -> str | None:
-    """The process's start time (``/proc/PID/stat`` field 22), None once it has ended or is a zombie: with the
-    pid, it names one process, never a later one that reuses the pid."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if fields[0] in ("Z", "X") else fields[19]
-
-
 def end_pod(process: subprocess.Popen, mark: str, grace: float = GRACE_SECONDS) -> None:
     """SIGTERM every process of the attempt, SIGKILL what is left after ``grace``, and wait until none is left.
 
@@ -150,11 +143,10 @@ def end_pod(process: subprocess.Popen, mark: str, grace: float = GRACE_SECONDS) 
     seen: dict[int, str] = {}
 
     def left() -> list[int]:
-        for pid in pod_processes(mark):
-            started = _start_time(pid)
-            if started is not None:
-                seen.setdefault(pid, started)
-        return [pid for pid, started in seen.items() if _start_time(pid) == started]
+        live = _live()
+        for pid in pod_processes(mark, live):
+            seen.setdefault(pid, live[pid])
+        return [pid for pid, started in seen.items() if live.get(pid) == started]
 
     _signal_all([process.pid, *left()], signal.SIGTERM)
     deadline = time.monotonic() + grace
