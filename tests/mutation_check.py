@@ -191,10 +191,26 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "the first call's position is where the model's turn holding it ends",
-        "retool/recipe/verl_plugins/agent_loop.py",
+        "retool/recipe/verl_plugins/call_record.py",
         "self._first_call_at = len(agent_data.response_mask) - len(turn) + (start if start is not None else 0)",
         "self._first_call_at = len(agent_data.response_mask)",
-        ("tests/turns/test_token_parity.py::test_the_first_call_position_is_where_the_call_begins",),
+        ("tests/turns/test_token_parity.py::test_the_first_call_position_is_where_the_call_begins", "tests/turns/test_dynamics_by_hand.py"),
+    ),
+    # Named in issue 48: the 0.9 line logged the turn's end as the first call's position, and fence lines counted as code.
+    Mutation(
+        "the 0.9 line's first call position is where the model's turn holding it ends",
+        "retool/recipe/verl_plugins/call_record.py",
+        "self._first_call_at = len(agent_data.response_mask) - len(turn) + (start if start is not None else 0)",
+        "self._first_call_at = len(agent_data.response_mask)",
+        ("tests/verl09/test_dynamics_by_hand.py",),
+        venv=".venv-verl09",
+    ),
+    Mutation(
+        "a fenced code block's fence lines count as code lines",
+        "retool/recipe/dynamics.py",
+        "return sum(1 for line in extract_code(code).splitlines() if line.strip())",
+        "return sum(1 for line in code.splitlines() if line.strip())",
+        ("tests/turns/test_dynamics_by_hand.py",),
     ),
     Mutation(
         "the preflight reads data files without checking their rows' required fields",

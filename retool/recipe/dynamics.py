@@ -13,7 +13,8 @@ timing"):
 - ``calls_per_response_mean|max``: interpreter calls per response; ``hit_max_turns_ratio`` the share
   of responses the agent loop stopped because they reached ``maxTurns``.
 - ``code_lines_per_response_mean``: non-blank lines of code a response runs, all its calls together,
-  over responses with a call (the paper's "code lines", a per-response figure);
+  over responses with a call; the code is what the tool runs (``extract_code``: the fenced block of
+  an argument written as Markdown, without its fence lines) (the paper's "code lines", a per-response figure);
   ``code_lines_per_call_mean`` the same per call.
 - ``outcome_<success|error|timeout|sandbox_failure>_count`` and ``.../rate`` (per call): how the
   calls ended. ``error`` is the model's fault (an exception, bad arguments, a malformed call),
@@ -39,6 +40,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from retool.recipe.tool.interpreter import extract_code
 
 RECORD_KEY = "retool_tools"
 """The agent loop's extra field, hence the key in verl's ``non_tensor_batch``."""
@@ -70,10 +73,14 @@ def outcome_class(outcome: str) -> str:
 
 
 def code_lines(code: Any) -> int:
-    """Non-blank lines of a call's code (0 for anything that is not text)."""
+    """Non-blank lines of the code a call's ``code`` argument runs (0 for anything that is not text).
+
+    The tool runs :func:`retool.recipe.tool.interpreter.extract_code` of the argument, so a
+    ```` ```python ```` fence and its closing line are not code, and neither is prose around the block.
+    """
     if not isinstance(code, str):
         return 0
-    return sum(1 for line in code.splitlines() if line.strip())
+    return sum(1 for line in extract_code(code).splitlines() if line.strip())
 
 
 def tool_record(

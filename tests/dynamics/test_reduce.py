@@ -110,7 +110,19 @@ def test_every_tool_outcome_has_a_class(outcome: str, cls: str) -> None:
     assert outcome_class(outcome) == cls
 
 
-@pytest.mark.parametrize(("code", "lines"), [("a = 1\n\n  \nprint(a)\n", 2), ("", 0), (None, 0), ({"code": 1}, 0)], ids=["blank lines do not count", "empty", "None", "not text"])
+@pytest.mark.parametrize(
+    ("code", "lines"),
+    [
+        ("a = 1\n\n  \nprint(a)\n", 2),
+        ("```python\na = 1\nprint(a)\n```", 2),
+        ("Let me compute.\n```py\nprint(2 ** 10)\n```\nThat is all.", 1),
+        ("```\nx = 3\n\nprint(x)\n```", 2),
+        ("", 0),
+        (None, 0),
+        ({"code": 1}, 0),
+    ],
+    ids=["blank lines do not count", "a python fence's lines are not code", "prose around a fence is not code", "an untagged fence", "empty", "None", "not text"],
+)
 def test_code_lines(code: object, lines: int) -> None:
     assert code_lines(code) == lines
 

@@ -51,7 +51,7 @@ SCENARIOS = {
     "a call after a long thought": [Turn(LONG_THOUGHT + "Let me check it with code.", "x = 2 ** 10\nprint(x)"), Turn(FINAL + "It is \\boxed{1024}.")],
     "several calls, one failing": [
         Turn("First the sum.", "print(sum(range(10)))"),
-        Turn("Now a division.", "print(1 / 0)"),
+        Turn("Now a division.", "```python\nprint(1 / 0)\n```"),  # a fenced block, as models often write: the fence is not code
         Turn("That failed; count instead.", "for i in range(3):\n    print(i)"),
         Turn(FINAL + "The answer is \\boxed{45}."),
     ],

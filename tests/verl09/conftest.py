@@ -43,5 +43,21 @@ def qwen_model(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(target)
 
 
+TINY_QWEN2 = {**{k: v for k, v in TINY_QWEN3.items() if k != "head_dim"}, "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2"}
+
+
+@pytest.fixture(params=["qwen25", "qwen3"])
+def model_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Qwen2.5's and Qwen3's tokenizers (the tests/turns and tests/preflight fixtures), each beside a tiny
+    config.json of its family: verl reads the Continuous Token builder's family from ``model_type``."""
+    source = Path(request.getfixturevalue("qwen25_tokenizer" if request.param == "qwen25" else "qwen_tokenizer"))
+    target = tmp_path_factory.mktemp(request.param)
+    for file in source.iterdir():
+        shutil.copy(file, target / file.name)
+    (target / "config.json").write_text(json.dumps(TINY_QWEN2 if request.param == "qwen25" else TINY_QWEN3))
+    return str(target)
+
+
 # The preflight tests' session fixtures (every example prepared from tiny local sources), shared.
-from tests.preflight.conftest import prepare  # noqa: E402, F401
+from tests.preflight.conftest import prepare, qwen_tokenizer  # noqa: E402, F401
+from tests.turns.conftest import qwen25_tokenizer  # noqa: E402, F401

@@ -22,8 +22,6 @@ neighbourhoods (:func:`retool.recipe.turns.token_mismatch`).
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -35,29 +33,13 @@ from transformers import AutoTokenizer
 from retool.data.schema import SFT_SCHEMA, code_interpreter_tool
 from retool.recipe.render.command import hydra_overrides
 from retool.recipe.turns import missing_turn_end, token_mismatch, turn_end_ids
-from tests.preflight.conftest import qwen_tokenizer, sandbox  # noqa: F401  (session fixtures)
+from tests.preflight.conftest import sandbox  # noqa: F401  (session fixture)
 from tests.render.verl_config import compose_verl
-from tests.turns.conftest import qwen25_tokenizer  # noqa: F401  (session fixture)
 from tests.turns.scenarios import PROMPT, SCENARIOS, conversation, eval_mismatch, rendered, thinking
-from tests.verl09.conftest import TINY_QWEN3
 from tests.verl09.lines import rendered as rendered_stage
 from tests.verl09.loop import run_loop
 
 pytestmark = pytest.mark.slow
-
-TINY_QWEN2 = {**{k: v for k, v in TINY_QWEN3.items() if k != "head_dim"}, "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2"}
-
-
-@pytest.fixture(params=["qwen25", "qwen3"])
-def model_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """Each tokenizer beside a tiny config.json of its family: verl reads the Continuous Token builder's family from ``model_type``."""
-    source = Path(request.getfixturevalue("qwen25_tokenizer" if request.param == "qwen25" else "qwen_tokenizer"))
-    target = tmp_path_factory.mktemp(request.param)
-    for file in source.iterdir():
-        shutil.copy(file, target / file.name)
-    (target / "config.json").write_text(json.dumps(TINY_QWEN2 if request.param == "qwen25" else TINY_QWEN3))
-    return str(target)
-
 
 def sft_ids(model: str, tokenizer: Any, messages: list[dict[str, Any]], path: Path) -> list[int]:
     """The dataset verl 0.9.1's sft trainer builds (``create_sft_dataset``: the rendered ``data.custom_cls``)
