@@ -338,6 +338,14 @@ class RLSpec(SpecModel):
     )
     rollout_traces: bool = Field(False, description="Record multi-turn rollout traces to MLflow (verl rollout tracing).")
     reward_watch: RewardWatchSpec = Field(default_factory=RewardWatchSpec, description="A second verifier watching the reward during training.")
+    max_sandbox_failure_share: float = Field(
+        0.25,
+        ge=0,
+        lt=1,
+        description="A trajectory whose interpreter call the sandbox did not run (overloaded, unreachable, sandbox error) is left out of "
+        "its GRPO group and the loss; a step that would leave out more than this share of its trajectories fails instead of "
+        "training on a broken batch (the stage's retry resumes from the last checkpoint).",
+    )
 
 
 class PreflightSpec(SpecModel):

@@ -17,7 +17,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
 from retool.recipe.render.command import StageCommand, hydra_overrides
-from retool.recipe.render.ppo import REWARD_KWARGS_PREFIX, RUNTIME_ENV_PREFIX, WATCH_PREFIX
+from retool.recipe.render.ppo import REWARD_KWARGS_PREFIX, RUNTIME_ENV_PREFIX, SANDBOX_FAILURE_SHARE_KEY, WATCH_PREFIX
 from retool.recipe.render.stages import enabled_stages, render_stage
 from tests.render.cases import VARIANTS, context_of, run_of
 from tests.render.verl_config import compose_verl
@@ -57,13 +57,14 @@ def test_rendered_overrides_compose_and_read_back_exactly(variant: str, stage: s
 
 
 @pytest.mark.parametrize(("variant", "stage"), [c for c in CASES if c.values[1] != "sft"])
-def test_only_ray_runtime_env_keys_reward_kwargs_and_the_reward_watch_are_added_outside_verls_schema(variant: str, stage: str) -> None:
+def test_only_ray_runtime_env_keys_reward_kwargs_the_reward_watch_and_the_failure_bound_are_added_outside_verls_schema(variant: str, stage: str) -> None:
     run = run_of(variant)
     command = render_stage(run, stage, context_of(run))
     watch = {key.removeprefix(WATCH_PREFIX): value for key, value in command.overrides.items() if key.startswith(WATCH_PREFIX)}
     expected_watch = {**run.spec.rl.reward_watch.model_dump(by_alias=False), "horizon": run.spec.rl.steps}
     assert watch == expected_watch, "spec.rl.rewardWatch reaches the trainer's reward watch as it is, with the run's steps as the alarm's horizon"
-    added = [key for key in command.overrides if key.startswith("+") and not key.startswith((REWARD_KWARGS_PREFIX, WATCH_PREFIX))]
+    assert command.overrides[SANDBOX_FAILURE_SHARE_KEY] == run.spec.rl.max_sandbox_failure_share, "spec.rl.maxSandboxFailureShare reaches the trainer's masking"
+    added = [key for key in command.overrides if key.startswith("+") and not key.startswith((REWARD_KWARGS_PREFIX, WATCH_PREFIX)) and key != SANDBOX_FAILURE_SHARE_KEY]
     assert added, "the process environment must reach every Ray worker"
     assert all(key.startswith(RUNTIME_ENV_PREFIX) for key in added)
     assert {key.removeprefix(RUNTIME_ENV_PREFIX) for key in added} == set(command.env)

@@ -56,8 +56,12 @@ def loop_config(tool_config: Path, *, response_length: int = 8192, max_turns: in
     return OmegaConf.create({"actor_rollout_ref": {"rollout": {"multi_turn": multi_turn, "prompt_length": 4096, "response_length": response_length}}, "data": {}})
 
 
-def write_tool_config(path: Path, sandbox_url: str) -> Path:
-    path.write_text(yaml.safe_dump(render_tool_config(sandbox_url=sandbox_url, timeout_s=10.0, memory_limit_mb=512, max_output_chars=4096, concurrency=2)))
+def write_tool_config(path: Path, sandbox_url: str, *, retry_deadline_s: float | None = None) -> Path:
+    """The rl stage's tool config; ``retry_deadline_s`` shortens how long a call waits for a sandbox that is down."""
+    config = render_tool_config(sandbox_url=sandbox_url, timeout_s=10.0, memory_limit_mb=512, max_output_chars=4096, concurrency=2)
+    if retry_deadline_s is not None:
+        config["tools"][0]["config"].update(timeout_s=retry_deadline_s / 2, retry_deadline_s=retry_deadline_s)
+    path.write_text(yaml.safe_dump(config))
     return path
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import hydra
+import yaml
 from omegaconf import OmegaConf
 from transformers import AutoTokenizer
 from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
@@ -45,12 +46,23 @@ class ScriptedLLM:
 
 
 def run_loop(
-    qwen_model: str, sandbox_url: str, tmp_path: Path, turns: list[str], max_turns: int = 8, prompt: list[dict[str, Any]] | None = None
+    qwen_model: str,
+    sandbox_url: str,
+    tmp_path: Path,
+    turns: list[str],
+    max_turns: int = 8,
+    prompt: list[dict[str, Any]] | None = None,
+    retry_deadline_s: float | None = None,
 ) -> tuple[Any, ScriptedLLM, Any, Any]:
-    """(the loop's output, the scripted server with every prompt it was sent, the tokenizer, the sample's ``AgentData``)."""
+    """(the loop's output, the scripted server with every prompt it was sent, the tokenizer, the sample's ``AgentData``).
+
+    ``retry_deadline_s`` shortens how long a call waits for a sandbox that is down."""
     command = rendered("smoke-qwen0.5b", "rl")
     tool_config = tmp_path / "tool_config.yaml"
-    tool_config.write_text(tool_config_yaml(sandbox_url=sandbox_url, timeout_s=10, memory_limit_mb=256, max_output_chars=1024, concurrency=2))
+    tools = yaml.safe_load(tool_config_yaml(sandbox_url=sandbox_url, timeout_s=10, memory_limit_mb=256, max_output_chars=1024, concurrency=2))
+    if retry_deadline_s is not None:
+        tools["tools"][0]["config"].update(timeout_s=retry_deadline_s / 2, retry_deadline_s=retry_deadline_s)
+    tool_config.write_text(yaml.safe_dump(tools))
     arr = "actor_rollout_ref.rollout"
     changes = {
         "actor_rollout_ref.model.path": qwen_model,

@@ -93,7 +93,7 @@ def scored_batch(tokenizer) -> DataProto:
 def test_the_probe_returns_verls_result_and_the_watcher_sees_the_batch(qwen_model: str) -> None:
     tokenizer = AutoTokenizer.from_pretrained(qwen_model)
     config = rl_config(**{"trainer.logger": ["console"], "+retool.reward_watch.share": 0.0})
-    trainer = RetoolPPOTrainer.__new__(RetoolPPOTrainer)  # the probe reads only these three attributes
+    trainer = RetoolPPOTrainer.__new__(RetoolPPOTrainer)  # the probe reads only these attributes (validating: no masking)
     trainer.watcher, trainer.global_steps, trainer.validating = BatchWatcher.from_config(config, tokenizer), 3, True
     batch = scored_batch(tokenizer)
     trainer.watcher.start_validation()
@@ -109,6 +109,7 @@ def test_the_probe_returns_verls_result_and_the_watcher_sees_the_batch(qwen_mode
 def test_a_failing_watcher_never_fails_the_step(qwen_model: str) -> None:
     trainer = RetoolPPOTrainer.__new__(RetoolPPOTrainer)
     trainer.watcher, trainer.global_steps, trainer.validating = None, 1, False  # observe on None raises inside the probe
+    trainer.max_sandbox_failure_share = 0.25
     batch = scored_batch(None)
     scores, _ = ExtractRewardProbe(trainer)(batch)
     assert torch.equal(scores, batch.batch["rm_scores"])

@@ -43,6 +43,8 @@ REWARD_KWARGS_PREFIX = "+custom_reward_function.reward_kwargs."
 
 WATCH_PREFIX = "+retool.reward_watch."
 """Our own keys in verl's config, read by the trainer's reward watch (``retool.recipe.verl_plugins.watch``)."""
+SANDBOX_FAILURE_SHARE_KEY = "+retool.sandbox_failures.max_share"
+"""``rl.maxSandboxFailureShare``, read by the trainer's masking (``retool.recipe.verl_plugins.masking``)."""
 
 GAE = "gae"
 
@@ -139,6 +141,7 @@ def ppo_overrides(run: RetoolRun, ctx: StageContext, stage: str, model_path: str
     watch = rl.reward_watch
     o.update({f"{WATCH_PREFIX}{key}": value for key, value in watch.model_dump(by_alias=False).items()})
     o[f"{WATCH_PREFIX}horizon"] = rl.steps  # RewardSuspect's false-alarm bound covers the whole run
+    o[SANDBOX_FAILURE_SHARE_KEY] = rl.max_sandbox_failure_share
     return o
 
 

@@ -14,7 +14,11 @@ the scores - to :class:`retool.recipe.verl_plugins.watch.BatchWatcher`.
   are written by the watcher to the same MLflow run at step N (verl's logger started that run in
   this process; see :mod:`retool.recipe.verl_plugins.watch`).
 
-Nothing here may fail a training step: an error in the probe is logged and the reward passes through.
+Before the watcher, a training batch's sandbox-failed trajectories are left out of the advantages and
+the loss (:mod:`retool.recipe.verl_plugins.masking`): ``compute_reward`` runs before
+``compute_log_prob`` and ``compute_advantage`` in 0.6.1's ``fit``, and the probe gets the batch itself.
+That is the one thing here that may fail a step, on purpose: above ``rl.maxSandboxFailureShare``. Any
+other error in the probe is logged and the reward passes through.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
+from retool.recipe.verl_plugins.masking import mask_training_batch, max_share_from_config
 from retool.recipe.verl_plugins.watch import BatchWatcher
 
 logger = logging.getLogger(__name__)
@@ -39,12 +44,15 @@ class ScoringProbe:
 
     def __call__(self, data: Any, return_dict: bool = False) -> Any:
         result = self.inner(data, return_dict=return_dict)
+        masked, outage = ({}, None) if self.validate else mask_training_batch(data, self.trainer.max_sandbox_failure_share, int(self.trainer.global_steps))
         try:
             scores = result["reward_tensor"] if isinstance(result, dict) else result
             extra = result.get("reward_extra_info", {}) if isinstance(result, dict) else {}
-            self.trainer.watcher.observe(data, scores, extra, step=int(self.trainer.global_steps), validate=self.validate)
+            self.trainer.watcher.observe(data, scores, extra, step=int(self.trainer.global_steps), validate=self.validate, also=masked)
         except Exception:  # the figures are a view on training, never a reason to stop it
             logger.exception("tool-use dynamics of a batch could not be computed")
+        if outage is not None:
+            raise outage
         return result
 
     def __getattr__(self, name: str) -> Any:
@@ -57,6 +65,7 @@ class RetoolPPOTrainer(RayPPOTrainer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.watcher = BatchWatcher.from_config(self.config, self.tokenizer)
+        self.max_sandbox_failure_share = max_share_from_config(self.config)
         if self.reward_fn is not None:
             self.reward_fn = ScoringProbe(self.reward_fn, self, validate=False)
         if self.val_reward_fn is not None:

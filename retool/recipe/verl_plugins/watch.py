@@ -185,14 +185,16 @@ class BatchWatcher:
 
     # -- the trainer's side --------------------------------------------------------------------
 
-    def observe(self, data: Any, scores: Any, extra: Mapping[str, Any], *, step: int, validate: bool) -> dict[str, float]:
-        """Account for one scored batch; returns the training step's metrics (empty while validating)."""
+    def observe(self, data: Any, scores: Any, extra: Mapping[str, Any], *, step: int, validate: bool, also: Mapping[str, float] | None = None) -> dict[str, float]:
+        """Account for one scored batch; returns the training step's metrics (empty while validating).
+
+        ``also``: the step's other figures to log with them (the masking of sandbox failures)."""
         scored = scored_batch(data, scores, extra, self.response_length)
         if validate:
             if self._validation is not None:
                 self._validation.append(scored)
             return {}
-        metrics = reduce_dynamics(scored.records, scored.correct, scored.lengths, TRAIN_PREFIX)
+        metrics = {**reduce_dynamics(scored.records, scored.correct, scored.lengths, TRAIN_PREFIX), **(also or {})}
         metrics.update(hacking_signals(scored.records, scored.correct, scored.preds, scored.truncated))
         target = MlflowTarget.current() if self.use_mlflow else None
         samples = self._samples(data, scored, step) if self.settings.enabled else []

@@ -7,7 +7,10 @@ and no ``compute_reward``; the reward loop scores each sample while the agent lo
 ``ray_trainer.py``). :class:`RetoolPPOTrainer` binds that name, in the trainer's own process, to a
 probe that returns exactly what verl's function returns and shows the batch to the same
 :class:`retool.recipe.verl_plugins.watch.BatchWatcher` the 0.6 line uses; ``_validate`` marks the
-batches it reads as validation. Nothing here may fail a step: a probe error is logged.
+batches it reads as validation. Before the watcher, a training batch's sandbox-failed trajectories are
+left out of the advantages and the loss (:mod:`retool.recipe.verl_plugins.masking`; ``extract_reward``
+runs before ``_compute_old_log_prob`` and ``compute_advantage`` in 0.9.1's ``fit``): the one thing here
+that fails a step, on purpose, above ``rl.maxSandboxFailureShare``. Any other probe error is logged.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from verl.trainer.ppo import ray_trainer
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.trainer.ppo.reward import extract_reward
 
+from retool.recipe.verl_plugins.masking import mask_training_batch, max_share_from_config
 from retool.recipe.verl_plugins.watch import BatchWatcher
 
 logger = logging.getLogger(__name__)
@@ -33,11 +37,15 @@ class ExtractRewardProbe:
 
     def __call__(self, batch: Any) -> Any:
         result = self.inner(batch)
+        trainer = self.trainer
+        masked, outage = ({}, None) if trainer.validating else mask_training_batch(batch, trainer.max_sandbox_failure_share, int(trainer.global_steps))
         try:
             scores, extra = result
-            self.trainer.watcher.observe(batch, scores, extra, step=int(self.trainer.global_steps), validate=self.trainer.validating)
+            trainer.watcher.observe(batch, scores, extra, step=int(trainer.global_steps), validate=trainer.validating, also=masked)
         except Exception:  # the figures are a view on training, never a reason to stop it
             logger.exception("tool-use dynamics of a batch could not be computed")
+        if outage is not None:
+            raise outage
         return result
 
 
@@ -47,6 +55,7 @@ class RetoolPPOTrainer(RayPPOTrainer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.watcher = BatchWatcher.from_config(self.config, self.tokenizer)
+        self.max_sandbox_failure_share = max_share_from_config(self.config)
         self.validating = False
         # The module global verl's fit and _validate call; this process runs one trainer.
         ray_trainer.extract_reward = ExtractRewardProbe(self)
