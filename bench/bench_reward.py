@@ -65,7 +65,7 @@ def quadratic_traps() -> list[tuple[str, str, str]]:
     ]
 
 
-CATEGORIES = ("EXTRACTION", "TOOL_OUTPUT", "NORMALISATION", "NUMERIC", "SYMBOLIC", "ACCURACY", "GRADER_SHAPES", "ADVERSARIAL", "WRONG")
+CATEGORIES = ("EXTRACTION", "TOOL_OUTPUT", "NORMALISATION", "NUMERIC", "SYMBOLIC", "ACCURACY", "GRADER_SHAPES", "EQUATIONS", "ADVERSARIAL", "WRONG")
 
 
 def accuracy() -> tuple[int, int]:

@@ -248,6 +248,44 @@ GRADER_SHAPES = [
     Case("short letters in parentheses are a product", f"{B}{{2(ab)}}", "2", False),
 ]
 
+# Equations of the asked quantity (issue 48): an AIME "find m+n" answer boxed as ``m+n=34`` states the
+# value 34 of a named quantity. Every side without an unknown is a value and must equal the truth; a
+# side with an unknown names the quantity. So a false equation (``1=34``) or a hedge (``m+n=35=34``)
+# is wrong, though math-verify and verl's DAPO reward read only the last side. Decided without sympy.
+EQUATIONS = [
+    Case("equation of the asked quantity", f"{B}{{m+n=34}}", "34", True),
+    Case("equation of the asked quantity with spaces", f"{B}{{m + n = 34}}", "34", True),
+    Case("equation of the asked quantity in a final statement", "So the answer is $m+n=34$.", "34", True),
+    Case("equation of the asked quantity against an AIME zero-padded truth", f"{B}{{a+b+c = 34}}", "034", True),
+    Case("equation with the value on the left", f"{B}{{34=m+n}}", "34", True),
+    Case("equation naming a segment", f"{B}{{AB=34}}", "34", True),
+    Case("equation with a fraction as its value", f"{B}{{m+n=\\frac{{68}}{{2}}}}", "34", True),
+    Case("equation with a unit after its value", f"{B}{{m+n = 34 \\text{{ cm}}}}", "34", True),
+    Case("equation chain through a sum", f"{B}{{m+n=13+21=34}}", "34", True),
+    Case("equation chain of the asked quantity and its value", f"{B}{{p+q = 34 = 34}}", "34", True),
+    Case("equation of a Greek unknown", f"{B}{{\\cos\\theta=\\frac{{\\sqrt{{3}}}}{{2}}}}", "\\frac{\\sqrt{3}}{2}", True),
+    Case("equation of the asked quantity with a wrong value", f"{B}{{m+n=35}}", "34", False),
+    Case("equation with a wrong value on the left", f"{B}{{35=m+n}}", "34", False),
+    Case("a false equation of numbers is not its right side", f"{B}{{1=34}}", "34", False),
+    Case("a false equation is not its left side either", f"{B}{{34=1}}", "34", False),
+    Case("an equation chain hedging two values", f"{B}{{m+n=35=34}}", "34", False),
+    Case("an equation chain with a false middle", f"{B}{{m+n=30+5=34}}", "34", False),
+    Case("an equation between unknowns states no value", f"{B}{{m=34n}}", "34", False),
+    Case("an equation whose value is another quantity", f"{B}{{\\frac{{m}}{{n}}=\\frac{{3}}{{4}}}}", "7", False),
+    Case("an equation with pi on one side is not true", f"{B}{{1=2\\pi}}", "2\\pi", False),
+    Case("an assignment against the same assignment", f"{B}{{x=3}}", "x=3", True),
+    Case("an assignment of a wrong value", f"{B}{{x=3}}", "34", False),
+    Case("assignments in the order of the pair", f"{B}{{a=1, b=2}}", "(1,2)", True),
+    Case("assignments of decimals against a pair of fractions", f"{B}{{a=0.5, b=1.25}}", "(\\frac12,\\frac54)", True),
+    Case("assignments in the other order are not the pair", f"{B}{{a=2, b=1}}", "(1,2)", False),
+    Case("assignments of too few values are not the pair", f"{B}{{a=1}}", "(1,2)", False),
+    Case("two assignments of one unknown are not a pair", f"{B}{{a=1, a=2}}", "(1,2)", False),
+    Case("assignments joined by and are the pair", f"{B}{{a=1 \\text{{ and }} b=2}}", "(1,2)", True),
+    Case("a list of equations is no single value", f"{B}{{x=34; y=35}}", "35", False),
+    Case("equations side by side are no single value", f"{B}{{x = 34 \\quad y = 35}}", "35", False),
+    Case("a list of equations is no single value even when its last is right", f"{B}{{m=3, n=31, m+n=34}}", "34", False),
+]
+
 ADVERSARIAL = [
     Case("power tower of nines", f"{B}{{9^{{9^{{9^9}}}}}}", "5", False),
     Case("power tower of tens", f"{B}{{10^{{10^{{10}}}}}}", "7", False),
@@ -284,3 +322,8 @@ WRONG = [
 ]
 
 ALL = EXTRACTION + TOOL_OUTPUT + NORMALISATION + NUMERIC + SYMBOLIC + ACCURACY + GRADER_SHAPES + ADVERSARIAL + WRONG
+# ALL is also the set the second verifier's benign disagreement rate is measured on
+# (tests/dynamics/test_second_verifier.py, the figure in docs/recipe.md); EQUATIONS joins it when that
+# figure is measured again (math-verify misjudges seven of them: it reads only an equation's last side).
+TABLE = ALL + EQUATIONS
+"""Every case the reward is tested and benchmarked on."""

@@ -6,7 +6,8 @@ value rounded at its last digit, to 1e-6 relative), and when both sides are plai
 comparison is final. A few answer shapes are read structurally first: a multiple-choice letter
 with or without its value (``\\textbf{(C)}\\ 34``), a percentage against the fraction it stands
 for (``50\\%`` and ``0.5``), tuples and intervals of numbers item by item (``(0.5, 1.25)``), and
-matrices cell by cell. Only answers that are not both plain
+matrices cell by cell. An equation against a value is read side by side (:func:`equation_verdict`),
+and assignments ``a=1, b=2`` against a tuple in the order written. Only answers that are not both plain
 numbers reach math-verify/sympy, in a worker process with a hard deadline
 (:mod:`retool.recipe.reward.symbolic`); running out of time means "not equivalent".
 
@@ -18,6 +19,8 @@ True
 False
 >>> is_equivalent("\\\\textbf{(C)}\\\\ 34", "34")
 True
+>>> is_equivalent("m+n=34", "34"), is_equivalent("1=34", "34")
+(True, False)
 """
 
 from __future__ import annotations
@@ -45,6 +48,18 @@ MAX_MATRIX_CELLS = 100
 # A literal exponent or factorial argument of five or more digits, or Knuth's arrows.
 _HUGE_LITERAL = re.compile(r"\^\s*\{?\s*\d{5,}|\d{5,}\s*!|\\uparrow")
 _EXPONENT = re.compile(r"\^\s*\{")
+
+# An unknown in a normalised expression: a Latin letter outside commands, or a Greek letter but pi.
+_GREEK = re.compile(
+    r"\\(?:alpha|beta|gamma|delta|epsilon|varepsilon|zeta|eta|theta|vartheta|iota|kappa|lambda|mu|nu|xi|rho|sigma|tau|upsilon|phi|varphi|chi|psi|omega|"
+    r"Gamma|Delta|Theta|Lambda|Xi|Sigma|Upsilon|Phi|Psi|Omega)(?![A-Za-z])"
+)
+_COMMAND = re.compile(r"\\[A-Za-z]+")
+_LATIN = re.compile(r"[A-Za-z]")
+# What separates equations in a list: ";", a quad, a line break, "and"/"or" (commas are split apart).
+_LIST_SEPARATOR = re.compile(r";|\\q?quad(?![A-Za-z])|\\\\|\\(?:text|mathrm|mbox)\s*\{\s*(?:and|or)\s*\}|(?<![A-Za-z\\])(?:and|or)(?![A-Za-z])")
+MAX_EQUATION_SIDES = 8
+"""Longer chains are a hedge, not an answer."""
 
 
 def looks_explosive(answer: str) -> bool:
@@ -165,6 +180,99 @@ def _structural(pred: str, truth: str, pred_percent: bool, truth_percent: bool) 
     return None
 
 
+def split_top_level(text: str, separator: str) -> list[str]:
+    """``text`` cut at each ``separator`` outside braces, parentheses and brackets (``\\(``/``\\[`` are math delimiters, not groups)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "{([" and not (ch != "{" and i and text[i - 1] == "\\"):
+            depth += 1
+        elif ch in "})]" and not (ch != "}" and i and text[i - 1] == "\\"):
+            depth -= 1
+        elif ch == separator and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
+
+
+def names_a_quantity(norm: str) -> bool:
+    """Whether a normalised expression holds an unknown: a Latin letter (``m+n``, ``AB``, ``f(2)``) or a Greek one other than pi.
+
+    Commands and numbers alone (``2\\sqrt{3}``, ``\\frac{\\pi}{2}``, ``\\emptyset``) are a value.
+    """
+    return _GREEK.search(norm) is not None or _LATIN.search(_COMMAND.sub(" ", norm)) is not None
+
+
+def _equation_sides(pred: str) -> list[str] | None:
+    """The raw sides of an equation or a chain ``a = b = c``; None when ``pred`` is not one (a relation ``<=``, a list)."""
+    sides = split_top_level(pred, "=")
+    if len(sides) < 2:
+        return None
+    if any(side.endswith(("<", ">", "!", ":", "\\")) or side.startswith(("<", ">")) for side in sides) or not all(s.strip() for s in sides):
+        return None  # <=, >=, !=, :=, ==, an escaped "=": not an equation of values
+    return sides
+
+
+def equation_verdict(pred: str, truth: str, timeout_s: float) -> bool | None:
+    """An answer written as an equation, against a truth that is a value; None when the shape does not apply.
+
+    The asked quantity named and then its value (``m+n=34``, AIME's "find m+n") answers 34. The rule:
+    a side with an unknown names the quantity, every side without one is a value, and every value
+    must equal the truth, so ``34=m+n`` and ``m+n=13+21=34`` answer 34, while a false equation
+    (``1=34``), a hedge (``m+n=35=34``) and an equation between unknowns (``m=34n``) answer nothing
+    right, and a list of equations (``x=34; y=35``) states no single value.
+
+    This is stricter than math-verify 0.9, which reads only the last side when the truth is no
+    equation ("1 and 9=1 -> 1,1", ``sympy_expr_eq`` in its ``grader.py``), and verl's DAPO reward
+    (``normalize_final_answer`` in ``verl/utils/reward_score/math_dapo.py`` keeps
+    ``split("=")[-1]``): both accept ``1=34``. verl's MATH reward (``strip_string``) strips only a
+    left side of at most two characters, so it rejects ``m+n=34``. Assignments ``a=1, b=2`` against
+    a tuple are its items in the order written, as in math-verify (``a=2, b=1`` is not ``(1,2)``);
+    an unknown assigned twice makes no tuple.
+
+    Plain-number values are decided here, with no worker process and so no cold start; a value
+    that is an expression (``13+21``) goes to the symbolic stage with its share of ``timeout_s``.
+    """
+    norm_truth = normalize_answer(truth)
+    if "=" in norm_truth or names_a_quantity(norm_truth):
+        return None  # an equation or an expression of unknowns: math-verify's rules apply
+    sides = _equation_sides(pred)
+    if sides is None:
+        return None
+    norms = [normalize_answer(side) for side in sides]
+    if _LIST_SEPARATOR.search(pred) or any(len(split_top_level(norm, ",")) > 1 for norm in norms):
+        # several equations (``a=1, b=2``, ``x=34; y=35``): a tuple's items in order, never one number
+        verdict = _assignments(split_top_level(_LIST_SEPARATOR.sub(",", pred), ","), truth, timeout_s)
+        return False if verdict is None and parse_number(norm_truth) is not None else verdict
+    if len(sides) > MAX_EQUATION_SIDES:
+        return False
+    values = [(side, norm) for side, norm in zip(sides, norms, strict=True) if not names_a_quantity(norm)]
+    if not values:
+        return False  # unknowns only: no value is stated
+    values.sort(key=lambda value: parse_number(value[1]) is None)  # plain numbers first: a wrong one ends it without sympy
+    return all(is_equivalent(side, truth, timeout_s / len(values)) for side, _ in values)
+
+
+def _assignments(items: list[str], truth: str, timeout_s: float) -> bool | None:
+    """``a=1, b=2`` against a tuple ``(1,2)``: the values in the order written; None unless every item is ``name=value``."""
+    tuple_truth = tuple_items(normalize_answer(truth))
+    if tuple_truth is None or (tuple_truth[0], tuple_truth[2]) != ("(", ")") or len(items) > MAX_MATRIX_CELLS:
+        return None
+    names, values = [], []
+    for item in items:
+        sides = _equation_sides(item)
+        if sides is None or len(sides) != 2:
+            return None
+        name, value = normalize_answer(sides[0]), sides[1]
+        if not names_a_quantity(name) or names_a_quantity(normalize_answer(value)):
+            return None
+        names.append(name)
+        values.append(value.strip())
+    if len(set(names)) != len(names) or len(values) != len(tuple_truth[1]):
+        return False
+    return is_equivalent(f"({','.join(values)})", truth, timeout_s)
+
+
 def is_equivalent(pred: str, truth: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
     """Whether ``pred`` states the same answer as ``truth``; sympy gets at most ``timeout_s`` of it."""
     if not isinstance(pred, str) or not isinstance(truth, str):
@@ -182,6 +290,10 @@ def is_equivalent(pred: str, truth: str, timeout_s: float = DEFAULT_TIMEOUT_S) -
         return decided
     if len(norm_pred) > MAX_ANSWER_CHARS or len(norm_truth) > MAX_ANSWER_CHARS:
         return False
+    if "=" in norm_pred:
+        equation = equation_verdict(pred, truth, timeout_s)
+        if equation is not None:
+            return equation
     if looks_explosive(norm_pred) or looks_explosive(norm_truth):
         logger.debug("not comparing a power tower symbolically: %.80s", norm_pred)
         return False
