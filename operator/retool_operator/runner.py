@@ -43,7 +43,7 @@ from retool_operator.config import OperatorConfig
 from retool_operator.isolation import IsolationObservation
 from retool_operator.kube import KINDS, ApiError, Kind, KubeClient
 from retool_operator.kuberay_crd import RAYJOB_CRD, KubeRayCRD, kuberay_problems, read_crd
-from retool_operator.queueing import ANNOTATION_SUSPENDED, SUSPENDED_BY, child_queue
+from retool_operator.queueing import ANNOTATION_SUSPENDED, SUSPENDED_BY, child_queue, queue_message
 from retool_operator.readyz import IsolationReader
 from retool_operator.reconcile import (
     FOLLOWED_STATES,
@@ -58,7 +58,7 @@ from retool_operator.reconcile import (
     outcome_recorded,
     stalls_below,
 )
-from retool_operator.sandbox_gate import SandboxGate, sandbox_gate
+from retool_operator.sandbox_gate import KUEUE_GATE, SandboxGate, sandbox_gate
 from retool_operator.status import dump, invalid_spec_status, load, phase_of, set_condition, with_refusals, with_spec_warnings
 from retool_operator.tracking import ensure_parent_run, eval_results, reward_suspect, same_tracker, tracking_target
 from retool_operator.webhook import cluster_problems, spec_problems
@@ -653,7 +653,7 @@ class Reconciler:
             hpa_min = int(((hpa or {}).get("spec") or {}).get("minReplicas") or 1) if hpa else None
             spec_replicas = ((deployment or {}).get("spec") or {}).get("replicas") if deployment else None
             isolation = await self._sandbox_isolation(namespace, run.metadata.name, deployment)
-            gate = await self._sandbox_gate(namespace, run.metadata.name, deployment)
+            gate = await self._sandbox_gate(namespace, run.metadata.name, deployment, ready_timeout_s=run.spec.sandbox.ready_timeout_seconds)
         claim: ClaimObservation | None = None
         claim_events: list[dict[str, Any]] | None = None
         extra_claims: dict[str, dict[str, Any] | None] = {}
@@ -770,14 +770,18 @@ class Reconciler:
                     details[entry.job or ""] = message
         return details
 
-    async def _sandbox_gate(self, namespace: str, run_name: str, deployment: dict[str, Any] | None) -> SandboxGate | None:
-        """Whether the sandbox can serve a preflight; its pods are read only while no replica is ready."""
+    async def _sandbox_gate(self, namespace: str, run_name: str, deployment: dict[str, Any] | None, *, ready_timeout_s: float) -> SandboxGate | None:
+        """Whether the sandbox can serve a preflight; its pods (and Kueue's Workloads of gated ones) are read only while no replica is ready."""
         if deployment is None:
             return None
         if int(((deployment.get("status") or {}).get("readyReplicas")) or 0) >= 1 or not int((deployment.get("spec") or {}).get("replicas") or 0):
             return sandbox_gate(deployment, [])
         pods = await self.client.list(PODS, namespace, label_selector=f"{c.LABEL_RUN}={run_name},{c.LABEL_ROLE}={c.COMPONENT_SANDBOX}")
-        return sandbox_gate(deployment, pods)
+        kueue: dict[str, str] = {}
+        for pod in pods:
+            if KUEUE_GATE in [g.get("name") for g in (pod.get("spec") or {}).get("schedulingGates") or []]:
+                kueue[(pod.get("metadata") or {}).get("name", "?")] = queue_message(child_queue(pod), await self._workloads(namespace, pod))
+        return sandbox_gate(deployment, pods, now=self.now(), ready_timeout_s=ready_timeout_s, kueue=kueue)
 
     async def _stage_notes(self, namespace: str, run_name: str, status: RetoolRunStatus, children: dict[str, dict[str, Any]]) -> dict[str, str]:
         """The preflight Job that succeeded since the last pass -> its warnings (its container's termination message)."""

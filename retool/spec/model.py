@@ -395,6 +395,13 @@ class SandboxSpec(SpecModel):
         16, le=SANDBOX_MAX_WORKERS, description="Concurrent executions of one sandbox replica (the server runs at most 512); replicas = ceil(maxConcurrent / this)."
     )
     timeout_seconds: float = Field(30, gt=0, le=3600, description="Wall-clock limit of one execution.")
+    ready_timeout_seconds: int = Field(
+        600,
+        ge=5,
+        le=86400,
+        description="A sandbox replica not Ready this long after its pod was created (held by Kueue, unschedulable, an image it "
+        "cannot pull, a crash) stops the wait: the preflight fails naming the cause, and the run turns Stalled.",
+    )
     memory_limit_mb: int = Field(1024, alias="memoryLimitMB", ge=SANDBOX_MIN_MEMORY_MB, le=65536, description="Address-space limit of one execution, MiB.")
     image: Image | None = Field(None, description="Sandbox image override; defaults to the operator's sandbox image.")
     node_selector: dict[str, str] = Field(default_factory=dict, description="Node labels the sandbox pods require (they need CPU nodes, not the trainer nodes).")

@@ -90,3 +90,32 @@ def test_a_refused_submitter_pod_is_named_while_kuberay_keeps_the_rayjob_running
     entry = next(s for s in status["stages"] if s["name"] == "sft")
     assert entry["message"].startswith("attempt 1 cannot start: the Job controller cannot create the submitter pod")
     assert (kube.get("rayjob", sft["job"], namespace) or {})["status"]["jobDeploymentStatus"] == "Running"
+
+
+def test_a_sandbox_replica_that_stays_pending_stalls_the_run_naming_the_scheduler_and_the_fix(kube: Cluster, namespace: str) -> None:
+    """The sandbox is scaled up for the preflight after prepare; with every node cordoned by then its replica stays
+    Pending. Scaling a Deployment is not a rollout, so Kubernetes' progress deadline never comes: the run's own bound
+    (spec.sandbox.readyTimeoutSeconds) ends the wait, and the run names the scheduler's verdict and the fix."""
+    assert kube.apply(run_manifest("sbpend", namespace, sandbox={"readyTimeoutSeconds": 8})).returncode == 0
+    kube.wait_stage("sbpend", namespace, "prepare", "Running")
+    nodes = [n["metadata"]["name"] for n in kube.items("nodes", "default")]
+    for node in nodes:
+        kube.kubectl("cordon", node)
+    try:
+        kube.finish_pods("sbpend-prepare-1", namespace, 0)
+
+        def stalled() -> dict | None:
+            status = kube.run_status("sbpend", namespace)
+            return status if _condition(status, "Stalled").get("status") == "True" else None
+
+        status = eventually("the pending sandbox stalls the run", stalled, timeout=90, show=lambda: kube.run_status("sbpend", namespace))
+        preflight = next(s for s in status["stages"] if s["name"] == "preflight")
+        assert preflight["state"] == "Failed" and preflight.get("attempt", 0) == 0, preflight
+        message = preflight["message"]
+        assert message.startswith("not started: the sandbox was not ready 8 s after its replica was created (spec.sandbox.readyTimeoutSeconds): pod sbpend-sandbox-"), message
+        assert "cannot be scheduled (Unschedulable: 0/" in message and "Fix: free or add nodes that fit spec.sandbox.resources" in message, message
+        assert any(e["reason"] == "SandboxNotProgressing" and "Unschedulable" in e["message"] for e in kube.events(namespace, "sbpend"))
+        assert not kube.get("job", "sbpend-preflight-1", namespace), "the preflight never started"
+    finally:
+        for node in nodes:
+            kube.kubectl("uncordon", node, check=False)

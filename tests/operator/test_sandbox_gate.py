@@ -1,5 +1,7 @@
-"""The preflight starts once the sandbox has a ready replica: the wait follows the Deployment's progress
-(Kubernetes' ProgressDeadlineExceeded ends it), and image pull failures are named as such.
+"""The preflight starts once the sandbox has a ready replica; the wait is bounded by spec.sandbox.readyTimeoutSeconds
+from the oldest waiting replica's creation (and by Kubernetes' ProgressDeadlineExceeded when a rollout sets it), and
+what keeps a replica from being ready - Kueue's gate with Kueue's reason, the scheduler, an image pull - is named
+with its fix. The same on the real control plane: tests/e2e/test_stalls.py.
 
 Waiting reasons are the kubelet's (Kubernetes v1.36 ``pkg/kubelet/images/types.go``); the progress
 condition is the Deployment controller's (``pkg/controller/deployment/util/deployment_util.go``:
@@ -7,6 +9,7 @@ condition is the Deployment controller's (``pkg/controller/deployment/util/deplo
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import pytest
@@ -27,11 +30,19 @@ def deployment(ready: int = 0, replicas: int = 1, progressing: tuple[str, str] |
     return {"spec": {"replicas": replicas}, "status": status}
 
 
-def pod(waiting: str | None = None, message: str = "", scheduled: bool = True) -> dict[str, Any]:
-    status: dict[str, Any] = {"conditions": [] if scheduled else [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
+def pod(waiting: str | None = None, message: str = "", scheduled: bool = True, created: str = "2026-01-01T00:00:00Z", **meta: Any) -> dict[str, Any]:
+    unschedulable = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes are available: 3 Insufficient cpu."}
+    status: dict[str, Any] = {"conditions": [] if scheduled else [unschedulable]}
     if waiting:
         status["containerStatuses"] = [{"name": "sandbox", "image": IMAGE, "state": {"waiting": {"reason": waiting, "message": message}}}]
-    return {"metadata": {"name": "demo-sandbox-7f-abcde"}, "status": status}
+    return {"metadata": {"name": "demo-sandbox-7f-abcde", "creationTimestamp": created, **meta}, "status": status}
+
+
+def gated() -> dict[str, Any]:
+    """A pod Kueue's webhook gated (the gate in its spec, PodScheduled=False/SchedulingGated from the scheduler)."""
+    scheduled = {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated", "message": "Scheduling is blocked due to non-empty scheduling gates"}
+    spec = {"schedulingGates": [{"name": "kueue.x-k8s.io/admission"}]}
+    return {"metadata": {"name": "demo-sandbox-7f-abcde", "creationTimestamp": "2026-01-01T00:00:00Z"}, "spec": spec, "status": {"conditions": [scheduled]}}
 
 
 STALLED = deployment(progressing=("False", "ProgressDeadlineExceeded"))
@@ -39,8 +50,9 @@ BACK_OFF = f'Back-off pulling image "{IMAGE}"'
 GATES = [
     ("a ready replica lets the preflight start", deployment(ready=1), [], "ready", "", ""),
     ("a first image pull in progress is waited for", deployment(), [pod("ContainerCreating")], "waiting", "WaitingForSandbox",
-     "no replica ready yet (demo-sandbox-7f-abcde: ContainerCreating)"),
-    ("an unschedulable pod is named while waiting", deployment(), [pod(scheduled=False)], "waiting", "WaitingForSandbox", "demo-sandbox-7f-abcde: Unschedulable"),
+     "no replica ready yet (pod demo-sandbox-7f-abcde: ContainerCreating)"),
+    ("an unschedulable pod is named while waiting", deployment(), [pod(scheduled=False)], "waiting", "WaitingForSandbox",
+     "pod demo-sandbox-7f-abcde cannot be scheduled (Unschedulable: 0/3 nodes are available: 3 Insufficient cpu.)"),
     ("ImagePullBackOff is reported as such", deployment(), [pod("ImagePullBackOff", BACK_OFF)], "waiting", "SandboxImagePullFailing",
      f"pod demo-sandbox-7f-abcde cannot pull {IMAGE}: ImagePullBackOff: {BACK_OFF}"),
     ("ErrImagePull is reported as such", deployment(), [pod("ErrImagePull", "manifest unknown")], "waiting", "SandboxImagePullFailing",
@@ -57,6 +69,33 @@ GATES = [
 def test_sandbox_gate(dep: dict[str, Any], pods: list[dict[str, Any]], state: str, reason: str, fragment: str) -> None:
     gate = sandbox_gate(dep, pods)
     assert (gate.state, gate.reason) == (state, reason)
+    assert fragment in gate.message, gate.message
+
+
+NOW = dt.datetime(2026, 1, 1, 0, 10, tzinfo=dt.UTC)  # 600 s after the pods' creation
+KUEUE = {"demo-sandbox-7f-abcde": "waiting for admission by Kueue queue default: couldn't assign flavors to pod set main: insufficient quota for cpu"}
+TIMED = [
+    ("before the bound: waiting, with Kueue's reason", deployment(), [gated()], 601, "waiting", "WaitingForSandbox",
+     "pod demo-sandbox-7f-abcde is held by Kueue: waiting for admission by Kueue queue default: couldn't assign flavors"),
+    ("at the bound a Kueue-held replica fails, with Kueue's reason and the fix", deployment(), [gated()], 600, "failed", "SandboxNotProgressing",
+     "not ready 600 s after its replica was created (spec.sandbox.readyTimeoutSeconds): pod demo-sandbox-7f-abcde is held by Kueue: waiting for admission by "
+     "Kueue queue default: couldn't assign flavors to pod set main: insufficient quota for cpu. Fix: give the Kueue ClusterQueue"),
+    ("at the bound an unschedulable replica fails, with the scheduler's words and the fix", deployment(), [pod(scheduled=False)], 600, "failed",
+     "SandboxNotProgressing", "(Unschedulable: 0/3 nodes are available: 3 Insufficient cpu.). Fix: free or add nodes that fit spec.sandbox.resources"),
+    ("at the bound a pull failure fails, with the fix", deployment(), [pod("ImagePullBackOff", BACK_OFF)], 600, "failed", "SandboxNotProgressing",
+     "ImagePullBackOff: " + BACK_OFF + ". Fix: check spec.sandbox.image"),
+    ("at the bound with nothing known", deployment(), [pod()], 600, "failed", "SandboxNotProgressing", "no replica became Ready (read the pod's events"),
+    ("a replica being deleted is not waited for", deployment(), [pod(scheduled=False, deletionTimestamp="2026-01-01T00:09:00Z")], 600, "waiting",
+     "WaitingForSandbox", "no replica ready yet"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("dep", "pods", "bound", "state", "reason", "fragment"), [case[1:] for case in TIMED], ids=[case[0] for case in TIMED])
+def test_the_wait_is_bounded_from_the_replicas_creation_and_names_the_cause(
+    dep: dict[str, Any], pods: list[dict[str, Any]], bound: float, state: str, reason: str, fragment: str
+) -> None:
+    gate = sandbox_gate(dep, pods, now=NOW, ready_timeout_s=bound, kueue=KUEUE)
+    assert (gate.state, gate.reason) == (state, reason), gate.message
     assert fragment in gate.message, gate.message
 
 
