@@ -19,6 +19,7 @@ from retool.evaluate.mlflow_log import LoggedRun, log_run
 from retool.evaluate.problems import ProblemFileError, read_rows
 from retool.evaluate.tools import sandbox_tool
 from retool.recipe.reward.score import compute_score, extract_answer
+from retool.recipe.reward.symbolic import warm_default_pool
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +72,7 @@ def load_trajectories(path: Path, limit: int | None = None) -> tuple[list[Trajec
 
 async def run_check(config: CheckConfig, *, progress: bool = False, label: str = "data check") -> CheckOutcome:
     trajectories, unreadable = load_trajectories(config.file, config.limit)
+    warm_default_pool()  # the reward's symbolic workers start while the data loads and the sandbox starts, not at the first answer that needs them
     blocks = sum(len(t.steps) for t in trajectories)
     logger.info("%d trajectories, %d code blocks, %d unreadable rows in %s", len(trajectories), blocks, len(unreadable), config.file)
     from tqdm import tqdm

@@ -21,6 +21,7 @@ from retool.evaluate.results import SampleResult, summarize
 from retool.evaluate.runner import evaluate
 from retool.evaluate.tools import DEFAULT_MAX_OUTPUT_CHARS, sandbox_tool, training_tool_schema
 from retool.recipe.reward.score import compute_score
+from retool.recipe.reward.symbolic import warm_default_pool
 from retool.tracking.evaluation import log_eval_results
 
 logger = logging.getLogger(__name__)
@@ -90,6 +91,7 @@ def summary_path_for(results_path: Path) -> Path:
 
 async def run_eval(config: EvalConfig, *, progress: bool = False) -> EvalOutcome:
     problems = load_problems(config.data, config.limit)
+    warm_default_pool()  # the reward's symbolic workers start while the data loads and the sandbox starts, not at the first answer that needs them
     logger.info("%d problem(s) x %d sample(s) from %s", len(problems), config.n, config.data)
     with contextlib.ExitStack() as stack:
         sandbox_url = config.sandbox_url
