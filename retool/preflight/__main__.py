@@ -2,7 +2,7 @@
 
 It reads the stage context the operator put in the environment (``retool.runtime.context``: run
 name, namespace, sandbox URL, attempt), the spec mounted at ``--spec``, and ``MLFLOW_TRACKING_URI``
-/ ``MLFLOW_RUN_ID`` from the stage entry. Exit status: 0 passed, 2 could not start, 10-21 the first
+/ ``MLFLOW_RUN_ID`` from the stage entry. Exit status: 0 passed, 2 could not start, 10-22 the first
 failed check (``retool.preflight.checks.CHECKS``); 1 is a crash of the preflight itself (a bug:
 the traceback is in the log), never a verdict on the run.
 """

@@ -38,6 +38,12 @@ CHECKS: tuple[Check, ...] = (
     Check("sandbox", 16, "the run's sandbox runs code through the tool (skipped for a text-only run)"),
     Check("reward", 17, "verl loads the reward function and it scores a right and a wrong answer"),
     Check("reward-guard", 21, "the reward function verl's own load_reward_manager builds from the composed config is ours, with the rendered reward_kwargs (both verl lines)"),
+    Check(
+        "reward-watch",
+        22,
+        "the second verifier's disagreement with the reward on the RL data's reference answers, against spec.rl.rewardWatch.benignRate (warns when it is set "
+        "below the measured rate or far above it; fails only when math-verify cannot run)",
+    ),
     Check("rollout", 18, "one scripted rollout per data source through verl's agent loop (tool_agent, or single_turn_agent for a text-only run) and reward loop"),
     Check("trainer-batch", 19, "the rollout output joins the trainer's batch, is scored, dumped and summarised as RayPPOTrainer does"),
 )

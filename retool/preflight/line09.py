@@ -48,6 +48,7 @@ from retool.preflight.plan import PPO_STAGES, Plan, PreflightOptions
 from retool.preflight.report import Report
 from retool.preflight.reward import leaves_no_reward_loaded
 from retool.preflight.reward_guard import check_reward_guard, expected_reward_kwargs
+from retool.preflight.reward_watch import reward_watch_check
 from retool.preflight.sandbox_probe import TEXT_ONLY_SANDBOX, check_sandbox
 from retool.preflight.verl_config import compose_stage, preflight_overrides, stage_files
 from retool.recipe.render.v0_9 import sft_overrides
@@ -56,7 +57,7 @@ from retool.recipe.tool.config import TOOL_NAME
 logger = logging.getLogger(__name__)
 
 WRONG = "preflight-not-the-answer"
-CHECK_ORDER = ("tokenizer", "model", "config", "sft-data", "reward-guard", "tools", "sandbox", "rl-data", "eval-data", "reward", "rollout", "trainer-batch")
+CHECK_ORDER = ("tokenizer", "model", "config", "sft-data", "reward-guard", "tools", "sandbox", "rl-data", "eval-data", "reward", "reward-watch", "rollout", "trainer-batch")
 
 
 def engine_sft_dataset(files: Any, data: DictConfig, tokenizer: Any, max_samples: int = -1) -> Any:
@@ -227,6 +228,8 @@ def run_preflight(target: Plan, options: PreflightOptions) -> Report:
         right = right_score(reward) if reward.status == "passed" else None
         if right is not None:
             right_scores[stage] = right
+    if "rl" in ppo:
+        results.append(reward_watch_check(target, ppo["rl"], state.blocked("rl", ["config", "rl-data", "reward"])))
     for stage, config in ppo.items():
         flow.rollout_checks(state, target, stage, config, options, tokenizer=tokenizer, data=data, tools=tools, right_scores=right_scores, line=LINE_09)
     order = {name: i for i, name in enumerate(CHECK_ORDER)}

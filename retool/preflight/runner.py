@@ -16,6 +16,7 @@ from retool.preflight.plan import PPO_STAGES, Plan, PreflightOptions
 from retool.preflight.report import Report
 from retool.preflight.reward import leaves_no_reward_loaded
 from retool.preflight.reward_guard import check_reward_guard, expected_reward_kwargs
+from retool.preflight.reward_watch import reward_watch_check
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +37,8 @@ def run_preflight(target: Plan, options: PreflightOptions) -> Report:
     data = steps.data_checks(state, target, ppo, tokenizer)
     tools = steps.tool_checks(state, target, ppo, options, sft_dataset)
     right_scores = steps.reward_checks(state, target, ppo, data)
+    if "rl" in ppo:
+        state.add(reward_watch_check(target, ppo["rl"], state.blocked("rl", ["config", "rl-data", "reward"])))
     for stage, config in ppo.items():
         steps.rollout_checks(state, target, stage, config, options, tokenizer=tokenizer, data=data, tools=tools, right_scores=right_scores)
     report = Report(

@@ -38,8 +38,12 @@ The limit ``h = ln(horizon / false_alarm)`` bounds the false-alarm probability o
 <= 1, so by Ville's maximal inequality it ever reaches ``e^h`` with probability <= ``e^-h``; the
 union over the ``horizon`` starts gives ``P(false alarm) <= horizon * e^-h = false_alarm``. The
 bound holds for every sample size per step (also a varying one, or steps with none) and every
-benign rate; the detection delay depends on the sample size (docs/recipe.md has the figures,
-``tests/dynamics/test_reward_alarm.py`` checks both by seeded simulation).
+benign rate. The detection rate and delay depend on the sample size and on how far ``p0`` sits
+above the true benign rate: the statistic rises on average only above a disagreement of
+``-ln((1 - p1) / (1 - p0)) / ln(p1 (1 - p0) / (p0 (1 - p1)))`` (16.6 % for ``p0`` 0.1 and ``p1``
+0.25, 4.3 % for the defaults 0.01 and 0.11). :mod:`retool.recipe.reward_alarm` measures both error
+rates by seeded simulation (docs/recipe.md has the table, ``tests/dynamics/test_reward_alarm.py``
+checks it) and turns a measured benign rate into the ``benignRate`` to set.
 """
 
 from __future__ import annotations
@@ -65,8 +69,8 @@ class WatchSettings:
 
     share: float = 0.02
     max_per_step: int = 64
-    benign_rate: float = 0.1
-    shift: float = 0.15
+    benign_rate: float = 0.01
+    shift: float = 0.10
     false_alarm: float = 0.01
     horizon: int = 400
     seed: int = 0

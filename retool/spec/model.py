@@ -283,13 +283,14 @@ class RewardWatchSpec(SpecModel):
     share: float = Field(0.02, ge=0, le=1, description="Share of each step's responses re-graded by the second verifier (math-verify); 0 turns the watch off.")
     max_per_step: int = Field(64, ge=0, le=4096, description="At most this many responses re-graded per step, whatever the share.")
     benign_rate: float = Field(
-        0.1,
+        0.01,
         gt=0,
         lt=1,
-        description="The second verifier's own disagreement rate with an honest reward (measure it on your data); "
-        "RewardSuspect's false-alarm bound holds while the true rate is at most this.",
+        description="The second verifier's own disagreement rate with an honest reward on the run's data (the preflight measures it and "
+        "recommends a value); RewardSuspect's false-alarm bound holds while the true rate is at most this, and far above it a real "
+        "drift goes unseen. 0.01 is the 95% upper bound of 0 disagreements in 300 integer-answer rollouts.",
     )
-    shift: float = Field(0.15, gt=0, lt=1, description="Rise of the disagreement rate above benignRate that the CUSUM alarm is tuned to catch (benignRate + shift < 1).")
+    shift: float = Field(0.10, gt=0, lt=1, description="Rise of the disagreement rate above benignRate that the CUSUM alarm is tuned to catch (benignRate + shift < 1).")
     false_alarm: float = Field(
         0.01, gt=0, lt=1, description="Bound on the probability that RewardSuspect is ever raised over the run's rl.steps at the benign rate."
     )

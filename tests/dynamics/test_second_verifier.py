@@ -8,7 +8,6 @@ rates ("Second verifier: benign disagreement rate"), and the test checks that fi
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import pytest
 from retool.recipe.reward.score import compute_score
 from retool.recipe.reward_watch import WatchSettings, answer_region, second_verdict
 from retool.recipe.verl_plugins.watch import BatchWatcher, Sample
+from retool.spec.model import RewardWatchSpec
 from tests.recipe_reward.cases import ALL
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "recipe.md"
@@ -112,8 +112,9 @@ def test_docs_state_the_measured_benign_disagreement_rate_next_to_the_default_be
     assert f"{errors} of {graded} graded cases ({rate:.1%})" in section
     assert f"{rejects} of {correct_graded} correct answers ({reject_rate:.1%})" in section
     assert f"{len(VERIFIER_UNKNOWN)} unknown" in section
-    assert re.search(r"default `benignRate` of 0\.1", section)
-    assert WatchSettings().benign_rate == 0.1
+    default = WatchSettings().benign_rate
+    assert f"default `benignRate` of {default:g}" in section
+    assert default == RewardWatchSpec().benign_rate, "the trainer's default is the spec's"
 
 
 INTERPRETER_TRUTH = [

@@ -31,7 +31,7 @@ from tests.spec.test_model_fit import QWEN_0_5B, QWEN_32B
 from tests.verl09.lines import rendered
 from tests.verl09.test_compose import as_0_6_reward_keys
 
-CHECKS = ("tokenizer", "model", "config", "sft-data", "reward-guard", "tools", "sandbox", "rl-data", "eval-data", "reward", "rollout", "trainer-batch")
+CHECKS = ("tokenizer", "model", "config", "sft-data", "reward-guard", "tools", "sandbox", "rl-data", "eval-data", "reward", "reward-watch", "rollout", "trainer-batch")
 QWEN2 = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]}
 """What every Qwen2.5 ``config.json`` carries beside its shape: verl 0.9.1's ``AgentLoopWorker`` loads it (``HFModelConfig``)."""
 MODEL_CONFIGS = {"Qwen/Qwen2.5-0.5B-Instruct": {**QWEN2, **QWEN_0_5B}, "Qwen/Qwen2.5-32B-Instruct": {**QWEN2, **QWEN_32B}}
