@@ -17,7 +17,7 @@ child's suspend: Kueue or the operator), ``sandbox_sizing`` (the sandbox's repli
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from retool.runtime.paths import run_paths
@@ -167,6 +167,8 @@ class Observed:
     """Child name -> its pods that have not terminated (phase other than Succeeded/Failed)."""
     submitter_pods: dict[str, list[str]] = field(default_factory=dict)
     """Child name -> those of its ``active_pods`` that are Ray job submitter pods (never waited for)."""
+    running_pods: dict[str, list[str]] = field(default_factory=dict)
+    """Child name -> those of its ``active_pods`` in phase Running (the stage has started)."""
     failure_details: dict[str, str] = field(default_factory=dict)
     """Failed Job name -> its stage container's termination message (the reason the stage gave, or its last log lines)."""
     sandbox_gate: SandboxGate | None = None
@@ -423,17 +425,30 @@ def _next_attempt(run: RetoolRun, entry: StageStatus, observed: Observed, now: d
         updated, message, sandbox_event, requeue = sandbox_wait
         return Step(updated, message, [sandbox_event] if sandbox_event else [], requeue=requeue)
     queue = queued(run)
-    text = f"attempt {attempt} created; " + queue_message(run.spec.scheduling.queue_name, []) if queue else f"attempt {attempt} started"
-    update: dict[str, Any] = {"state": "Queued" if queue else "Running", "attempt": attempt, "job": child, "message": text}
+    waits = queue_message(run.spec.scheduling.queue_name, []) if queue else "waiting for its pods"
+    text = f"attempt {attempt} created; {waits}"
+    update: dict[str, Any] = {"state": "Queued" if queue else "Running", "attempt": attempt, "job": child, "message": text, "running_time": None}
+    # Created, not started: StageStarted is posted once a pod of the attempt runs (_pods_started), so a
+    # stage queued behind another run's devices never reads as started.
     if first:
         update.update(start_time=stamp, checkpoint=stage_output(run, name))
-        message = f"stage {name} started ({child})"
-        event = Event("Normal", c.REASON_STAGE_STARTED, message)
+        message = f"stage {name} {'queued' if queue else 'created'}: {waits} ({child})"
+        event = Event("Normal", c.REASON_STAGE_CREATED, f"stage {name} attempt {attempt} created ({child})")
     else:
         update["next_attempt_time"] = None
-        message = f"stage {name} retry: attempt {attempt} started ({child})" + (", resuming from its last checkpoint" if name == "rl" else "")
+        message = f"stage {name} retry: attempt {attempt} created ({child})" + (", resuming from its last checkpoint" if name == "rl" else "")
         event = Event("Normal", c.REASON_RETRY_STARTED, message)
     return Step(entry.model_copy(update=update), message, [event], create=[CreateChild(name, attempt)])
+
+
+def _pods_started(step: Step, child: str, observed: Observed, now: dt.datetime) -> Step:
+    """The first pass that sees a pod of the attempt running: ``running_time``, the StageStarted Event and the run's message."""
+    entry = step.entry
+    if entry.state != "Running" or entry.running_time is not None or not observed.running_pods.get(child):
+        return step
+    message = f"stage {entry.name} started: attempt {entry.attempt} running ({child})"
+    updated = entry.model_copy(update={"running_time": rfc3339(now), "message": f"attempt {entry.attempt} running"})
+    return replace(step, entry=updated, message=step.message or message, events=[*step.events, Event("Normal", c.REASON_STAGE_STARTED, message)])
 
 
 def _follow_child(run: RetoolRun, entry: StageStatus, observed: Observed, now: dt.datetime) -> Step:
@@ -499,9 +514,9 @@ def _follow_child(run: RetoolRun, entry: StageStatus, observed: Observed, now: d
         return Step(updated, message, [event], requeue=requeue)
     if kueue:
         updated, actions, events, text = _queued_child(run, entry, child, obj, observed.workloads.get(child, []))
-        return Step(updated, text, events, workloads=actions)
+        return _pods_started(Step(updated, text, events, workloads=actions), child, observed, now)
     updated, patches, events, text = _operator_suspension(run, entry, child, obj, workloads)
-    return Step(updated, text, events, suspend=patches)
+    return _pods_started(Step(updated, text, events, suspend=patches), child, observed, now)
 
 
 def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.datetime, *, sandbox_autoscaled: bool = False) -> Decision:

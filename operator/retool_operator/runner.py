@@ -636,8 +636,10 @@ class Reconciler:
                         workloads[entry.job] = await self._workloads(namespace, obj)
         active: dict[str, list[str]] = {}
         submitters: dict[str, list[str]] = {}
-        if may_create(status, children):
-            active, submitters = await self._active_pods(namespace, run.metadata.name)
+        running: dict[str, list[str]] = {}
+        not_yet_running = any(s.state == "Running" and s.running_time is None for s in status.stages)
+        if may_create(status, children) or not_yet_running:
+            active, submitters, running = await self._active_pods(namespace, run.metadata.name)
         ready, autoscaled, isolation, refused, settling = 0, False, None, None, False
         hpa_min: int | None = None
         spec_replicas: int | None = None
@@ -673,6 +675,7 @@ class Reconciler:
             children=children,
             active_pods=active,
             submitter_pods=submitters,
+            running_pods=running,
             failure_details=details,
             stage_notes=notes,
             sandbox_ready_replicas=ready,
@@ -797,23 +800,27 @@ class Reconciler:
                     notes[entry.job or ""] = message
         return notes
 
-    async def _active_pods(self, namespace: str, run_name: str) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    async def _active_pods(self, namespace: str, run_name: str) -> tuple[dict[str, list[str]], dict[str, list[str]], dict[str, list[str]]]:
         """(stage child name -> its pods that still run or are still terminating, the same for those
-        that are Ray job submitter pods)."""
+        that are Ray job submitter pods, and for those in phase Running)."""
         selector = f"{c.LABEL_RUN}={run_name},{c.LABEL_ROLE}={c.COMPONENT_STAGE}"
         active: dict[str, list[str]] = {}
         submitters: dict[str, list[str]] = {}
+        running: dict[str, list[str]] = {}
         for pod in await self.client.list(PODS, namespace, label_selector=selector):
             meta = pod.get("metadata") or {}
             lbls = meta.get("labels") or {}
             stage, attempt = lbls.get(c.LABEL_STAGE), lbls.get(c.LABEL_ATTEMPT)
-            if (pod.get("status") or {}).get("phase") in TERMINATED_POD_PHASES or stage is None or not (attempt or "").isdigit():
+            phase = (pod.get("status") or {}).get("phase")
+            if phase in TERMINATED_POD_PHASES or stage is None or not (attempt or "").isdigit():
                 continue
             child = stage_child_name(run_name, stage, int(attempt))
             active.setdefault(child, []).append(meta.get("name", "?"))
             if is_submitter_pod(lbls, stage, child):
                 submitters.setdefault(child, []).append(meta.get("name", "?"))
-        return active, submitters
+            elif phase == "Running" and not meta.get("deletionTimestamp"):
+                running.setdefault(child, []).append(meta.get("name", "?"))
+        return active, submitters, running
 
     async def _tracking(self, run: RetoolRun, status: RetoolRunStatus, refusals: list[str]) -> tuple[Tracking, MLflowStatus, str | None]:
         """(what stages get, status.mlflow, a reason to hold new stages or None)."""

@@ -33,6 +33,9 @@ class StageStatus(SpecModel):
     job: str | None = Field(None, description="Name of the Job or RayJob of the current attempt.")
     attempt: int = Field(0, ge=0, description="Current attempt, from 1; 0 before the stage starts.")
     start_time: str | None = Field(None, description="When the first attempt started (RFC 3339).")
+    running_time: str | None = Field(
+        None, description="When a pod of the current attempt was first seen running (RFC 3339); the StageStarted Event is posted then."
+    )
     completion_time: str | None = Field(None, description="When the stage finished (RFC 3339).")
     message: str | None = Field(None, description="Why the stage is in its state.")
     checkpoint: str | None = Field(None, description="Latest checkpoint or output path of the stage.")

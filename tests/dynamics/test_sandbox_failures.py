@@ -59,7 +59,8 @@ def test_columns_of_different_lengths_are_refused() -> None:
 def test_a_share_at_the_bound_trains_and_above_it_fails_naming_the_cause_and_the_field() -> None:
     decision = decide_mask([rec("ok"), rec("overloaded"), rec("ok"), rec("ok")], ["a", "a", "a", "a"])
     check_share(decision, 0.25, step=3)
-    with pytest.raises(SandboxOutageError, match=r"step 3: 1 of 4 trajectories .* \(overloaded 1 calls\) .*25\.0% would be left out, above spec\.rl\.maxSandboxFailureShare 24\.0%") as raised:
+    expected = r"step 3: 1 of 4 trajectories .* \(overloaded 1 calls\) .*25\.0% would be left out, above spec\.rl\.maxSandboxFailureShare 24\.0%"
+    with pytest.raises(SandboxOutageError, match=expected) as raised:
         check_share(decision, 0.24, step=3)
     assert raised.value.metrics == decision.metrics()
     check_share(decide_mask([], []), 0.0, step=1)

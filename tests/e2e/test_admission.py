@@ -58,6 +58,11 @@ def test_kueue_admits_a_queued_stage_and_unsuspends_its_job(kube: Cluster, names
     assert workload["spec"]["queueName"] == "team"
     eventually("Kueue unsuspending the Job", lambda: (kube.get("job", "queued-prepare-1", namespace) or {}).get("spec", {}).get("suspend") is False)
     kube.wait_stage("queued", namespace, "prepare", "Running")
+    # StageStarted once the admitted Job's pod runs (kwok runs it), never while it was queued.
+    stage = eventually("the run saying its stage started", lambda: (st := kube.stage("queued", namespace, "prepare")).get("runningTime") and st)
+    assert stage["runningTime"] >= stage["startTime"] and stage["message"] == "attempt 1 running", stage
+    reasons = {e["reason"] for e in kube.events(namespace, "queued")}
+    assert {"StageCreated", "StageAdmitted", "StageStarted"} <= reasons, reasons
     kube.finish_pods("queued-prepare-1", namespace, 0)
     kube.wait_stage("queued", namespace, "prepare", "Succeeded")
 
@@ -74,6 +79,9 @@ def test_a_stage_beyond_the_queues_quota_stays_queued_and_says_so(kube: Cluster,
     assert not _admitted(_workload_of(kube, namespace, "waits-prepare-1")), workload
     assert kube.get("job", "waits-prepare-1", namespace)["spec"]["suspend"] is True
     assert not kube.pods_of_job("waits-prepare-1", namespace)
+    status = kube.run_status("waits", namespace)
+    assert "started" not in (status.get("message") or "") and "queued" in (status.get("message") or ""), status.get("message")
+    assert "StageStarted" not in [e["reason"] for e in kube.events(namespace, "waits")], "a queued stage has not started"
 
 
 def test_kueues_default_local_queue_holds_an_unqueued_stage_and_the_operator_does_not_fight_it(kube: Cluster, namespace: str) -> None:

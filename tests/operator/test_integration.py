@@ -147,6 +147,14 @@ async def test_run_creates_sandbox_and_walks_every_stage_to_success(cluster: Clu
         mlflow = await cluster.child(DEPLOYMENTS, "retool-mlflow")
         assert "ownerReferences" not in mlflow["metadata"]  # deleting a run never deletes tracking history
 
+        prepare = await cluster.status("happy")
+        assert stage_of(prepare, "prepare")["message"] == "attempt 1 created; waiting for its pods" and not stage_of(prepare, "prepare").get("runningTime")
+        assert not await _events(cluster, {"StageStarted"}), "created is not started: no pod runs yet"
+        await _pod_of(cluster, "happy-prepare-1-abcde", job["spec"]["template"], "Running")
+        running = await eventually(lambda: _started(cluster, "happy", "prepare"), what="the prepare stage seen started once its pod runs")
+        assert stage_of(running, "prepare")["message"] == "attempt 1 running" and running["message"] == "stage prepare started: attempt 1 running (happy-prepare-1)"
+        await eventually(lambda: _events(cluster, {"StageCreated", "StageStarted"}), what="StageCreated, then StageStarted")
+        await cluster.api.patch(PODS, NS, "happy-prepare-1-abcde", {"status": {"phase": "Succeeded"}}, subresource="status")
         await cluster.finish(JOBS, "happy-prepare-1", job_status("Complete"))
         await cluster.finish(RAYJOBS, "happy-sft-1", rayjob_status("Complete", "SUCCEEDED"))
         await cluster.finish(JOBS, "happy-merge-1", job_status("Complete"))
@@ -167,6 +175,11 @@ async def test_run_creates_sandbox_and_walks_every_stage_to_success(cluster: Clu
         assert await cluster.names(JOBS) == ["happy-merge-1", "happy-prepare-1"]
         assert await cluster.names(RAYJOBS) == ["happy-eval-1", "happy-rl-1", "happy-sft-1"]
         await eventually(lambda: _events(cluster, {"StageStarted", "StageSucceeded", "PipelineCompleted"}), what="Normal events")
+
+
+async def _started(cluster: Cluster, run: str, stage: str) -> dict[str, Any] | None:
+    status = await cluster.status(run)
+    return status if stage_of(status, stage).get("runningTime") else None
 
 
 async def _events(cluster: Cluster, reasons: set[str], type_: str = "Normal") -> bool:

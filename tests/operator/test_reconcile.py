@@ -435,3 +435,27 @@ def test_a_child_found_gone_is_taken_for_deleted_only_once_the_watch_had_time_to
         assert not decision.create and not decision.events
     else:
         assert "deleted outside the operator" in (sft.message or "")
+
+
+def test_a_created_stage_is_not_started_until_a_pod_of_its_attempt_runs() -> None:
+    """StageCreated when the child is created; StageStarted, runningTime and "started" only once a pod runs."""
+    run = run_of()
+    created = decide(run, RetoolRunStatus(), Observed(), T0)
+    assert [e.reason for e in created.events] == ["StageCreated"] and created.create == [CreateChild("prepare", 1)]
+    assert "started" not in (created.status.message or "") and created.status.stages[0].message == "attempt 1 created; waiting for its pods"
+    children = {"demo-prepare-1": job_status(None)}
+    pending = decide(run, created.status, Observed(children=children, active_pods={"demo-prepare-1": ["demo-prepare-1-x"]}), T0)
+    assert pending.events == [] and pending.status.stages[0].running_time is None
+    running = Observed(children=children, active_pods={"demo-prepare-1": ["demo-prepare-1-x"]}, running_pods={"demo-prepare-1": ["demo-prepare-1-x"]})
+    later = T0 + dt.timedelta(seconds=42)
+    started = decide(run, pending.status, running, later)
+    assert [e.reason for e in started.events] == ["StageStarted"] and started.status.message == "stage prepare started: attempt 1 running (demo-prepare-1)"
+    assert started.status.stages[0].running_time == rfc3339(later) and started.status.stages[0].message == "attempt 1 running"
+    assert decide(run, started.status, running, later).events == [], "posted once per attempt"
+
+
+def test_a_queued_stage_says_queued_with_its_queue_never_started() -> None:
+    run = run_of(scheduling={"queueName": "team-a"})
+    created = decide(run, RetoolRunStatus(), Observed(), T0)
+    assert created.status.message == "stage prepare queued: waiting for admission by Kueue queue team-a (demo-prepare-1)"
+    assert [e.reason for e in created.events] == ["StageCreated"] and created.status.stages[0].state == "Queued"

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 
 from retool.recipe.dynamics import RECORD_KEY
@@ -109,3 +110,11 @@ def assert_trains_only_on_the_rest(data: Any, rewards: torch.Tensor, groups: Seq
     assert (grad[masked] == 0).all(), "no gradient from a left-out row"
     kept_signal = ~masked & (expected != 0)
     assert all((grad[row][original_mask[row].bool()] != 0).all() for row in np.flatnonzero(kept_signal.numpy())), "every token of a kept row with an advantage has a gradient"
+
+
+def assert_masked_share_logged(client: Any, run_id: str, *, steps: Sequence[int]) -> None:
+    """MLflow has the step's masking figures at each of ``steps`` (the refused step's too): 2 hit, 1 lone survivor, 3 of 7."""
+    names = ("tool/masked_ratio", "tool/masked_sandbox_failure_count", "tool/masked_orphaned_count")
+    logged = {name: [(m.step, m.value) for m in client.get_metric_history(run_id, name)] for name in names}
+    expected = {"tool/masked_ratio": 3 / 7, "tool/masked_sandbox_failure_count": 2.0, "tool/masked_orphaned_count": 1.0}
+    assert logged == {name: [(step, pytest.approx(value)) for step in steps] for name, value in expected.items()}

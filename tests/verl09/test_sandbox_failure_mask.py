@@ -27,7 +27,7 @@ from retool.recipe.sandbox_failures import SandboxOutageError
 from retool.recipe.verl_plugins.v0_9.trainer import ExtractRewardProbe, RetoolPPOTrainer
 from retool.recipe.verl_plugins.watch import BatchWatcher
 from tests.render.verl_config import compose_verl
-from tests.turns.masking_check import MASKED, PLAN, assert_trains_only_on_the_rest, scored_batch
+from tests.turns.masking_check import MASKED, PLAN, assert_masked_share_logged, assert_trains_only_on_the_rest, scored_batch
 from tests.turns.scenarios import PROMPT
 from tests.verl09.lines import rendered
 from tests.verl09.loop import run_loop
@@ -78,8 +78,7 @@ def test_a_step_trains_only_on_trajectories_the_sandbox_did_not_fail_on_verl_091
     scores, _ = ExtractRewardProbe(trainer)(data)
     assert scores.equal(data.batch["rm_scores"]), "verl's reward passes through unchanged"
     trainer.watcher.close()
-    logged = {name: [(m.step, m.value) for m in client.get_metric_history(run_id, name)] for name in ("tool/masked_ratio", "tool/masked_sandbox_failure_count", "tool/masked_orphaned_count")}
-    assert logged == {"tool/masked_ratio": [(4, pytest.approx(3 / 7)), (5, pytest.approx(3 / 7))], "tool/masked_sandbox_failure_count": [(4, 2.0), (5, 2.0)], "tool/masked_orphaned_count": [(4, 1.0), (5, 1.0)]}
+    assert_masked_share_logged(client, run_id, steps=(4, 5))
     assert [bool(m) for m in (data.batch["response_mask"].sum(-1) == 0)] == MASKED
 
     algorithm = config.algorithm
