@@ -118,3 +118,22 @@ def assert_masked_share_logged(client: Any, run_id: str, *, steps: Sequence[int]
     logged = {name: [(m.step, m.value) for m in client.get_metric_history(run_id, name)] for name in names}
     expected = {"tool/masked_ratio": 3 / 7, "tool/masked_sandbox_failure_count": 2.0, "tool/masked_orphaned_count": 1.0}
     assert logged == {name: [(step, pytest.approx(value)) for step in steps] for name, value in expected.items()}
+
+
+def assert_the_sandbox_failed_the_last_two(outputs: Sequence[Any]) -> list[str]:
+    """The calls made while the sandbox was up ran, the two after it stopped did not; returns the rows' group ids."""
+    outcomes = [o.extra_fields[RECORD_KEY]["outcomes"] for o in outputs]
+    assert outcomes == [["ok"], ["ok"], ["ok"], [], [], ["unavailable"], ["unavailable"]]
+    return [g for g, _, _ in PLAN]
+
+
+def mlflow_run(tmp_path: Any, monkeypatch: Any) -> tuple[Any, str]:
+    """An MLflow run (sqlite) that the trainer's watcher writes to, as the stage's environment names it."""
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    run_id = client.create_run(client.create_experiment("masking")).info.run_id
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_RUN_ID", run_id)
+    return client, run_id

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mlflow import MlflowClient
 
 from retool.embedded.servers import sandbox_server
 from retool.recipe.render.command import hydra_overrides
@@ -23,13 +22,21 @@ from retool.recipe.sandbox_failures import SandboxOutageError
 from tests.render.cases import context_of, run_of
 from tests.render.verl_config import compose_verl
 from tests.turns.harness import ScriptedModel, loop_config, run_agent_loop, write_tool_config
-from tests.turns.masking_check import MASKED, PLAN, assert_masked_share_logged, assert_trains_only_on_the_rest, scored_batch
+from tests.turns.masking_check import (
+    MASKED,
+    PLAN,
+    assert_masked_share_logged,
+    assert_the_sandbox_failed_the_last_two,
+    assert_trains_only_on_the_rest,
+    mlflow_run,
+    scored_batch,
+)
 from tests.turns.scenarios import PROMPT, Turn
 
 pytestmark = pytest.mark.slow
 
 
-def rl_config(mlflow_uri: str) -> Any:
+def rl_config() -> Any:
     run = run_of("smoke-qwen0.5b")
     command = render_stage(run, "rl", context_of(run))
     return compose_verl(command.config_name, hydra_overrides({**command.overrides, "trainer.logger": ["mlflow"], "+retool.reward_watch.share": 0.0}))
@@ -57,16 +64,9 @@ def test_a_step_trains_only_on_trajectories_the_sandbox_did_not_fail(qwen_tokeni
 
     tokenizer = hf_tokenizer(qwen_tokenizer)
     outputs = rollouts_of_a_step_whose_sandbox_fails(tokenizer, tmp_path)
-    outcomes = [o.extra_fields["retool_tools"]["outcomes"] for o in outputs]
-    assert outcomes == [["ok"], ["ok"], ["ok"], [], [], ["unavailable"], ["unavailable"]]
-    groups = [g for g, _, _ in PLAN]
-
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    client = MlflowClient(uri)
-    run_id = client.create_run(client.create_experiment("masking")).info.run_id
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.setenv("MLFLOW_RUN_ID", run_id)
-    config = rl_config(uri)
+    groups = assert_the_sandbox_failed_the_last_two(outputs)
+    client, run_id = mlflow_run(tmp_path, monkeypatch)
+    config = rl_config()
     trainer = RetoolPPOTrainer.__new__(RetoolPPOTrainer)  # the probe reads these attributes, set as __init__ sets them
     trainer.config, trainer.global_steps = config, 4
     trainer.watcher = BatchWatcher.from_config(config, tokenizer)

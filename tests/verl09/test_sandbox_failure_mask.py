@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mlflow import MlflowClient
 from transformers import AutoTokenizer
 from verl import DataProto
 from verl.trainer.ppo.core_algos import compute_policy_loss_vanilla
@@ -27,7 +26,15 @@ from retool.recipe.sandbox_failures import SandboxOutageError
 from retool.recipe.verl_plugins.v0_9.trainer import ExtractRewardProbe, RetoolPPOTrainer
 from retool.recipe.verl_plugins.watch import BatchWatcher
 from tests.render.verl_config import compose_verl
-from tests.turns.masking_check import MASKED, PLAN, assert_masked_share_logged, assert_trains_only_on_the_rest, scored_batch
+from tests.turns.masking_check import (
+    MASKED,
+    PLAN,
+    assert_masked_share_logged,
+    assert_the_sandbox_failed_the_last_two,
+    assert_trains_only_on_the_rest,
+    mlflow_run,
+    scored_batch,
+)
 from tests.turns.scenarios import PROMPT
 from tests.verl09.lines import rendered
 from tests.verl09.loop import run_loop
@@ -51,15 +58,8 @@ def rollouts_of_a_step_whose_sandbox_fails(model: str, tokenizer: Any, tmp_path:
 def test_a_step_trains_only_on_trajectories_the_sandbox_did_not_fail_on_verl_091(qwen_model: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tokenizer = AutoTokenizer.from_pretrained(qwen_model)
     outputs = rollouts_of_a_step_whose_sandbox_fails(qwen_model, tokenizer, tmp_path)
-    outcomes = [o.extra_fields["retool_tools"]["outcomes"] for o in outputs]
-    assert outcomes == [["ok"], ["ok"], ["ok"], [], [], ["unavailable"], ["unavailable"]]
-    groups = [g for g, _, _ in PLAN]
-
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    client = MlflowClient(uri)
-    run_id = client.create_run(client.create_experiment("masking")).info.run_id
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.setenv("MLFLOW_RUN_ID", run_id)
+    groups = assert_the_sandbox_failed_the_last_two(outputs)
+    client, run_id = mlflow_run(tmp_path, monkeypatch)
     command = rendered("smoke-qwen0.5b", "rl")
     config = compose_verl("ppo_trainer", hydra_overrides({**command.overrides, "trainer.logger": ["mlflow"], "+retool.reward_watch.share": 0.0}))
     trainer = RetoolPPOTrainer.__new__(RetoolPPOTrainer)  # the probe reads these attributes, set as __init__ sets them
