@@ -1,45 +1,30 @@
-"""Error rates of the RewardSuspect alarm (the Bernoulli CUSUM of ``retool.recipe.reward_watch``) by seeded simulation.
+"""Error rates and detection power of the RewardSuspect alarm (the Bernoulli CUSUM of ``retool.recipe.reward_watch``).
 
-For each benign rate and graded sample per step: the share of 400-step runs at the benign rate that
-ever raise the alarm (false alarms; bounded by ``falseAlarm`` = 1 %), and, for runs whose rate rises
-by 15 points at step 201, the share caught by step 400, the mean delay and the delay 99 % of runs
-stay within (steps counted from 201, inclusive). Prints a Markdown table (docs/recipe.md).
+One simulator and one table, kept in ``retool.recipe.reward_alarm`` (its ``documented_table`` is what
+docs/recipe.md prints and tests/dynamics/test_reward_alarm.py compares cell by cell); this prints that
+table, optionally with more runs or another seed, and how long it took.
 
-    python bench/bench_reward_alarm.py [--runs 20000] [--seed 0]
+    python bench/bench_reward_alarm.py [--runs 10000] [--seed 0]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
 
-import numpy as np
-
-from retool.recipe.reward_watch import WatchSettings, simulate_first_alarm
-
-STEPS = 400
-CHANGE = 201
-SHIFT = 0.15
-
-
-def row(benign: float, sample: int, runs: int, seed: int) -> str:
-    settings = WatchSettings(benign_rate=benign, shift=SHIFT, false_alarm=0.01, horizon=STEPS)
-    benign_runs = simulate_first_alarm(settings, [benign] * STEPS, sample, runs=runs, seed=seed)
-    shifted = simulate_first_alarm(settings, [benign] * (CHANGE - 1) + [benign + SHIFT] * (STEPS - CHANGE + 1), sample, runs=runs, seed=seed + 1)
-    delays = shifted[shifted >= CHANGE] - CHANGE + 1
-    return (
-        f"| {benign:.0%} | {sample} | {(benign_runs > 0).mean():.2%} | {(shifted >= CHANGE).mean():.2%} "
-        f"| {delays.mean():.1f} steps | {int(np.percentile(delays, 99))} steps |"
-    )
+from retool.recipe.reward_alarm import RUNS, SEED, documented_table
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=20_000)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--runs", type=int, default=RUNS, help="simulated runs per row")
+    parser.add_argument("--seed", type=int, default=SEED)
     args = parser.parse_args(argv)
-    lines = [row(benign, sample, args.runs, args.seed + 10 * i) for i, (benign, sample) in enumerate((b, n) for b in (0.01, 0.05, 0.1) for n in (64, 16, 4))]
-    sys.stdout.write("\n".join(lines) + "\n")
+    started, load = time.perf_counter(), os.getloadavg()[0]
+    table = documented_table(runs=args.runs, seed=args.seed)
+    sys.stdout.write(f"{table}\n\n{args.runs} runs per row, seed {args.seed}: {time.perf_counter() - started:.1f} s (load average {load:.2f} at the start)\n")
     return 0
 
 
