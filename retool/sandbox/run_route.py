@@ -20,6 +20,7 @@ two readings side by side against a FastAPI route for a table of bodies.
 
 from __future__ import annotations
 
+import asyncio
 import email.message
 import json
 from collections.abc import Awaitable, Callable
@@ -34,6 +35,18 @@ PATH = "/run_code"
 NOT_TEXT = "json_not_text"
 """The error type of a JSON body that is not text at all (not UTF-8, -16 or -32): FastAPI's catch-all
 answered it with its own ``{"detail": ...}`` 400, outside the API's error shape; here it is a 400 in it."""
+
+TOO_COMPLEX = "json_too_complex"
+"""The error type of JSON the decoder refuses to build: an integer literal longer than
+``MAX_INTEGER_DIGITS`` (Python's own limit, 4300 digits, raised ``ValueError``) or nesting deeper than the
+interpreter's recursion limit (``RecursionError``). Both were plain-text 500s from the server; a 400 in
+the API's shape now. No field of the API takes a number near that long."""
+MAX_INTEGER_DIGITS = 64
+"""Longer integer literals are refused as they are met (``parse_int``): a body of thousands of
+4,000-digit integers cost seconds of the event loop's CPU in ``int()`` before anything was validated."""
+THREAD_BODY_BYTES = 256 * 1024
+"""Bodies at least this large are decoded off the event loop, so ``/healthz`` and other requests keep
+their turns (the decoder holds the GIL, but the interpreter switches threads every few milliseconds)."""
 
 Answer = Callable[[RunCodeRequest], Awaitable[Response]]
 Refuse = Callable[[list[dict[str, Any]]], Response]
@@ -65,15 +78,24 @@ def read_body(raw: bytes, content_type: str | None) -> RunCodeRequest:
     value: Any = raw
     if _is_json(content_type):
         try:
-            value = json.loads(raw)
+            value = json.loads(raw, parse_int=_bounded_int)
         except json.JSONDecodeError as exc:
             raise InvalidBodyError([{"type": "json_invalid", "loc": ("body", exc.pos), "msg": "JSON decode error", "input": {}}]) from None
         except UnicodeDecodeError:
             raise InvalidBodyError([{"type": NOT_TEXT, "loc": ("body",), "msg": "not UTF-8, UTF-16 or UTF-32 text", "input": {}}]) from None
+        except (ValueError, RecursionError) as exc:  # an integer too long, nesting too deep
+            why = "nested too deep" if isinstance(exc, RecursionError) else f"holds an integer longer than {MAX_INTEGER_DIGITS} digits"
+            raise InvalidBodyError([{"type": TOO_COMPLEX, "loc": ("body",), "msg": f"JSON {why}", "input": {}}]) from None
     try:
         return RunCodeRequest.model_validate(value, from_attributes=True)  # as fastapi/_compat/v2.py's ModelField.validate
     except ValidationError as exc:
         raise InvalidBodyError([{**error, "loc": ("body", *error["loc"])} for error in exc.errors(include_url=False)]) from None
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INTEGER_DIGITS:
+        raise ValueError(f"integer literal of {len(text)} characters")
+    return int(text)
 
 
 def _header(scope: dict[str, Any], name: bytes) -> str | None:
@@ -105,8 +127,9 @@ class RunCodeRoute:
             if not message.get("more_body", False):
                 break
         raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        content_type = _header(scope, b"content-type")
         try:
-            request = read_body(raw, _header(scope, b"content-type"))
+            request = read_body(raw, content_type) if len(raw) < THREAD_BODY_BYTES else await asyncio.to_thread(read_body, raw, content_type)
         except InvalidBodyError as exc:
             response = self.refuse(exc.errors)
         else:

@@ -102,12 +102,13 @@ def job_from_request(request: RunCodeRequest, settings: SandboxSettings) -> Job:
     )
 
 
-BAD_REQUEST_TYPES = frozenset({"finite_number", run_route.NOT_TEXT})
+BAD_REQUEST_TYPES = frozenset({"finite_number", run_route.NOT_TEXT, run_route.TOO_COMPLEX})
 
 
 def validation_answer(errors: list[dict]) -> tuple[int, str]:
     """Status and message for a body the model refuses: 400 for a non-finite number (NaN, Infinity:
-    no limit can be computed from one) and for a JSON body that is not text at all, 422 otherwise
+    no limit can be computed from one), for a JSON body that is not text at all and for JSON too
+    complex to decode (an integer too long, nesting too deep), 422 otherwise
     as FastAPI does; the inputs are never echoed (a NaN cannot even be written back as JSON)."""
     parts = []
     for error in errors:
