@@ -100,10 +100,21 @@ def render_output(kept: bytes, total_bytes: int, limit_bytes: int) -> str:
     return text
 
 
+MAX_PATH_COMPONENTS = 64
+"""Directories a request's file path may nest: deep enough for any project layout, far below what
+recursive directory code (``os.makedirs``) and the kernel's PATH_MAX meet (a path 1000 directories
+deep made a worker hit Python's recursion limit, issue 49)."""
+MAX_PATH_BYTES = 1024
+
+
 def checked_relative_path(path: str) -> str:
     """A request's file path, normalised, that stays inside the execution directory; ValueError otherwise."""
     if not path or "\x00" in path:
         raise ValueError(f"file path {path!r} is empty or contains NUL")
+    if path.count("/") >= MAX_PATH_COMPONENTS:
+        raise ValueError(f"file path {path[:40]!r}... nests {path.count('/') + 1} components, over {MAX_PATH_COMPONENTS}")
+    if len(path.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
+        raise ValueError(f"file path {path[:40]!r}... of {len(path)} characters is over {MAX_PATH_BYTES} bytes")
     if path.startswith("/"):
         raise ValueError(f"file path {path!r} must be relative to the execution directory")
     normal = posixpath.normpath(path)

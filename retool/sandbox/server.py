@@ -84,7 +84,8 @@ def job_from_request(request: RunCodeRequest, settings: SandboxSettings) -> Job:
             files_bytes += len(base64.b64decode(content or "", validate=True))
         except ValueError as exc:
             detail = "is not valid base64" if isinstance(exc, binascii.Error) else str(exc)
-            raise InvalidRequestError(f"files[{path!r}]: {detail}") from exc
+            shown = path if len(path) <= 60 else path[:60] + "..."
+            raise InvalidRequestError(f"files[{shown!r}]: {detail}") from exc
     if files_bytes > settings.tmp_size_mb * MIB:
         raise RequestTooLargeError(f"files total {files_bytes} bytes, over the execution's scratch quota of {settings.tmp_size_mb} MB")
     for path in request.fetch_files:

@@ -79,6 +79,19 @@ class Prepared:
     group: cgroups.Execution | None = None
     """Its own memory and pids cgroups (joined at the fork, off the request's path), when the replica has them."""
 
+    def close(self, *names: str) -> None:
+        """Close the named pipe ends (all four by default) that are still open; -1 marks one closed.
+
+        Every path out of an execution ends with ``close()``, so no descriptor outlives its request,
+        whatever failed on the way (issue 49: a harness error left three pipes open per request,
+        until the uid's pipe budget was gone)."""
+        for name in names or ("go_w", "out_r", "err_r", "ack_r"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                setattr(self, name, -1)
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
 
 @dataclass
 class Capture:
@@ -184,6 +197,7 @@ class Worker:
             except Exception as exc:  # a harness failure is the sandbox's, not the code's
                 logger.exception("execution failed inside the worker")
                 result = {"type": "result", "sandbox_error": f"{type(exc).__name__}: {exc}"}
+            prepared.close()  # whatever the path out of the execution, none of its pipes stays open
             if prepared.pid:  # not waited for (a harness failure): end it now
                 self._kill_leftovers(prepared.pid)
             if job.get("fetch_files") and "sandbox_error" not in result:
@@ -264,12 +278,13 @@ class Worker:
 
     # ---- one execution ---------------------------------------------------------------------
     def _execute(self, prepared: Prepared, job: dict[str, Any]) -> dict[str, Any]:
-        wait_for_setup(prepared.ack_r)
+        ack_r, prepared.ack_r = prepared.ack_r, -1
+        wait_for_setup(ack_r)  # closes it
         try:
             self._write_files(prepared.workdir, job.get("files") or {})
-        except OSError as exc:
-            os.close(prepared.go_w)
-            return {"type": "result", "sandbox_error": f"could not write the request's files: {exc.strerror or exc}"}
+        except (OSError, ValueError) as exc:
+            prepared.close()
+            return {"type": "result", "sandbox_error": f"could not write the request's files: {getattr(exc, 'strerror', None) or exc}"}
         limits = Limits(
             run_timeout_s=float(job["run_timeout"]),
             memory_limit_mb=int(job["memory_limit_mb"]),
@@ -283,7 +298,7 @@ class Worker:
         group = prepared.group
         cgroup_missing = self.cgroups is not None and group is None
         if cgroup_missing and self.config.cgroup_failure == "refuse":
-            os.close(prepared.go_w)
+            prepared.close()
             return {
                 "type": "result",
                 "cgroup_missing": True,
@@ -297,7 +312,7 @@ class Worker:
                 logger.warning("the execution's cgroup keeps its setup limit: %s", exc)
         start = time.monotonic()
         _write_all(prepared.go_w, protocol.MARSHAL.dumps(go))  # read before any of the job's code runs
-        os.close(prepared.go_w)
+        prepared.close("go_w")
         deadline = start + limits.run_timeout_s
         out, err = Capture(self.config.output_limit_bytes), Capture(self.config.output_limit_bytes)
         open_fds = {prepared.out_r: out, prepared.err_r: err}
@@ -366,8 +381,7 @@ class Worker:
         phases["leftovers_killed"] = time.monotonic() - start
         self._drain(open_fds)
         phases["drained"] = time.monotonic() - start
-        for fd in (prepared.out_r, prepared.err_r):
-            os.close(fd)
+        prepared.close("out_r", "err_r")
         exit_code: int | None = None
         term_signal: int | None = None
         if timed_out:

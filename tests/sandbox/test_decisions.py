@@ -74,12 +74,20 @@ def test_render_output(kept: bytes, total: int, expected: str) -> None:
     assert render_output(kept, total, 3) == expected
 
 
-@pytest.mark.parametrize(("path", "normal"), [("a.txt", "a.txt"), ("d/./e/../f.txt", "d/f.txt"), ("d//g", "d/g")], ids=["plain", "dots", "double slash"])
+@pytest.mark.parametrize(
+    ("path", "normal"),
+    [("a.txt", "a.txt"), ("d/./e/../f.txt", "d/f.txt"), ("d//g", "d/g"), ("d/" * 63 + "f", "d/" * 63 + "f")],
+    ids=["plain", "dots", "double slash", "64 components is the most"],
+)
 def test_relative_paths_are_normalised(path: str, normal: str) -> None:
     assert checked_relative_path(path) == normal
 
 
-@pytest.mark.parametrize("path", ["/etc/passwd", "../x", "a/../../x", "", ".", "a\x00b"], ids=["absolute", "parent", "nested parent", "empty", "dot", "nul"])
+@pytest.mark.parametrize(
+    "path",
+    ["/etc/passwd", "../x", "a/../../x", "", ".", "a\x00b", "d/" * 64 + "f", "d/" * 1000 + "f", "x" * 1025],
+    ids=["absolute", "parent", "nested parent", "empty", "dot", "nul", "65 components", "1001 components", "over 1024 bytes"],
+)
 def test_paths_leaving_the_directory_are_refused(path: str) -> None:
     with pytest.raises(ValueError, match="file path"):
         checked_relative_path(path)

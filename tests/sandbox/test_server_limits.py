@@ -237,6 +237,45 @@ def test_files_over_the_scratch_quota_are_reported_as_too_large(limited: Running
     assert reply.status_code == 413 and "scratch quota of 8 MB" in reply.json()["message"], reply.text
 
 
+def pipe_descriptors(root: int) -> int:
+    """Pipe descriptors held by ``root`` and every process below it (the server, its workers, their zygotes)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    tree, grew = {root}, True
+    while grew:
+        below = {pid for pid, parent in parents.items() if parent in tree} - tree
+        grew, tree = bool(below), tree | below
+    count = 0
+    for pid in tree:
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    count += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("pipe:")
+    return count
+
+
+def test_a_deep_files_path_is_refused_before_any_worker_and_a_failed_write_leaks_no_descriptor(limited: RunningServer) -> None:
+    """Issue 49: a path 1000 directories deep made a worker hit the recursion limit and leak three pipes per
+    request; now it is a 4xx at the door, and a write that fails in the worker (a file where a directory
+    is asked for) closes every pipe of its execution."""
+    deep = httpx.post(f"{limited.url}/run_code", json={"code": "print(1)", "files": {"d/" * 1000 + "f": "YQ=="}}, timeout=10)
+    assert deep.status_code in (400, 422) and "components" in deep.json()["message"], deep.text
+    clash = {"a": "YQ==", "a/b": "YQ=="}  # "a" is written as a file, then "a/b" needs it as a directory
+    first = httpx.post(f"{limited.url}/run_code", json={"code": "print(1)", "files": clash}, timeout=30).json()
+    assert first["status"] == "SandboxError" and "could not write the request's files" in first["message"], first
+    before = pipe_descriptors(limited.pid)
+    for _ in range(20):
+        httpx.post(f"{limited.url}/run_code", json={"code": "print(1)", "files": clash}, timeout=30)
+    wait_until(lambda: pipe_descriptors(limited.pid) <= before, what="the workers holding no more pipes than before 20 failed writes", timeout_s=30)
+    assert httpx.post(f"{limited.url}/run_code", json={"code": "print(2)"}, timeout=10).json()["run_result"]["stdout"] == "2\n"
+
+
 def test_zz_sigterm_drains_running_requests_within_the_bound(limited: RunningServer) -> None:
     """Runs last: stops the module's server. A request that can finish within the drain timeout
     does; one that cannot is answered 503 when the timeout runs out; the server is gone soon after."""
@@ -264,3 +303,4 @@ def test_zz_sigterm_drains_running_requests_within_the_bound(limited: RunningSer
     status, body = results["long"]  # type: ignore[misc]
     assert status == 503 and "shut down before this execution finished" in body["message"], body
     assert stopped < 2 + 6.0, f"the server took {stopped:.1f}s to stop"  # drain + stopping the workers, on a loaded machine
+
