@@ -15,8 +15,9 @@ hit) and ``c`` (2 without calls: right, wrong). Left out: the two hit ones and `
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -127,8 +128,15 @@ def assert_the_sandbox_failed_the_last_two(outputs: Sequence[Any]) -> list[str]:
     return [g for g, _, _ in PLAN]
 
 
-def mlflow_run(tmp_path: Any, monkeypatch: Any) -> tuple[Any, str]:
-    """An MLflow run (sqlite) that the trainer's watcher writes to, as the stage's environment names it."""
+@contextlib.contextmanager
+def mlflow_run(tmp_path: Any, monkeypatch: Any) -> Iterator[tuple[Any, str]]:
+    """An MLflow run (sqlite) that the trainer's watcher writes to, active as verl's MLflow logger leaves it.
+
+    Set as the process's tracking URI and active run (``mlflow.start_run``), not only through the
+    environment: another test of the same worker process may have set a tracking URI or left a run
+    active, and the watcher reads those first (``MlflowTarget.current``); the URI is restored after.
+    """
+    import mlflow
     from mlflow import MlflowClient
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -136,4 +144,13 @@ def mlflow_run(tmp_path: Any, monkeypatch: Any) -> tuple[Any, str]:
     run_id = client.create_run(client.create_experiment("masking")).info.run_id
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("MLFLOW_RUN_ID", run_id)
-    return client, run_id
+    previous_uri = mlflow.get_tracking_uri()
+    while mlflow.active_run() is not None:
+        mlflow.end_run()
+    mlflow.set_tracking_uri(uri)
+    mlflow.start_run(run_id=run_id)
+    try:
+        yield client, run_id
+    finally:
+        mlflow.end_run()
+        mlflow.set_tracking_uri(previous_uri)

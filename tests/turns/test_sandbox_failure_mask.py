@@ -65,27 +65,27 @@ def test_a_step_trains_only_on_trajectories_the_sandbox_did_not_fail(qwen_tokeni
     tokenizer = hf_tokenizer(qwen_tokenizer)
     outputs = rollouts_of_a_step_whose_sandbox_fails(tokenizer, tmp_path)
     groups = assert_the_sandbox_failed_the_last_two(outputs)
-    client, run_id = mlflow_run(tmp_path, monkeypatch)
-    config = rl_config()
-    trainer = RetoolPPOTrainer.__new__(RetoolPPOTrainer)  # the probe reads these attributes, set as __init__ sets them
-    trainer.config, trainer.global_steps = config, 4
-    trainer.watcher = BatchWatcher.from_config(config, tokenizer)
-    trainer.max_sandbox_failure_share = config.retool.sandbox_failures.max_share
-    assert trainer.max_sandbox_failure_share == 0.25, "the rendered default"
+    with mlflow_run(tmp_path, monkeypatch) as (client, run_id):
+        config = rl_config()
+        trainer = RetoolPPOTrainer.__new__(RetoolPPOTrainer)  # the probe reads these attributes, set as __init__ sets them
+        trainer.config, trainer.global_steps = config, 4
+        trainer.watcher = BatchWatcher.from_config(config, tokenizer)
+        trainer.max_sandbox_failure_share = config.retool.sandbox_failures.max_share
+        assert trainer.max_sandbox_failure_share == 0.25, "the rendered default"
 
-    # Three of seven (43 %) would be left out: above the default bound the step fails, naming it, and changes nothing.
-    data, rewards = scored_batch(outputs, groups, tokenizer, DataProto)
-    before = data.batch["response_mask"].clone()
-    probe = ScoringProbe(lambda batch, return_dict=False: {"reward_tensor": batch.batch["rm_scores"], "reward_extra_info": {}}, trainer, validate=False)
-    with pytest.raises(SandboxOutageError, match=r"step 4: 2 of 7 trajectories .*unavailable 2 calls.* 1 more .*42\.9% .*spec\.rl\.maxSandboxFailureShare 25\.0%"):
-        probe(data, return_dict=True)
-    assert data.batch["response_mask"].equal(before) and list(data.non_tensor_batch["uid"]) == groups
+        # Three of seven (43 %) would be left out: above the default bound the step fails, naming it, and changes nothing.
+        data, rewards = scored_batch(outputs, groups, tokenizer, DataProto)
+        before = data.batch["response_mask"].clone()
+        probe = ScoringProbe(lambda batch, return_dict=False: {"reward_tensor": batch.batch["rm_scores"], "reward_extra_info": {}}, trainer, validate=False)
+        with pytest.raises(SandboxOutageError, match=r"step 4: 2 of 7 trajectories .*unavailable 2 calls.* 1 more .*42\.9% .*spec\.rl\.maxSandboxFailureShare 25\.0%"):
+            probe(data, return_dict=True)
+        assert data.batch["response_mask"].equal(before) and list(data.non_tensor_batch["uid"]) == groups
 
-    trainer.max_sandbox_failure_share, trainer.global_steps = 0.5, 5
-    result = probe(data, return_dict=True)
-    assert result["reward_tensor"] is data.batch["rm_scores"], "the reward passes through unchanged"
-    trainer.watcher.close()
-    assert_masked_share_logged(client, run_id, steps=(4, 5))
+        trainer.max_sandbox_failure_share, trainer.global_steps = 0.5, 5
+        result = probe(data, return_dict=True)
+        assert result["reward_tensor"] is data.batch["rm_scores"], "the reward passes through unchanged"
+        trainer.watcher.close()
+        assert_masked_share_logged(client, run_id, steps=(4, 5))
     assert [bool(m) for m in (data.batch["response_mask"].sum(-1) == 0)] == MASKED
 
     algorithm = config.algorithm

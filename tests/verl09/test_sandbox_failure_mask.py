@@ -59,26 +59,26 @@ def test_a_step_trains_only_on_trajectories_the_sandbox_did_not_fail_on_verl_091
     tokenizer = AutoTokenizer.from_pretrained(qwen_model)
     outputs = rollouts_of_a_step_whose_sandbox_fails(qwen_model, tokenizer, tmp_path)
     groups = assert_the_sandbox_failed_the_last_two(outputs)
-    client, run_id = mlflow_run(tmp_path, monkeypatch)
-    command = rendered("smoke-qwen0.5b", "rl")
-    config = compose_verl("ppo_trainer", hydra_overrides({**command.overrides, "trainer.logger": ["mlflow"], "+retool.reward_watch.share": 0.0}))
-    trainer = RetoolPPOTrainer.__new__(RetoolPPOTrainer)  # the probe reads these attributes, set as __init__ sets them
-    trainer.config, trainer.global_steps, trainer.validating = config, 4, False
-    trainer.watcher = BatchWatcher.from_config(config, tokenizer)
-    trainer.max_sandbox_failure_share = config.retool.sandbox_failures.max_share
-    assert trainer.max_sandbox_failure_share == 0.25, "the rendered default"
+    with mlflow_run(tmp_path, monkeypatch) as (client, run_id):
+        command = rendered("smoke-qwen0.5b", "rl")
+        config = compose_verl("ppo_trainer", hydra_overrides({**command.overrides, "trainer.logger": ["mlflow"], "+retool.reward_watch.share": 0.0}))
+        trainer = RetoolPPOTrainer.__new__(RetoolPPOTrainer)  # the probe reads these attributes, set as __init__ sets them
+        trainer.config, trainer.global_steps, trainer.validating = config, 4, False
+        trainer.watcher = BatchWatcher.from_config(config, tokenizer)
+        trainer.max_sandbox_failure_share = config.retool.sandbox_failures.max_share
+        assert trainer.max_sandbox_failure_share == 0.25, "the rendered default"
 
-    data, rewards = scored_batch(outputs, groups, tokenizer, DataProto)
-    before = data.batch["response_mask"].clone()
-    with pytest.raises(SandboxOutageError, match=r"step 4: 2 of 7 trajectories .*unavailable 2 calls.* 1 more .*42\.9% .*spec\.rl\.maxSandboxFailureShare 25\.0%"):
-        ExtractRewardProbe(trainer)(data)
-    assert data.batch["response_mask"].equal(before) and list(data.non_tensor_batch["uid"]) == groups
+        data, rewards = scored_batch(outputs, groups, tokenizer, DataProto)
+        before = data.batch["response_mask"].clone()
+        with pytest.raises(SandboxOutageError, match=r"step 4: 2 of 7 trajectories .*unavailable 2 calls.* 1 more .*42\.9% .*spec\.rl\.maxSandboxFailureShare 25\.0%"):
+            ExtractRewardProbe(trainer)(data)
+        assert data.batch["response_mask"].equal(before) and list(data.non_tensor_batch["uid"]) == groups
 
-    trainer.max_sandbox_failure_share, trainer.global_steps = 0.5, 5
-    scores, _ = ExtractRewardProbe(trainer)(data)
-    assert scores.equal(data.batch["rm_scores"]), "verl's reward passes through unchanged"
-    trainer.watcher.close()
-    assert_masked_share_logged(client, run_id, steps=(4, 5))
+        trainer.max_sandbox_failure_share, trainer.global_steps = 0.5, 5
+        scores, _ = ExtractRewardProbe(trainer)(data)
+        assert scores.equal(data.batch["rm_scores"]), "verl's reward passes through unchanged"
+        trainer.watcher.close()
+        assert_masked_share_logged(client, run_id, steps=(4, 5))
     assert [bool(m) for m in (data.batch["response_mask"].sum(-1) == 0)] == MASKED
 
     algorithm = config.algorithm
