@@ -16,6 +16,7 @@ from typing import Any
 import kopf
 
 from retool_operator import constants as c
+from retool_operator import logcontext
 from retool_operator.config import OperatorConfig
 from retool_operator.kube import KubeClient, credentials_from
 from retool_operator.reconcile import Event
@@ -81,6 +82,7 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     """Settings, and the memo shared by every handler (tests may pre-fill ``config``)."""
+    logcontext.install()  # every log line of a pass names its run
     config = memo.get("config") or CONFIG
     configure(settings, config)
     memo.config = config

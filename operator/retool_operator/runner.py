@@ -21,7 +21,7 @@ from retool.spec.model import RetoolRun
 from retool.spec.names import RAY_STAGES, sandbox_name, stage_child_name
 from retool.spec.status import MLflowStatus, RetoolRunStatus, StageStatus
 from retool.spec.validate import document_warnings, parse_run
-from retool_operator import below, immutability
+from retool_operator import below, immutability, logcontext
 from retool_operator import constants as c
 from retool_operator.builders import (
     Tracking,
@@ -208,6 +208,10 @@ class Reconciler:
                 return
 
     async def _pass_loop(self, key: tuple[str, str]) -> None:
+        with logcontext.about(*key):
+            await self._passes(key)
+
+    async def _passes(self, key: tuple[str, str]) -> None:
         try:
             while True:
                 self._again.discard(key)
