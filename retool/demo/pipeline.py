@@ -164,6 +164,19 @@ def keep_hint_port(configured: int) -> int:
     return configured if not port_in_use(configured) else free_port()
 
 
+PREVIOUS_OUTPUTS = ("data", "data-check", "data-check-prepared", "render", "eval", "logs", "train")
+"""What a demo replaces of the last one's outputs. Not ``mlflow``: its database and artifacts stay, so
+every demo's runs accumulate under the ``retool-demo`` experiment (compare one demo with the last in
+MLflow's UI) and the server starts on a database that exists instead of creating and migrating one."""
+
+
+def clear_previous_outputs(out: Path) -> None:
+    """Remove the last demo's outputs but its MLflow store (``PREVIOUS_OUTPUTS``)."""
+    for stale in PREVIOUS_OUTPUTS:
+        shutil.rmtree(out / stale, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+
+
 def run_demo(config: DemoConfig) -> DemoSummary:
     if config.eval_endpoint and not config.eval_model:
         raise ValueError("an eval endpoint needs a model name (EVAL_MODEL / --eval-model)")
@@ -178,9 +191,7 @@ def run_demo(config: DemoConfig) -> DemoSummary:
             check_served(config.eval_endpoint, config.eval_model or "")
         except EndpointError as err:
             raise DemoSetupError(f"EVAL_ENDPOINT: {err} (EVAL_MODEL={config.eval_model}; without EVAL_ENDPOINT the demo skips this evaluation)") from None
-    for stale in ("data", "data-check", "data-check-prepared", "render", "eval", "mlflow", "logs", "train"):
-        shutil.rmtree(out / stale, ignore_errors=True)
-    out.mkdir(parents=True, exist_ok=True)
+    clear_previous_outputs(out)
     seconds: dict[str, float] = {}
     sandbox = sandbox_server(out / "logs", workers=config.sandbox_workers)
     mlflow = mlflow_server(out / "mlflow", port=config.mlflow_port if config.keep else None)

@@ -331,3 +331,16 @@ def test_scans_of_proc_tolerate_a_process_that_ends_while_they_look(monkeypatch:
         monkeypatch.undo()
         victim.kill()
         victim.wait()
+
+
+def test_a_new_demo_replaces_the_last_ones_outputs_but_keeps_its_mlflow_store(tmp_path):
+    """Issue 50 item 2: runs accumulate across demos (and MLflow starts on an existing database)."""
+    from retool.demo.pipeline import PREVIOUS_OUTPUTS, clear_previous_outputs
+
+    out = tmp_path / "demo"
+    for name in (*PREVIOUS_OUTPUTS, "mlflow"):
+        (out / name).mkdir(parents=True)
+        (out / name / "file").write_text(name)
+    clear_previous_outputs(out)
+    assert sorted(p.name for p in out.iterdir()) == ["mlflow"]
+    assert (out / "mlflow" / "file").read_text() == "mlflow"
