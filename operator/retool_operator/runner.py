@@ -59,7 +59,7 @@ from retool_operator.reconcile import (
     stalls_below,
 )
 from retool_operator.sandbox_gate import KUEUE_GATE, SandboxGate, sandbox_gate
-from retool_operator.status import dump, invalid_spec_status, load, phase_of, set_condition, with_refusals, with_spec_warnings
+from retool_operator.status import dump, invalid_spec_status, load, phase_of, set_condition, status_to_write, with_refusals, with_spec_warnings
 from retool_operator.tracking import ensure_parent_run, eval_results, reward_suspect, same_tracker, tracking_target
 from retool_operator.webhook import cluster_problems, spec_problems
 
@@ -581,8 +581,8 @@ class Reconciler:
         return owned_by(obj, run_name=run.metadata.name, run_uid=uid) if uid else obj
 
     async def _write_status(self, body: dict[str, Any], old: dict[str, Any], new: RetoolRunStatus) -> bool:
-        data = dump(new)
-        if data == old:
+        data = status_to_write(old, dump(new), self.now())
+        if data is None:
             return False
         meta = body["metadata"]
         await self.client.patch(RUNS, meta["namespace"], meta["name"], {"status": status_patch(old, data)}, subresource="status")

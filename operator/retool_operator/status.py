@@ -192,6 +192,29 @@ def dump(status: RetoolRunStatus) -> dict[str, Any]:
     return status.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+OBSERVED_HEARTBEAT_SECONDS = 300.0
+"""How often an unchanged status of an unfinished run is written anyway, to refresh ``observedAt``:
+often enough that a stale status is told apart within minutes, rarely enough to cost nothing
+(one status write per run per 5 minutes, where the resync reads it every 30 s)."""
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+
+def status_to_write(old: dict[str, Any], new: dict[str, Any], now: dt.datetime) -> dict[str, Any] | None:
+    """``new`` stamped with ``observedAt``, or None when nothing needs writing.
+
+    Written when anything but ``observedAt`` changed, or when an unfinished run's ``observedAt`` is
+    missing or older than ``OBSERVED_HEARTBEAT_SECONDS``; a finished run's status is left alone.
+    """
+    changed = {k: v for k, v in new.items() if k != "observedAt"} != {k: v for k, v in old.items() if k != "observedAt"}
+    if not changed:
+        if new.get("phase") in FINISHED_PHASES:
+            return None
+        seen = old.get("observedAt")
+        if seen and (now - dt.datetime.fromisoformat(str(seen).replace("Z", "+00:00"))).total_seconds() < OBSERVED_HEARTBEAT_SECONDS:
+            return None
+    return {**new, "observedAt": rfc3339(now)}
+
+
 def load(data: dict[str, Any] | None) -> RetoolRunStatus:
     """The current status; unknown or malformed fields (e.g. from an older operator) are dropped."""
     data = dict(data or {})

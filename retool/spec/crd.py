@@ -141,6 +141,12 @@ PRINTER_COLUMNS = [
     {"name": "Verl", "type": "string", "jsonPath": ".spec.trainer.verl", "priority": 1, "description": "Trainer line (spec.trainer.verl; empty: 0.6, the default)."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {
+        "name": "Observed",
+        "type": "date",
+        "jsonPath": ".status.observedAt",
+        "description": "How long ago the operator last looked (refreshed at least every 5 minutes while the run is unfinished: older means no operator is watching).",
+    },
+    {
         "name": "Message",
         "type": "string",
         "jsonPath": ".status.message",

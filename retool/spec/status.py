@@ -134,3 +134,8 @@ class RetoolRunStatus(SpecModel):
         default_factory=dict, description="Eval results per data source and metric, e.g. aime_2024: {mean@30: 0.67}."
     )
     observed_generation: int | None = Field(None, description="metadata.generation the status reflects.")
+    observed_at: str | None = Field(
+        None,
+        description="When the operator last looked at the run and its children (RFC 3339). Refreshed at least every 5 minutes "
+        "while the run is not finished and an operator watches it: an older value means the status is stale (no operator running).",
+    )

@@ -30,6 +30,7 @@ def test_a_claim_that_cannot_bind_is_the_runs_reason_and_no_stage_starts(kube: C
     assert not kube.get("job", "nosc-prepare-1", namespace)
     printed = kube.kubectl("get", "retoolrun", "nosc", "-n", namespace).stdout
     assert NO_CLASS in printed and "nosc-data" in printed, printed  # the Message column
+    assert "OBSERVED" in printed.splitlines()[0] and status.get("observedAt"), (printed, status.get("observedAt"))  # when the operator last looked
     described = kube.kubectl("describe", "retoolrun", "nosc", "-n", namespace).stdout
     assert NO_CLASS in described
     assert any(e["reason"] == "ChildRefused" and NO_CLASS in e["message"] for e in kube.events(namespace, "nosc"))
