@@ -495,6 +495,71 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/verl09/test_cpu_platform.py::test_a_cpu_process_gets_the_cpu_platform_gloo_the_fsdp_engines_and_the_hf_engine",),
         venv=".venv-verl09",
     ),
+    # Round 18 (issues 48, 49, 51): each row names only the tests of its own module.
+    Mutation(
+        "a sandbox-failed trajectory keeps its GRPO group (its uid is not made its own)",
+        "retool/recipe/verl_plugins/masking.py",
+        'data.non_tensor_batch["uid"] = relabelled',
+        "pass",
+        ("tests/turns/test_sandbox_failure_mask.py",),
+    ),
+    Mutation(
+        "a sandbox-failed trajectory stays in the loss (its response mask is kept)",
+        "retool/recipe/verl_plugins/masking.py",
+        "mask[torch.as_tensor(rows, device=mask.device)] = 0",
+        "pass",
+        ("tests/verl09/test_sandbox_failure_mask.py",),
+        venv=".venv-verl09",
+    ),
+    Mutation(
+        "a group's lone survivor keeps verl's mean 0, std 1",
+        "retool/recipe/sandbox_failures.py",
+        "orphaned = np.fromiter((not f and sizes[g] >= 2 and kept[g] == 1 for g, f in zip(groups, failed, strict=True)), dtype=bool, count=len(groups))",
+        "orphaned = np.zeros(len(groups), dtype=bool)",
+        ("tests/dynamics/test_sandbox_failures.py",),
+    ),
+    Mutation(
+        "a sandbox replica Pending forever keeps the preflight waiting (no readyTimeoutSeconds)",
+        "operator/retool_operator/sandbox_gate.py",
+        "if now is not None and ready_timeout_s is not None and created and (now - min(created)).total_seconds() >= ready_timeout_s:",
+        "if False:",
+        ("tests/operator/test_sandbox_gate.py",),
+    ),
+    Mutation(
+        "StageStarted is never posted once a stage's pod runs",
+        "operator/retool_operator/reconcile.py",
+        'if entry.state != "Running" or entry.running_time is not None or not observed.running_pods.get(child):',
+        "if True:",
+        ("tests/operator/test_reconcile.py",),
+    ),
+    Mutation(
+        "an unchanged status is never written again (observedAt goes stale while the operator runs)",
+        "operator/retool_operator/status.py",
+        "if seen and (now - dt.datetime.fromisoformat(str(seen).replace(\"Z\", \"+00:00\"))).total_seconds() < OBSERVED_HEARTBEAT_SECONDS:",
+        "if True:",
+        ("tests/operator/test_observed_at.py",),
+    ),
+    Mutation(
+        "log lines of a pass do not name the run",
+        "operator/retool_operator/logcontext.py",
+        'if run is not None and isinstance(record.msg, str) and not record.msg.startswith(f"[{run}]"):',
+        "if False:",
+        ("tests/operator/test_logcontext.py",),
+    ),
+    Mutation(
+        "JSON with a 4301-digit integer or 60,000 levels of nesting is a plain-text 500",
+        "retool/sandbox/run_route.py",
+        "except (ValueError, RecursionError) as exc:  # an integer too long, nesting too deep",
+        "except KeyError as exc:  # an integer too long, nesting too deep",
+        ("tests/sandbox/test_run_route_fuzz.py",),
+    ),
+    Mutation(
+        "an execution whose files cannot be written leaves its pipes open",
+        "retool/sandbox/worker.py",
+        "prepared.close()  # whatever the path out of the execution, none of its pipes stays open",
+        "pass",
+        ("tests/sandbox/test_server_limits.py",),
+    ),
 )
 
 
