@@ -130,11 +130,12 @@ def assert_the_sandbox_failed_the_last_two(outputs: Sequence[Any]) -> list[str]:
 
 @contextlib.contextmanager
 def mlflow_run(tmp_path: Any, monkeypatch: Any) -> Iterator[tuple[Any, str]]:
-    """An MLflow run (sqlite) that the trainer's watcher writes to, active as verl's MLflow logger leaves it.
+    """An MLflow run (sqlite) that the trainer's watcher writes to, named as the stage's environment names it.
 
-    Set as the process's tracking URI and active run (``mlflow.start_run``), not only through the
-    environment: another test of the same worker process may have set a tracking URI or left a run
-    active, and the watcher reads those first (``MlflowTarget.current``); the URI is restored after.
+    The watcher takes the process's active run and tracking URI first (``MlflowTarget.current``), and
+    another test of the same worker process may have left both set (and its store gone): so this
+    run's URI is the process's for the test, and no fluent run counts as active (``MLFLOW_RUN_ID``
+    names the run, as in a stage whose logger has not started one on this thread).
     """
     import mlflow
     from mlflow import MlflowClient
@@ -144,13 +145,10 @@ def mlflow_run(tmp_path: Any, monkeypatch: Any) -> Iterator[tuple[Any, str]]:
     run_id = client.create_run(client.create_experiment("masking")).info.run_id
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("MLFLOW_RUN_ID", run_id)
+    monkeypatch.setattr(mlflow, "active_run", lambda: None)
     previous_uri = mlflow.get_tracking_uri()
-    while mlflow.active_run() is not None:
-        mlflow.end_run()
     mlflow.set_tracking_uri(uri)
-    mlflow.start_run(run_id=run_id)
     try:
         yield client, run_id
     finally:
-        mlflow.end_run()
         mlflow.set_tracking_uri(previous_uri)
