@@ -31,7 +31,6 @@ def test_a_pass_and_the_tasks_it_starts_log_under_their_run(caplog: pytest.LogCa
     reconciler._running, reconciler._again, reconciler._unwell = {}, set(), {}
 
     async def reconcile(namespace: str, name: str) -> None:
-        await asyncio.sleep(0)
         await asyncio.ensure_future(asyncio.to_thread(log.info, "child task of %s"))
         log.info("pass of %s/%s", namespace, name)
 

@@ -32,7 +32,7 @@ CONFIG_KEY = "sandbox_failures"
 """Under our ``retool`` key in verl's config (rendered as ``+retool.sandbox_failures.max_share``)."""
 DEFAULT_MAX_SHARE = 0.25
 """``rl.maxSandboxFailureShare``'s default, for a config rendered before the key existed."""
-ORPHAN_UID_SUFFIX = "/left-out-"
+LEFT_OUT_UID_SUFFIX = "/left-out-"
 
 
 def max_share_from_config(config: Any) -> float:
@@ -63,7 +63,7 @@ def mask_sandbox_failures(data: Any, *, max_share: float, step: int) -> dict[str
         mask[torch.as_tensor(rows, device=mask.device)] = 0
         relabelled = np.array(uids, dtype=object)
         for row in rows:
-            relabelled[row] = f"{uids[row]}{ORPHAN_UID_SUFFIX}{row}"
+            relabelled[row] = f"{uids[row]}{LEFT_OUT_UID_SUFFIX}{row}"
         data.non_tensor_batch["uid"] = relabelled
     return decision.metrics()
 
