@@ -22,11 +22,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "operator")]
+sys.path[:0] = [str(REPO)]
 
 from kubernetes_asyncio.client import ApiClient  # noqa: E402
-from retool_operator import kube  # noqa: E402
 
+from retool_operator import kube  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 
 ENV = [{"name": f"E{i}", "value": "v" * 20} for i in range(30)]

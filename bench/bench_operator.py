@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "operator")]
+sys.path[:0] = [str(REPO)]
 
 import kmock  # noqa: E402
 

@@ -28,7 +28,7 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "operator")]
+sys.path[:0] = [str(REPO)]
 
 from bench.bench_operator import cpu_seconds, peak_rss_mib  # noqa: E402
 from tests.conftest import free_port, repo_env  # noqa: E402

@@ -30,7 +30,7 @@ the rest of the suite runs against the default line's verl 0.6.1."""
 def repo_env(**extra: str) -> dict[str, str]:
     """Environment for a child Python process that must import this checkout's code first."""
     env = dict(os.environ)
-    paths = [str(REPO), str(REPO / "operator")]
+    paths = [str(REPO)]
     if env.get("PYTHONPATH"):
         paths.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(paths)

@@ -127,7 +127,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     # The docs test: the reference pages against the code.
     Mutation(
         "an operator setting's default changes without the operations table",
-        "operator/retool_operator/config.py",
+        "retool_operator/config.py",
         'resync_seconds: float = Field(30.0, gt=0, description="Re-derive every run\'s status from its children at least this often.")',
         'resync_seconds: float = Field(60.0, gt=0, description="Re-derive every run\'s status from its children at least this often.")',
         ("tests/docs/test_doc_reference.py",),
@@ -162,21 +162,21 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "the operator's API client keeps a token until a 401 (no re-read when the kubelet rotates the file)",
-        "operator/retool_operator/kube.py",
+        "retool_operator/kube.py",
         "if force or stamp != self._stamp:",
         "if force or self._stamp is None:",
         ("tests/operator/test_token_rotation.py",),
     ),
     Mutation(
         "the operator's API client retries no 401 with a re-read token",
-        "operator/retool_operator/kube.py",
+        "retool_operator/kube.py",
         "if err.status == 401 and attempt == 1 and self._creds.token_path:",
         "if False:",
         ("tests/operator/test_token_rotation.py",),
     ),
     Mutation(
         "the operator's API client follows proxy variables kopf was told to ignore",
-        "operator/retool_operator/kube.py",
+        "retool_operator/kube.py",
         "self.rest_client.pool_manager = aiohttp.ClientSession(connector=connector, trust_env=trust_env, read_bufsize=2**21)",
         "self.rest_client.pool_manager = aiohttp.ClientSession(connector=connector, trust_env=True, read_bufsize=2**21)",
         ("tests/operator/test_kube_client.py",),
@@ -222,21 +222,21 @@ MUTATIONS: tuple[Mutation, ...] = (
     # Named in issue 34.
     Mutation(
         "the operator's API client takes a 429 (throttling) for a refusal shown on the run",
-        "operator/retool_operator/kube.py",
+        "retool_operator/kube.py",
         "return 400 <= self.status < 500 and self.status != 429",
         "return 400 <= self.status < 500",
         ("tests/operator/test_kube_client.py",),
     ),
     Mutation(
         "a pass stopped by an unwell API server is not requeued",
-        "operator/retool_operator/runner.py",
+        "retool_operator/runner.py",
         "self._requeue(key, delay)",
         "pass",
         ("tests/operator/test_pass_requeue.py",),
     ),
     Mutation(
         "KubeRay 1.7's JobStatusCheckTimeoutExceeded uses a retry like a training failure",
-        "operator/retool_operator/attempts.py",
+        "retool_operator/attempts.py",
         "failed_attempts = entry.attempt - (entry.preempted_attempts or 0) - (entry.status_check_timeouts or 0)",
         "failed_attempts = entry.attempt - (entry.preempted_attempts or 0)",
         ("tests/operator/test_status_check_timeout.py",),
@@ -251,7 +251,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "the operator reads the reward watch only while rl runs (a verdict landing after the end is lost)",
-        "operator/retool_operator/runner.py",
+        "retool_operator/runner.py",
         "if entry.state not in RL_ENDED or final in self._final_verdicts:",
         "if True:",
         ("tests/operator/test_integration_tracking.py::test_a_reward_watch_verdict_that_lands_after_rl_ended_still_raises_reward_suspect",),
@@ -273,14 +273,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     # Named in issue 31 (behaviours of issues 20-25 a mutation check found untested).
     Mutation(
         "the KubeRay CRD check ignores CRDs that preserve unknown fields (a trimmed CRD refuses Ascend runs)",
-        "operator/retool_operator/kuberay_crd.py",
+        "retool_operator/kuberay_crd.py",
         'return bool(node.get("x-kubernetes-preserve-unknown-fields"))',
         "return False",
         ("tests/operator/test_kuberay_crd.py",),
     ),
     Mutation(
         "the operator does not recognise a Kueue Workload it deactivated itself",
-        "operator/retool_operator/queueing.py",
+        "retool_operator/queueing.py",
         "return bool(((workload.get(\"metadata\") or {}).get(\"annotations\") or {}).get(c.ANNOTATION_DEACTIVATED))",
         "return False",
         ("tests/operator/test_scheduling_and_storage.py",),
@@ -336,21 +336,21 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "a pod creation etcd or the API server failed to serve (a timeout) is shown as a refusal",
-        "operator/retool_operator/below.py",
+        "retool_operator/below.py",
         "return message is not None and REFUSED.search(message) is not None",
         "return message is not None",
         ("tests/operator/test_refusals_below.py",),
     ),
     Mutation(
         "a Job's old FailedCreate is a refusal even after a pod was created (the retry got through)",
-        "operator/retool_operator/below.py",
+        "retool_operator/below.py",
         "if created is not None and _event_time(created) >= _event_time(failed):",
         "if False:",
         ("tests/operator/test_refusals_below.py",),
     ),
     Mutation(
         "a ReplicaFailure is shown the moment it appears (a fresh namespace's ServiceAccount race)",
-        "operator/retool_operator/below.py",
+        "retool_operator/below.py",
         "return when is None or (now - when).total_seconds() >= seconds",
         "return True",
         ("tests/operator/test_refusals_below.py",),
@@ -378,28 +378,28 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "a webhook whose cache has not seen the pod's own Job yet (Kueue after an etcd restart) is shown as a refusal",
-        "operator/retool_operator/below.py",
+        "retool_operator/below.py",
         "return found is not None and found.group(1) in owners",
         "return False",
         ("tests/operator/test_refusals_below.py",),
     ),
     Mutation(
         "a webhook that has not found the pod's owner for a minute is still taken for a cache that lags",
-        "operator/retool_operator/below.py",
+        "retool_operator/below.py",
         "if owner_unseen(message, owners) and (now - _first_time(failed)).total_seconds() < STALE_CACHE_SECONDS:",
         "if owner_unseen(message, owners):",
         ("tests/operator/test_refusals_below.py",),
     ),
     Mutation(
         "a Job whose pod succeeded, not yet marked complete, is asked why it has no pod",
-        "operator/retool_operator/below.py",
+        "retool_operator/below.py",
         'if int(status.get("succeeded") or 0) >= int(spec.get("completions") or 1):',
         "if False:",
         ("tests/operator/test_refusals_below.py",),
     ),
     Mutation(
         "a RayJob read gone before the watch delivered its Complete is taken for deleted outside the operator",
-        "operator/retool_operator/reconcile.py",
+        "retool_operator/reconcile.py",
         "MISSING_CONFIRM_SECONDS = 3.0",
         "MISSING_CONFIRM_SECONDS = 0.0",
         ("tests/operator/test_integration_upstream.py::test_a_succeeded_rayjob_kuberay_deletes_right_after_complete_is_not_rerun",),
@@ -416,14 +416,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     # Issue 34: the outcome of a RayJob KubeRay deletes after success survives an operator restart.
     Mutation(
         "stage RayJobs are created without the operator's outcome finalizer (a restart takes a deleted success for a deletion)",
-        "operator/retool_operator/builders/stages.py",
+        "retool_operator/builders/stages.py",
         'meta = {**_child_meta(run, name, lbls, config=config, ray=True), "finalizers": [c.FINALIZER_OUTCOME]}',
         "meta = _child_meta(run, name, lbls, config=config, ray=True)",
         ("tests/operator/test_integration_upstream.py::test_a_rayjob_kuberay_deleted_after_success_while_the_operator_was_down_still_counts_as_succeeded",),
     ),
     Mutation(
         "a held RayJob deleted while it runs is followed as running forever",
-        "operator/retool_operator/reconcile.py",
+        "retool_operator/reconcile.py",
         'if outcome.state == "missing" or (being_deleted(obj) and outcome.state in ("running", "suspended")):',
         'if outcome.state == "missing":',
         ("tests/operator/test_integration_upstream.py::test_a_running_rayjob_deleted_outside_the_operator_fails_its_attempt_and_is_let_go",),
@@ -520,28 +520,28 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "a sandbox replica Pending forever keeps the preflight waiting (no readyTimeoutSeconds)",
-        "operator/retool_operator/sandbox_gate.py",
+        "retool_operator/sandbox_gate.py",
         "if now is not None and ready_timeout_s is not None and created and (now - min(created)).total_seconds() >= ready_timeout_s:",
         "if False:",
         ("tests/operator/test_sandbox_gate.py",),
     ),
     Mutation(
         "StageStarted is never posted once a stage's pod runs",
-        "operator/retool_operator/reconcile.py",
+        "retool_operator/reconcile.py",
         'if entry.state != "Running" or entry.running_time is not None or not observed.running_pods.get(child):',
         "if True:",
         ("tests/operator/test_reconcile.py",),
     ),
     Mutation(
         "an unchanged status is never written again (observedAt goes stale while the operator runs)",
-        "operator/retool_operator/status.py",
+        "retool_operator/status.py",
         "if seen and (now - dt.datetime.fromisoformat(str(seen).replace(\"Z\", \"+00:00\"))).total_seconds() < OBSERVED_HEARTBEAT_SECONDS:",
         "if True:",
         ("tests/operator/test_observed_at.py",),
     ),
     Mutation(
         "log lines of a pass do not name the run",
-        "operator/retool_operator/logcontext.py",
+        "retool_operator/logcontext.py",
         'if run is not None and isinstance(record.msg, str) and not record.msg.startswith(f"[{run}]"):',
         "if False:",
         ("tests/operator/test_logcontext.py",),
@@ -563,7 +563,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     # Issue 50, item 7: behaviours a one-line break left untested; each row names only its own module's tests.
     # -- sandbox (issue 50 item 7)
     # -- operator (issue 50 item 7)
-    # -- preflight, spec, compare (issue 50 item 7)
+    # -- preflight (issue 50 item 7)
+    # -- spec, compare, render (issue 50 item 7)
 )
 
 

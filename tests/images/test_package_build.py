@@ -10,12 +10,13 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 from tests.conftest import REPO
 
 PACKAGE_FILES = ("pyproject.toml", "setup.py", "README.md")
-PACKAGE_DIRS = ("retool", "operator")
+PACKAGE_DIRS = ("retool", "retool_operator")
 
 
 def test_the_wheel_builds_without_a_warning_and_holds_the_compiled_setup(tmp_path: Path) -> None:
@@ -35,7 +36,27 @@ def test_the_wheel_builds_without_a_warning_and_holds_the_compiled_setup(tmp_pat
     assert not warned, "\n".join(warned)
     wheels = list((tmp_path / "dist").glob("retool-*.whl"))
     assert len(wheels) == 1
-    import zipfile
-
     names = zipfile.ZipFile(wheels[0]).namelist()
     assert any(name.startswith("retool/sandbox/_settle.") and name.endswith(".so") for name in names), "the compiled execution setup is in the wheel"
+
+
+def test_the_editable_install_prints_no_warning_of_the_project(tmp_path: Path) -> None:
+    """``make install`` installs the checkout editable; setuptools' meta-path-finder strategy (chosen for any
+    layout but one root) prints "InformationOnly: Editable installation ... be careful with folders" at every
+    install (issue 50). The editable wheel is built as pip builds it, through the backend's own hook."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for name in PACKAGE_FILES:
+        shutil.copy2(REPO / name, tree / name)
+    for name in PACKAGE_DIRS:
+        shutil.copytree(REPO / name, tree / name, ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.egg-info"))
+    (tmp_path / "dist").mkdir()
+    build = f"from setuptools import build_meta; print(build_meta.build_editable({str(tmp_path / 'dist')!r}))"
+    proc = subprocess.run([sys.executable, "-W", "always", "-c", build], cwd=tree, capture_output=True, text=True, timeout=300, check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-3000:]
+    warned = [line for line in output.splitlines() if "Warning" in line or "InformationOnly" in line or "be careful" in line]
+    assert not warned, "\n".join(warned)
+    wheel = zipfile.ZipFile(next((tmp_path / "dist").glob("retool-*.editable-*.whl")))
+    pth = [name for name in wheel.namelist() if name.endswith(".pth")]
+    assert len(pth) == 1 and wheel.read(pth[0]).decode().strip() == str(tree), "the editable install is the root on sys.path, no finder"
