@@ -51,6 +51,10 @@ class OperatorConfig(BaseSettings):
     bind_address: str = Field("0.0.0.0", description="Address the webhook and liveness endpoints listen on (all interfaces in a pod).")
     liveness_port: int = Field(8080, ge=1, le=65535, description="Port of kopf's liveness endpoint (/healthz).")
     mlflow_parent_runs: bool = Field(True, description="Create a parent MLflow run per RetoolRun (needs retool.tracking and a reachable server).")
+    price_per_device_hour: float | None = Field(
+        None, ge=0, description="Default price of one device-hour for status.cost (a run's spec.cost overrides it); empty: hours only."
+    )
+    currency: str = Field("USD", pattern=r"^[A-Z]{3}$", description="ISO 4217 code of the default price.")
     resync_seconds: float = Field(30.0, gt=0, description="Re-derive every run's status from its children at least this often.")
     mlflow_retry_seconds: float = Field(30.0, gt=0, description="Wait before retrying an unreachable MLflow server.")
     mlflow_grace_seconds: float = Field(300.0, ge=0, description="Start stages without a parent MLflow run once MLflow has been unreachable this long.")

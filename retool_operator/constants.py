@@ -107,6 +107,7 @@ REASON_SPEC_WARNING = "SpecWarning"
 REASON_REWARD_DISAGREES = "VerifierDisagrees"
 REASON_REWARD_AGREES = "VerifierAgrees"
 REASON_FINISHED = "Finished"
+REASON_RUN_COST = "RunCost"  # a finished run's device-hours (and money, when priced), once
 REASON_NOT_STALLED = "Progressing"
 REASON_QUEUED = "Queued"
 REASON_STAGE_ADMITTED = "StageAdmitted"

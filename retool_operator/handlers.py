@@ -17,6 +17,7 @@ import kopf
 
 from retool_operator import constants as c
 from retool_operator import logcontext
+from retool_operator.cluster_warnings import priority_class_warnings
 from retool_operator.config import OperatorConfig
 from retool_operator.kube import KubeClient, credentials_from
 from retool_operator.reconcile import Event
@@ -154,15 +155,20 @@ async def run_deleted(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> N
         reconciler.forget(namespace, name)
 
 
-def validate_retoolrun(body: kopf.Body, old: kopf.BodyEssence | None, operation: str | None, warnings: list[str], memo: kopf.Memo, **_: Any) -> None:
+async def validate_retoolrun(body: kopf.Body, old: kopf.BodyEssence | None, operation: str | None, warnings: list[str], memo: kopf.Memo, **_: Any) -> None:
     """Admission: the pydantic model and cross-field rules, the operator's limits, plus no edits to
-    started stages' inputs; what is accepted but looks wrong (a GPU product no node carries) comes
-    back as a warning."""
+    started stages' inputs; what is accepted but looks wrong (a GPU product no node carries, a
+    PriorityClass the cluster lacks) comes back as a warning."""
     config: OperatorConfig = memo.get("config") or CONFIG
     problems = review(operation or "", dict(body), dict(old) if old else None, config)
     if problems:
         raise kopf.AdmissionError("invalid RetoolRun: " + "; ".join(problems), code=422)
     warnings.extend(review_warnings(operation or "", dict(body)))
+    try:
+        client = _reconciler(memo).client
+    except kopf.TemporaryError:  # not logged in yet: no cluster reads, the rest of the review stands
+        return
+    warnings.extend(await priority_class_warnings(client, dict(body)))
 
 
 # kopf refuses to start with admission handlers but no admission server, so the handler is

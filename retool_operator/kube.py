@@ -70,6 +70,7 @@ KINDS: dict[tuple[str, str], Kind] = {
     ("kueue.x-k8s.io/v1beta2", "Workload"): Kind("kueue.x-k8s.io", "v1beta2", "workloads"),
     ("kueue.x-k8s.io/v1beta1", "Workload"): Kind("kueue.x-k8s.io", "v1beta1", "workloads"),
     ("retool.dev/v1alpha1", "RetoolRun"): Kind("retool.dev", "v1alpha1", "retoolruns"),
+    ("scheduling.k8s.io/v1", "PriorityClass"): Kind("scheduling.k8s.io", "v1", "priorityclasses"),
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): Kind("apiextensions.k8s.io", "v1", "customresourcedefinitions"),
 }
 
@@ -417,7 +418,7 @@ class KubeClient:
         """POST; False when it already exists (409): deterministic names make creation idempotent."""
         kind = kind_of(obj)
         try:
-            await self._request("POST", kind.path(obj["metadata"]["namespace"]), json=obj)
+            await self._request("POST", kind.path(obj["metadata"].get("namespace")), json=obj)
         except ApiError as err:
             if err.status == 409:
                 return False

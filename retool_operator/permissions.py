@@ -47,6 +47,8 @@ RULES: list[Rule] = [
     # kopf's own discovery of the CRD it serves.
     # get: the RayJob CRD, read once at start (what the installed KubeRay can run).
     {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get", "list", "watch"]},
+    # get: the PriorityClass a run names, read by the admission webhook to warn when the cluster lacks it.
+    {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["get"]},
 ]
 
 NOT_REQUESTED: dict[tuple[str, str, str], str] = {

@@ -169,6 +169,8 @@ class Observed:
     """Child name -> those of its ``active_pods`` that are Ray job submitter pods (never waited for)."""
     running_pods: dict[str, list[str]] = field(default_factory=dict)
     """Child name -> those of its ``active_pods`` in phase Running (the stage has started)."""
+    stage_pods: list[dict[str, Any]] | None = None
+    """Every stage pod of the run the API server has (for ``cost``); None when not read this pass."""
     failure_details: dict[str, str] = field(default_factory=dict)
     """Failed Job name -> its stage container's termination message (the reason the stage gave, or its last log lines)."""
     sandbox_gate: SandboxGate | None = None

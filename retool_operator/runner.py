@@ -21,7 +21,7 @@ from retool.spec.model import RetoolRun
 from retool.spec.names import RAY_STAGES, sandbox_name, stage_child_name
 from retool.spec.status import MLflowStatus, RetoolRunStatus, StageStatus
 from retool.spec.validate import document_warnings, parse_run
-from retool_operator import below, immutability, logcontext
+from retool_operator import below, cost, immutability, logcontext
 from retool_operator import constants as c
 from retool_operator.builders import (
     Tracking,
@@ -43,6 +43,7 @@ from retool_operator.config import OperatorConfig
 from retool_operator.isolation import IsolationObservation
 from retool_operator.kube import KINDS, ApiError, Kind, KubeClient
 from retool_operator.kuberay_crd import RAYJOB_CRD, KubeRayCRD, kuberay_problems, read_crd
+from retool_operator.profiles import hardware_profile
 from retool_operator.queueing import ANNOTATION_SUSPENDED, SUSPENDED_BY, child_queue, queue_message
 from retool_operator.readyz import IsolationReader
 from retool_operator.reconcile import (
@@ -59,8 +60,8 @@ from retool_operator.reconcile import (
     stalls_below,
 )
 from retool_operator.sandbox_gate import KUEUE_GATE, SandboxGate, sandbox_gate
-from retool_operator.status import dump, invalid_spec_status, load, phase_of, set_condition, status_to_write, with_refusals, with_spec_warnings
-from retool_operator.tracking import ensure_parent_run, eval_results, reward_suspect, same_tracker, tracking_target
+from retool_operator.status import FINISHED_PHASES, dump, invalid_spec_status, load, phase_of, set_condition, status_to_write, with_refusals, with_spec_warnings
+from retool_operator.tracking import ensure_parent_run, eval_results, log_cost, reward_suspect, same_tracker, tracking_target
 from retool_operator.webhook import cluster_problems, spec_problems
 
 log = logging.getLogger(__name__)
@@ -129,6 +130,28 @@ def utcnow() -> dt.datetime:
 
 def refusal_text(verb: str, obj: dict[str, Any], err: ApiError) -> str:
     return f"{verb} {obj['kind']} {obj['metadata']['name']} refused: {err.reason}"
+
+
+def active_pods(run_name: str, pods: list[dict[str, Any]]) -> tuple[dict[str, list[str]], dict[str, list[str]], dict[str, list[str]]]:
+    """(stage child name -> its pods that still run or are still terminating, the same for those
+    that are Ray job submitter pods, and for those in phase Running), from the run's stage pods."""
+    active: dict[str, list[str]] = {}
+    submitters: dict[str, list[str]] = {}
+    running: dict[str, list[str]] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        lbls = meta.get("labels") or {}
+        stage, attempt = lbls.get(c.LABEL_STAGE), lbls.get(c.LABEL_ATTEMPT)
+        phase = (pod.get("status") or {}).get("phase")
+        if phase in TERMINATED_POD_PHASES or stage is None or not (attempt or "").isdigit():
+            continue
+        child = stage_child_name(run_name, stage, int(attempt))
+        active.setdefault(child, []).append(meta.get("name", "?"))
+        if is_submitter_pod(lbls, stage, child):
+            submitters.setdefault(child, []).append(meta.get("name", "?"))
+        elif phase == "Running" and not meta.get("deletionTimestamp"):
+            running.setdefault(child, []).append(meta.get("name", "?"))
+    return active, submitters, running
 
 
 def may_create(status: RetoolRunStatus, children: dict[str, dict[str, Any]]) -> bool:
@@ -331,6 +354,9 @@ class Reconciler:
             observed = replace(observed, reward_suspect=suspect)
         now = self.now()
         decision = decide(run, current, observed, now, sandbox_autoscaled=autoscaled)
+        decision.status = self._with_cost(run, current, decision, observed, now)
+        if decision.status.cost is not None and tracking.parent_run_id and tracking.uri and cost.attempt_ended(current, decision.status):
+            await log_cost(tracking.uri, tracking.parent_run_id, cost.figures(decision.status.cost))
         warnings = [str(w) for w in document_warnings(document)]
         decision.status = with_spec_warnings(decision.status, warnings, now=now, generation=meta.get("generation"))
         if warnings and not any(cond.reason == c.REASON_SPEC_WARNING for cond in current.conditions):
@@ -576,6 +602,17 @@ class Reconciler:
             self._final_verdicts.add(final)
         return verdict
 
+    def _with_cost(self, run: RetoolRun, current: RetoolRunStatus, decision: Decision, observed: Observed, now: dt.datetime) -> RetoolRunStatus:
+        """``decision.status`` with its cost (``cost.account``); a finished run's cost is announced once, as an Event."""
+        device = hardware_profile(run.spec.hardware, self.config, run.spec.trainer.verl).device_resource
+        price = run.spec.cost.price_per_device_hour if run.spec.cost.price_per_device_hour is not None else self.config.price_per_device_hour
+        currency = run.spec.cost.currency or self.config.currency
+        spent = cost.account(decision.status, current.cost, observed.stage_pods, device_resource=device, now=now, price=price, currency=currency)
+        status = decision.status.model_copy(update={"cost": spent})
+        if spent is not None and status.phase in FINISHED_PHASES and current.phase not in FINISHED_PHASES:
+            decision.events.append(Event("Normal", c.REASON_RUN_COST, f"run {status.phase.lower()}: {cost.ended_text(spent)}"))
+        return status
+
     def _owned(self, obj: dict[str, Any], run: RetoolRun) -> dict[str, Any]:
         uid = (run.metadata.model_extra or {}).get("uid")
         return owned_by(obj, run_name=run.metadata.name, run_uid=uid) if uid else obj
@@ -642,8 +679,12 @@ class Reconciler:
         submitters: dict[str, list[str]] = {}
         running: dict[str, list[str]] = {}
         not_yet_running = any(s.state == "Running" and s.running_time is None for s in status.stages)
+        stage_pods: list[dict[str, Any]] | None = None
+        if may_create(status, children) or not_yet_running or current_jobs or (status.cost is not None and status.cost.pods):
+            # Every pass while a stage is followed or the cost ledger holds a pod: the pods' times are what a run costs.
+            stage_pods = await self.client.list(PODS, namespace, label_selector=f"{c.LABEL_RUN}={run.metadata.name},{c.LABEL_ROLE}={c.COMPONENT_STAGE}")
         if may_create(status, children) or not_yet_running:
-            active, submitters, running = await self._active_pods(namespace, run.metadata.name)
+            active, submitters, running = active_pods(run.metadata.name, stage_pods or [])
         ready, autoscaled, isolation, refused, settling = 0, False, None, None, False
         hpa_min: int | None = None
         spec_replicas: int | None = None
@@ -680,6 +721,7 @@ class Reconciler:
             active_pods=active,
             submitter_pods=submitters,
             running_pods=running,
+            stage_pods=stage_pods,
             failure_details=details,
             stage_notes=notes,
             sandbox_ready_replicas=ready,
@@ -803,28 +845,6 @@ class Reconciler:
                 if message.startswith(WARNINGS_PREFIX):
                     notes[entry.job or ""] = message
         return notes
-
-    async def _active_pods(self, namespace: str, run_name: str) -> tuple[dict[str, list[str]], dict[str, list[str]], dict[str, list[str]]]:
-        """(stage child name -> its pods that still run or are still terminating, the same for those
-        that are Ray job submitter pods, and for those in phase Running)."""
-        selector = f"{c.LABEL_RUN}={run_name},{c.LABEL_ROLE}={c.COMPONENT_STAGE}"
-        active: dict[str, list[str]] = {}
-        submitters: dict[str, list[str]] = {}
-        running: dict[str, list[str]] = {}
-        for pod in await self.client.list(PODS, namespace, label_selector=selector):
-            meta = pod.get("metadata") or {}
-            lbls = meta.get("labels") or {}
-            stage, attempt = lbls.get(c.LABEL_STAGE), lbls.get(c.LABEL_ATTEMPT)
-            phase = (pod.get("status") or {}).get("phase")
-            if phase in TERMINATED_POD_PHASES or stage is None or not (attempt or "").isdigit():
-                continue
-            child = stage_child_name(run_name, stage, int(attempt))
-            active.setdefault(child, []).append(meta.get("name", "?"))
-            if is_submitter_pod(lbls, stage, child):
-                submitters.setdefault(child, []).append(meta.get("name", "?"))
-            elif phase == "Running" and not meta.get("deletionTimestamp"):
-                running.setdefault(child, []).append(meta.get("name", "?"))
-        return active, submitters, running
 
     async def _tracking(self, run: RetoolRun, status: RetoolRunStatus, refusals: list[str]) -> tuple[Tracking, MLflowStatus, str | None]:
         """(what stages get, status.mlflow, a reason to hold new stages or None)."""

@@ -199,13 +199,29 @@ often enough that a stale status is told apart within minutes, rarely enough to 
 FINISHED_PHASES = ("Succeeded", "Failed")
 
 
+LIVE_COST_FIGURES = ("deviceHours", "lostDeviceHours", "deviceHoursPerPoint", "amount", "stages")
+"""The figures of ``status.cost`` that grow with the clock while a pod runs (``retool_operator.cost``): a
+change in them alone does not make a pass write the status. They are written with any other change and
+at the heartbeat, so they are as of ``observedAt``."""
+
+
+def _without_clock(status: dict[str, Any]) -> dict[str, Any]:
+    """The status as compared for a write: no ``observedAt``, no cost figure that only the clock moved."""
+    kept = {k: v for k, v in status.items() if k != "observedAt"}
+    cost = kept.get("cost")
+    if cost:
+        kept["cost"] = {k: v for k, v in cost.items() if k not in LIVE_COST_FIGURES}
+        kept["cost"]["attempts"] = [{k: v for k, v in a.items() if k != "deviceHours"} for a in cost.get("attempts") or []]
+    return kept
+
+
 def status_to_write(old: dict[str, Any], new: dict[str, Any], now: dt.datetime) -> dict[str, Any] | None:
     """``new`` stamped with ``observedAt``, or None when nothing needs writing.
 
-    Written when anything but ``observedAt`` changed, or when an unfinished run's ``observedAt`` is
+    Written when anything but ``observedAt`` and the clock's cost figures changed, or when an unfinished run's ``observedAt`` is
     missing or older than ``OBSERVED_HEARTBEAT_SECONDS``; a finished run's status is left alone.
     """
-    changed = {k: v for k, v in new.items() if k != "observedAt"} != {k: v for k, v in old.items() if k != "observedAt"}
+    changed = _without_clock(new) != _without_clock(old)
     if not changed:
         if new.get("phase") in FINISHED_PHASES:
             return None

@@ -128,3 +128,16 @@ async def reward_suspect(uri: str, parent_run_id: str, attempt: int, *, timeout:
         log.warning("reward watch of parent run %s not readable: %s", parent_run_id, err)
         return None
     return None if value is None else str(value)
+
+
+async def log_cost(uri: str, parent_run_id: str, figures: dict[str, float], *, timeout: float = PARENT_RUN_TIMEOUT) -> bool:
+    """The run's cost figures on its parent run (``retool.tracking.log_run_cost``); False when MLflow did not take them."""
+    module = _tracking_module()
+    if module is None or not hasattr(module, "log_run_cost"):
+        return False
+    try:
+        await asyncio.wait_for(asyncio.to_thread(module.log_run_cost, uri, parent_run_id, figures), timeout=timeout)
+    except Exception as err:  # a view on the run: never fail a pass over it
+        log.warning("cost of parent run %s not logged: %s", parent_run_id, err)
+        return False
+    return True

@@ -48,6 +48,7 @@ SAME_WORKER: dict[str, str] = {
     path: "operator-cluster"
     for path in (
         "tests/operator/test_integration.py",
+        "tests/operator/test_integration_admission.py",
         "tests/operator/test_integration_cluster.py",
         "tests/operator/test_integration_isolation.py",
         "tests/operator/test_integration_stalls.py",

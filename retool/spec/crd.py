@@ -138,6 +138,12 @@ PRINTER_COLUMNS = [
     {"name": "Stage", "type": "string", "jsonPath": ".status.stage", "description": "Current stage."},
     {"name": "Progress", "type": "string", "jsonPath": ".status.progress", "description": "Progress of the current stage."},
     {"name": "AIME", "type": "number", "jsonPath": ".status.score", "description": "Headline eval score (mean@n of the first eval set)."},
+    {
+        "name": "Device-h",
+        "type": "number",
+        "jsonPath": ".status.cost.deviceHours",
+        "description": "Device-hours the run has used, every stage and attempt, lost ones included (as of Observed).",
+    },
     {"name": "Verl", "type": "string", "jsonPath": ".spec.trainer.verl", "priority": 1, "description": "Trainer line (spec.trainer.verl; empty: 0.6, the default)."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {

@@ -433,6 +433,15 @@ class MLflowSpec(SpecModel):
     registered_model_name: str | None = Field(None, min_length=1, max_length=256, description="Registry name; defaults to the run name.")
 
 
+class CostSpec(SpecModel):
+    """What a device-hour costs, for status.cost (docs/operations.md, "What a run costs")."""
+
+    price_per_device_hour: float | None = Field(
+        None, ge=0, le=1_000_000, description="Price of one device (GPU or NPU) for one hour; overrides the operator's default. Empty: hours only, no money."
+    )
+    currency: str | None = Field(None, pattern=r"^[A-Z]{3}$", description="ISO 4217 code of the price, e.g. USD; the operator's default when empty.")
+
+
 class TrackingSpec(SpecModel):
     mlflow: MLflowSpec = Field(default_factory=MLflowSpec, description="MLflow tracking of params, metrics, artifacts and models.")
 
@@ -526,6 +535,7 @@ class RetoolRunSpec(SpecModel):
     eval: EvalSpec = Field(default_factory=EvalSpec, description="Final evaluation of the trained model.")
     sandbox: SandboxSpec = Field(default_factory=SandboxSpec, description="The run's code sandbox.")
     tracking: TrackingSpec = Field(default_factory=TrackingSpec, description="Experiment tracking.")
+    cost: CostSpec = Field(default_factory=CostSpec, description="The price of a device-hour, for the run's cost in status.cost.")
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec, description="How the run joins the cluster's scheduling: a Kueue queue, priorities, gang scheduling.")
     pods: PodSettingsSpec = Field(
         default_factory=PodSettingsSpec, description="Per-run pod settings: service account, image pull secrets, environment, labels, annotations, extra volumes."

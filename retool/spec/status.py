@@ -106,6 +106,42 @@ class StorageStatus(SpecModel):
     phase: str | None = Field(None, description="Pending, Bound or Lost; empty when the claim does not exist yet.")
 
 
+class PodDeviceUse(SpecModel):
+    """One stage pod that holds devices, while the API server still has it (``retool_operator.cost``)."""
+
+    name: str = Field(..., description="Pod name.")
+    uid: str = Field(..., description="Pod uid (a pod of the same name made later is another pod).")
+    stage: str = Field(..., description="Stage the pod belongs to.")
+    attempt: int = Field(..., ge=1, description="Attempt of the stage the pod belongs to.")
+    devices: int = Field(..., ge=1, description="Devices the pod requests (the hardware profile's device resource, all containers).")
+    scheduled_time: str = Field(..., description="When the scheduler bound the pod to a node (its PodScheduled condition, RFC 3339).")
+    end_time: str | None = Field(None, description="When its last container terminated (RFC 3339); empty while it runs.")
+
+
+class AttemptCost(SpecModel):
+    stage: str = Field(..., description="Stage name.")
+    attempt: int = Field(..., ge=1, description="Attempt, from 1.")
+    device_hours: float = Field(0.0, ge=0, description="Device-hours of the attempt's pods, scheduled to terminated (running pods up to observedAt).")
+    settled_device_hours: float = Field(0.0, ge=0, description="The part of deviceHours from pods the API server no longer has (final).")
+    lost: bool = Field(False, description="The attempt did not give the stage its result: it failed, was preempted, or a later attempt replaced it.")
+
+
+class CostStatus(SpecModel):
+    device_hours: float = Field(0.0, ge=0, description="Device-hours of every stage and attempt, lost ones included (as of observedAt while pods run).")
+    lost_device_hours: float = Field(0.0, ge=0, description="The part of deviceHours spent on lost attempts.")
+    device_hours_per_point: float | None = Field(
+        None, ge=0, description="deviceHours per point of the headline eval score (score x 100), once eval has a score above 0."
+    )
+    price_per_device_hour: float | None = Field(None, ge=0, description="The price used (spec.cost, else the operator's default); empty: hours only.")
+    currency: str | None = Field(None, description="Currency of the price.")
+    amount: float | None = Field(None, ge=0, description="deviceHours x pricePerDeviceHour, when a price is configured.")
+    stages: dict[str, float] = Field(default_factory=dict, description="Device-hours per stage, all attempts.")
+    attempts: list[AttemptCost] = Field(default_factory=list, description="Device-hours per stage attempt, lost attempts included.")
+    pods: list[PodDeviceUse] = Field(
+        default_factory=list, description="The ledger: stage pods holding devices that the API server still has; a pod that is gone is settled into its attempt."
+    )
+
+
 class RetoolRunStatus(SpecModel):
     phase: Phase = Field("Pending", description="Where the pipeline is.")
     stage: str | None = Field(None, description="Current (or last) stage.")
@@ -133,6 +169,7 @@ class RetoolRunStatus(SpecModel):
     results: dict[str, dict[str, float]] = Field(
         default_factory=dict, description="Eval results per data source and metric, e.g. aime_2024: {mean@30: 0.67}."
     )
+    cost: CostStatus | None = Field(None, description="What the run has used: device-hours per stage and attempt, from its pods' scheduled-to-terminated times.")
     observed_generation: int | None = Field(None, description="metadata.generation the status reflects.")
     observed_at: str | None = Field(
         None,

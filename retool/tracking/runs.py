@@ -7,6 +7,7 @@ calls them as ``await asyncio.to_thread(ensure_parent_run, ...)``.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -123,6 +124,16 @@ def reward_suspect(tracking_uri: str, parent_run_id: str, attempt: int) -> str |
         parent = mlflow_client.get_run(parent_run_id)
         found = _find_one(mlflow_client, [parent.info.experiment_id], naming.stage_run_filter(parent_run_id, "rl", attempt))
     return None if found is None else found.data.tags.get(REWARD_SUSPECT_TAG)
+
+
+def log_run_cost(tracking_uri: str, parent_run_id: str, figures: Mapping[str, float]) -> None:
+    """The operator's ``status.cost`` figures as metrics of the parent run (``cost/device_hours``, ...), each
+    time a stage attempt ends: their history is the cost over the run's life, their last value its total."""
+    from mlflow.entities import Metric
+
+    now_ms = int(time.time() * 1000)
+    with reported(tracking_uri, f"logging the cost of run {parent_run_id}"):
+        client(tracking_uri).log_batch(parent_run_id, metrics=[Metric(key, float(value), now_ms, 0) for key, value in sorted(figures.items())])
 
 
 def end_run(tracking_uri: str, run_id: str, status: str = "FINISHED") -> None:

@@ -50,6 +50,8 @@ def render_with(chart: Path, tmp_path: Path, values: dict) -> list[dict]:
         pytest.param({"webhook": {"certificates": {"source": "secret"}}}, "needs webhook.certificates.secretName", id="self-managed certificate without Secret and CA"),
         pytest.param({"webhook": {"enabled": False, "certificates": {"source": "secret"}}}, "has no effect with webhook.enabled=false", id="source for a disabled webhook"),
         pytest.param({"commonLabels": {"app.kubernetes.io/name": "x"}}, "commonLabels.app.kubernetes.io/name: the chart sets", id="common label overriding a standard one"),
+        pytest.param({"defaults": {"cost": {"pricePerDeviceHour": -1}}}, "at '/defaults/cost/pricePerDeviceHour'", id="negative price"),
+        pytest.param({"defaults": {"cost": {"currency": "usd"}}}, "at '/defaults/cost/currency'", id="currency that is not an ISO 4217 code"),
         pytest.param({"serviceAccount": {"create": False}}, "serviceAccount.name is required when serviceAccount.create is false", id="no ServiceAccount to run as"),
     ],
 )
@@ -78,6 +80,20 @@ def test_global_registry_prefixes_every_retool_image(chart: Path, tmp_path: Path
     config = one(docs, "ConfigMap", "-operator-config")["data"]
     assert config["RETOOL_OPERATOR_SANDBOX_IMAGE"] == "registry.example.com/ml/retool/sandbox:0.1.0"
     assert container(one(docs, "Deployment", "-operator"), "operator")["image"] == "registry.example.com/ml/retool/operator:0.1.0"
+
+
+@pytest.mark.parametrize(
+    ("cost", "price", "currency"), [({}, None, "USD"), ({"pricePerDeviceHour": 2.75, "currency": "EUR"}, 2.75, "EUR"), ({"pricePerDeviceHour": "3"}, 3.0, "USD")]
+)
+def test_the_default_price_reaches_the_operators_settings(
+    chart: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cost: dict, price: float | None, currency: str
+) -> None:
+    from retool_operator.config import OperatorConfig
+
+    for name, value in one(render_with(chart, tmp_path, {"defaults": {"cost": cost}}), "ConfigMap", "-operator-config")["data"].items():
+        monkeypatch.setenv(name, value)  # as the Deployment's envFrom gives them
+    settings = OperatorConfig()
+    assert (settings.price_per_device_hour, settings.currency) == (price, currency)
 
 
 def test_global_pull_secrets_reach_every_pod(chart: Path, tmp_path: Path) -> None:

@@ -198,3 +198,18 @@ def test_nvidia_stage_pods_are_admitted_under_pod_security_restricted(kube: Clus
     # can precede a success (Kueue's pod webhook answers "Job not found" until its cache has the Job).
     refusals = [m for m in _failed_create(kube, namespace, "restricted-prepare-1") if "PodSecurity" in m or "violates" in m]
     assert not refusals, refusals
+
+
+def test_a_run_naming_a_missing_priority_class_is_admitted_with_a_warning_and_its_pods_are_refused_by_the_api_server(kube: Cluster, namespace: str) -> None:
+    """The warning's claim checked on the real API server: its Priority admission plugin refuses the stage's pod."""
+    applied = kube.apply(run_manifest("no-prio", namespace, scheduling={"priorityClassName": "retool-missing"}))
+    assert applied.returncode == 0, applied.stderr
+    assert "Warning: spec.scheduling.priorityClassName" in applied.stderr and "'retool-missing'" in applied.stderr, applied.stderr
+    refused = eventually("the Job controller's refused pod", lambda: [m for m in _failed_create(kube, namespace, "no-prio-prepare-1") if "retool-missing" in m], timeout=60)
+    assert "no PriorityClass with name retool-missing was found" in refused[0], refused
+    kube.apply({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "retool-present"}, "value": 100})
+    try:
+        again = kube.apply(run_manifest("with-prio", namespace, scheduling={"priorityClassName": "retool-present"}))
+        assert again.returncode == 0 and "PriorityClass" not in again.stderr, again.stderr
+    finally:
+        kube.kubectl("delete", "priorityclass", "retool-present", "--ignore-not-found", check=False)

@@ -15,7 +15,7 @@ def test_the_crd_is_served_and_kubectl_prints_its_columns(kube: Cluster, namespa
     assert kube.apply(run_manifest("columns", namespace)).returncode == 0
     eventually("the operator's first status", lambda: kube.run_status("columns", namespace).get("phase"))
     out = kube.kubectl("get", "rr", "-n", namespace).stdout.splitlines()
-    assert out[0].split() == ["NAME", "PHASE", "STAGE", "PROGRESS", "AIME", "AGE", "OBSERVED", "MESSAGE"]
+    assert out[0].split() == ["NAME", "PHASE", "STAGE", "PROGRESS", "AIME", "DEVICE-H", "AGE", "OBSERVED", "MESSAGE"]
     row = out[1].split()
     status = kube.run_status("columns", namespace)
     assert row[:3] == ["columns", status["phase"], status["stage"]]

@@ -14,10 +14,12 @@ ends the pod with the exit code its ``ray job logs --follow`` would give.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -138,8 +140,16 @@ def test_a_ray_job_that_fails_in_ray_fails_the_rayjob_and_the_stage_retries_on_a
 ) -> None:
     rayjob = _rayjob_at_sft(kube, "ray-bad", namespace)
     name, cluster_name = rayjob["metadata"]["name"], rayjob["status"]["rayClusterName"]
+    devices = _device_pods(kube, namespace, cluster_name)
+    ledger = eventually("the run's cost ledger holding the Ray cluster's device pods",
+                        lambda: {p["uid"]: p for p in (kube.run_status("ray-bad", namespace).get("cost") or {}).get("pods") or []}.keys() >= devices.keys()
+                        and (kube.run_status("ray-bad", namespace).get("cost") or {}).get("pods"),
+                        timeout=60, show=lambda: kube.run_status("ray-bad", namespace).get("cost"))
+    for use in ledger:  # the scheduler's and the API server's figures, as the pods carry them
+        assert (use["devices"], use["scheduledTime"]) == devices[use["uid"]], (use, devices)
     assert _play_submitter(kube, ray_dashboard, rayjob, "raise SystemExit(3)") == "FAILED"
     _kuberay_reads(kube, name, namespace, "FAILED")
+    alive_until = time.time()  # the cluster's pods run (kwok) until KubeRay deletes them, after this
     kube.finish_pods(name, namespace, 0)  # `ray job logs --follow` ends with the job, whatever its outcome
 
     eventually("KubeRay marking the RayJob Failed", lambda: _deployment_status(kube, name, namespace) == "Failed", timeout=90)
@@ -150,6 +160,39 @@ def test_a_ray_job_that_fails_in_ray_fails_the_rayjob_and_the_stage_retries_on_a
                          timeout=90, show=lambda: kube.stage("ray-bad", namespace, "sft"))
     assert retried["job"] == "ray-bad-sft-2"
     assert eventually("the second attempt's RayJob", lambda: kube.get("rayjob", "ray-bad-sft-2", namespace))
+    # Device-hours: attempt 1's pods were deleted while they ran, so they count from their PodScheduled
+    # time to the pass that found them gone: after alive_until, and before the status that settled them was read.
+    lost = eventually("attempt 1 settled in the run's cost",
+                      lambda: next((a for a in (kube.run_status("ray-bad", namespace).get("cost") or {}).get("attempts") or []
+                                    if a["stage"] == "sft" and a["attempt"] == 1 and a.get("settledDeviceHours")), None), timeout=90)
+    read_at = time.time()
+    low = sum(n * (alive_until - _epoch(at)) for n, at in devices.values()) / 3600
+    high = sum(n * (read_at - _epoch(at)) for n, at in devices.values()) / 3600
+    assert low - 1e-5 <= lost["settledDeviceHours"] <= high + 1e-5 and lost["lost"], (low, lost, high)
+    cost = kube.run_status("ray-bad", namespace)["cost"]
+    assert cost["lostDeviceHours"] >= lost["deviceHours"] and not {p["uid"] for p in cost["pods"]} & devices.keys(), cost
+    printed = kube.kubectl("get", "rr", "ray-bad", "-n", namespace).stdout.splitlines()
+    column = printed[0].index("DEVICE-H")  # kubectl aligns its columns; PROGRESS has spaces of its own
+    assert float(printed[1][column:].split()[0]) >= lost["deviceHours"] - 1e-3, printed
+
+
+def _device_pods(kube: Cluster, namespace: str, cluster_name: str) -> dict[str, tuple[int, str]]:
+    """The Ray cluster's pods that hold GPUs once bound: uid -> (GPUs requested, PodScheduled time)."""
+
+    def read() -> dict[str, tuple[int, str]]:
+        found = {}
+        for pod in kube.items("pods", namespace, "-l", f"ray.io/cluster={cluster_name}"):
+            gpus = sum(int(((c.get("resources") or {}).get("requests") or {}).get("nvidia.com/gpu", 0)) for c in pod["spec"]["containers"])
+            bound = next((c["lastTransitionTime"] for c in pod["status"].get("conditions") or [] if c["type"] == "PodScheduled" and c["status"] == "True"), None)
+            if gpus and bound:
+                found[pod["metadata"]["uid"]] = (gpus, bound)
+        return found
+
+    return eventually(f"the bound GPU pods of Ray cluster {cluster_name}", read, timeout=60)
+
+
+def _epoch(rfc3339: str) -> float:
+    return dt.datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
 
 
 def test_a_rayjob_deleted_after_success_while_the_operator_is_down_still_counts_as_succeeded(

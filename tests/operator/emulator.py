@@ -20,6 +20,7 @@ import aiohttp.web
 import kmock
 import kopf
 import yaml
+
 from retool_operator import handlers  # noqa: F401  (registers the handlers)
 from retool_operator.config import OperatorConfig
 from retool_operator.kube import KINDS, Credentials, KubeClient
@@ -42,6 +43,7 @@ RESOURCES: dict[str, tuple[str, bool, set[str]]] = {
     "batch/v1/jobs": ("Job", True, {"status"}),
     "ray.io/v1/rayjobs": ("RayJob", True, {"status"}),
     "apiextensions.k8s.io/v1/customresourcedefinitions": ("CustomResourceDefinition", False, {"status"}),
+    "scheduling.k8s.io/v1/priorityclasses": ("PriorityClass", False, set()),
     "kueue.x-k8s.io/v1beta2/workloads": ("Workload", True, {"status"}),
     "kueue.x-k8s.io/v1beta1/workloads": ("Workload", True, {"status"}),
 }

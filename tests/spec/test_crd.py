@@ -79,7 +79,7 @@ def test_crd_names_columns_and_status(crd):
     assert spec["names"]["shortNames"] == ["rr"] and "retool" in spec["names"]["categories"]
     version = spec["versions"][0]
     assert version["subresources"] == {"status": {}}
-    assert [c["name"] for c in version["additionalPrinterColumns"]] == ["Phase", "Stage", "Progress", "AIME", "Verl", "Age", "Observed", "Message"]
+    assert [c["name"] for c in version["additionalPrinterColumns"]] == ["Phase", "Stage", "Progress", "AIME", "Device-h", "Verl", "Age", "Observed", "Message"]
 
 
 def apply_crd_defaults(obj, schema):

@@ -54,9 +54,13 @@ to set blockOwnerDeletion on those references.
 
 {{/* Cluster-scoped: a Role cannot grant these. kopf lists and watches the CRD it serves in both
 modes (it watches namespaces only for glob patterns, which watchNamespaces does not allow); the
-operator reads KubeRay's RayJob CRD once at start to refuse runs the installed version cannot run. */}}
+operator reads KubeRay's RayJob CRD once at start to refuse runs the installed version cannot run, and the
+webhook reads the PriorityClass a run names to warn when the cluster lacks it. */}}
 {{- define "retool.rbac.clusterRules" -}}
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
   verbs: ["get", "list", "watch"]
+- apiGroups: ["scheduling.k8s.io"]
+  resources: ["priorityclasses"]
+  verbs: ["get"]
 {{- end }}
