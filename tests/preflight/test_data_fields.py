@@ -10,6 +10,7 @@ through the whole preflight: an RL row without ``reward_model`` (once a ``KeyErr
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from omegaconf import open_dict
 from retool.data.schema import TOOL_NAME, code_interpreter_tool, rl_row
 from retool.preflight.checks import BY_NAME, exit_code
 from retool.preflight.data import check_eval_data, check_rl_data
-from retool.preflight.fields import file_problems
+from retool.preflight.fields import BATCH_ROWS, file_problems
 from retool.preflight.plan import PreflightOptions, plan
 from retool.preflight.sft import check_sft
 from retool.preflight.steps import State, config_checks
@@ -191,3 +192,39 @@ def test_a_prompt_without_a_user_message_is_named(tmp_path: Path) -> None:
     pq.write_table(pa.Table.from_pylist(rows), file)
     problems, total = file_problems(str(file), "rl")
     assert (total, [str(p) for p in problems]) == (1, [f"{file} row 1: field prompt is a chat without a user message"])
+
+
+def test_tool_call_arguments_given_as_json_text_are_valid(stage_configs: tuple[dict[str, Any], Any, str], tmp_path: Path) -> None:
+    """The documented alternative to an object: an SFT tool call whose ``arguments`` is JSON text is
+    no field problem, and verl's SFT dataset trains the call the rollout's parser reads back."""
+    configs, tokenizer, recipe = stage_configs
+    rows = sft_rows()
+    for row in rows:
+        row["messages"][1]["tool_calls"][0]["function"]["arguments"] = json.dumps({"code": "print(1 + 1)"})
+    file = tmp_path / "sft.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), file)
+    assert pq.read_schema(file).field("messages").type.value_type.field("tool_calls").type.value_type.field("function").type.field("arguments").type == pa.string()
+    assert file_problems(str(file), "sft") == ([], 0)
+    result = run_check("sft", str(file), configs, tokenizer, recipe)
+    assert result.check == "sft-data" and result.status in ("passed", "warning"), result.summary
+    assert "field" not in result.summary and "tool parser" not in result.summary
+    assert (result.details["tool_parser"], result.details["rows_checked_token_by_token"]) == ("hermes", ROWS), "every row's call was parsed back"
+
+
+BATCHED_ROWS = 2 * BATCH_ROWS + 200
+"""Three of the field check's reading batches: a problem in the second or third must keep its true row."""
+
+
+def test_a_problem_past_the_first_reading_batch_is_reported_at_its_true_row(stage_configs: tuple[dict[str, Any], Any, str], tmp_path: Path) -> None:
+    configs, tokenizer, recipe = stage_configs
+    rows = [rl_row(data_source="fields", question=f"What is {i} + 1?", ground_truth=str(i + 1), index=i, split="train", source_id=None) for i in range(BATCHED_ROWS)]
+    bad = (3, BATCH_ROWS + 276, 2 * BATCH_ROWS + 100)
+    for index in bad:
+        rows[index]["reward_model"] = None
+    file = tmp_path / "rl.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), file)
+    problems, total = file_problems(str(file), "rl")
+    assert (total, [p.row for p in problems]) == (len(bad), list(bad))
+    result = run_check("rl", str(file), configs, tokenizer, recipe)
+    assert result.status == "failed" and exit_code([result]) == 13, result.summary
+    assert result.details["field_problems"] == [f"{file} row {index}: field reward_model is null" for index in bad]
