@@ -7,13 +7,13 @@ the reward keys are missing: it is not vacuous on this line either.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from retool.preflight.reward_guard import check_reward_guard, expected_reward_kwargs
-from retool.recipe.render import v0_9 as line09
 from retool.recipe.render.command import hydra_overrides
-from retool.recipe.render.common import PPO_MODULE, SFT_MODULE
-from retool.recipe.verl_plugins import AGENT_LOOP_CONFIG, REWARD_FILE, v0_9
+from retool.recipe.verl_plugins import AGENT_LOOP_CONFIG, REWARD_FILE
 from tests.render.cases import VARIANTS, context_of, run_of
 from tests.render.verl_config import compose_verl
 from tests.verl09.lines import BOTH_LINES_CASES as CASES
@@ -23,6 +23,56 @@ from tests.verl09.lines import rendered, run_on
 IDS = [f"{variant}-{stage}" for variant, stage in CASES]
 PPO_IDS = [f"{variant}-{stage}" for variant, stage in PPO_CASES]
 ALL_STAGES = ("prepare", "preflight", "sft", "merge", "rl", "eval")
+
+# What verl 0.9.1 names differently, read from verl's own files (the verl==0.6.1 and verl==0.9.1 wheels on PyPI,
+# installed in .venv and .venv-verl09), written here so that the adapter (retool/recipe/render/v0_9.py) is
+# checked against verl, not against itself.
+SFT_RENAMED_IN_0_9_1: dict[str, str | None] = {
+    # 0.6.1 verl/trainer/config/sft_trainer.yaml `model.partial_pretrain` -> 0.9.1 verl/trainer/config/model/hf_model.yaml
+    # `path`, composed at `model` by sft_trainer_engine.yaml (`model@model: hf_model`)
+    "model.partial_pretrain": "model.path",
+    # 0.6.1 sft_trainer.yaml `model.strategy`, `model.fsdp_config.{cpu_offload,offload_params}` and the top-level
+    # `ulysses_sequence_parallel_size` -> 0.9.1 verl/trainer/config/engine/fsdp.yaml `strategy`, `optimizer_offload`,
+    # `param_offload`, `ulysses_sequence_parallel_size`, composed at `engine` (`engine@engine: fsdp`)
+    "model.strategy": "engine.strategy",
+    "model.fsdp_config.cpu_offload": "engine.optimizer_offload",
+    "model.fsdp_config.offload_params": "engine.param_offload",
+    "ulysses_sequence_parallel_size": "engine.ulysses_sequence_parallel_size",
+    # 0.6.1 sft_trainer.yaml top-level `use_remove_padding` -> 0.9.1 model/hf_model.yaml `use_remove_padding`
+    "use_remove_padding": "model.use_remove_padding",
+    # 0.6.1 sft_trainer.yaml `data.multiturn.{enable,messages_key,tools_key}` -> 0.9.1 sft_trainer_engine.yaml
+    # `data.messages_key`, `data.tools_key`; no `enable` (MultiTurnSFTDataset is the only dataset)
+    "data.multiturn.messages_key": "data.messages_key",
+    "data.multiturn.tools_key": "data.tools_key",
+    "data.multiturn.enable": None,
+}
+PPO_RENAMED_IN_0_9_1: dict[str, str | None] = {
+    # 0.9.1 verl/trainer/ppo/reward.py get_custom_reward_fn reads `config.reward.custom_reward_function`
+    # (verl/trainer/config/reward/reward.yaml, composed at `reward` by ppo_trainer.yaml: `reward@reward: reward`)
+    "custom_reward_function.path": "reward.custom_reward_function.path",
+    "custom_reward_function.name": "reward.custom_reward_function.name",
+    # 0.6.1 verl/trainer/config/critic/dp_critic.yaml `../engine@model.fsdp_config: fsdp` -> 0.9.1 `../engine@fsdp: fsdp`
+    "critic.model.fsdp_config.param_offload": "critic.fsdp.param_offload",
+    "critic.model.fsdp_config.optimizer_offload": "critic.fsdp.optimizer_offload",
+}
+REWARD_KWARGS_0_6_1, REWARD_KWARGS_0_9_1 = "+custom_reward_function.reward_kwargs.", "+reward.custom_reward_function.reward_kwargs."
+"""Where each line's ``get_custom_reward_fn`` reads ``reward_kwargs`` (verl/trainer/ppo/reward.py; not in the schema: ``+``)."""
+AGENT_LOOP_KEY = "actor_rollout_ref.rollout.agent.agent_loop_config_path"
+"""The same key in both releases (verl/trainer/config/rollout/rollout.yaml); its value is the line's own agent loop."""
+SFT_SET_ON_0_9_1 = {
+    # docs/verl-lines.md, "SFT" and "The SFT dataset": verl 0.9.1's sft_trainer_engine.yaml defaults are
+    # `data.use_dynamic_bsz: True` and `data.ignore_input_ids_mismatch: False`; `data.custom_cls` is ours
+    "data.use_dynamic_bsz": False,
+    "data.custom_cls.path": "pkg://retool.recipe.verl_plugins.v0_9.sft_dataset",
+    "data.custom_cls.name": "RetoolSFTDataset",
+    "data.ignore_input_ids_mismatch": True,
+}
+PPO_SET_ON_0_9_1 = {"trainer.use_v1": False}
+"""verl 0.9.1's ppo_trainer.yaml has ``trainer.use_v1: true``; the line runs the legacy trainer (docs/verl-lines.md)."""
+SFT_MODULE_0_6_1, SFT_MODULE_0_9_1 = "verl.trainer.fsdp_sft_trainer", "verl.trainer.sft_trainer"
+"""verl 0.6.1's verl/trainer/fsdp_sft_trainer.py is gone in 0.9.1, whose verl/trainer/sft_trainer.py runs ``sft_trainer_engine``."""
+PPO_MODULE_0_6_1, PPO_MODULE_0_9_1 = "retool.recipe.verl_plugins.main_ppo", "retool.recipe.verl_plugins.v0_9.main_ppo"
+AGENT_LOOP_CONFIG_0_9_1 = "retool/recipe/verl_plugins/v0_9/agent_loops.yaml"
 
 
 def test_the_default_line_is_0_6() -> None:
@@ -41,21 +91,22 @@ def test_naming_line_0_6_renders_exactly_what_the_default_renders(variant: str) 
 @pytest.mark.parametrize(("variant", "stage"), CASES, ids=IDS)
 def test_line_0_9_keeps_every_recipe_value_and_moves_only_what_verl_0_9_1_renamed(variant: str, stage: str) -> None:
     old, new = rendered(variant, stage, "0.6.1"), rendered(variant, stage, "0.9.1")
-    renamed = line09.SFT_KEYS if stage == "sft" else line09.PPO_KEYS
-    added = line09.SFT_ADDED if stage == "sft" else line09.PPO_ADDED
+    renamed = SFT_RENAMED_IN_0_9_1 if stage == "sft" else PPO_RENAMED_IN_0_9_1
+    added = SFT_SET_ON_0_9_1 if stage == "sft" else PPO_SET_ON_0_9_1
+    expected: dict[str, object] = {}
     for key, value in old.overrides.items():
-        if key.startswith(line09.REWARD_KWARGS_06):
-            assert new.overrides[line09.REWARD_KWARGS_09 + key.removeprefix(line09.REWARD_KWARGS_06)] == value
+        if key.startswith(REWARD_KWARGS_0_6_1):
+            expected[REWARD_KWARGS_0_9_1 + key.removeprefix(REWARD_KWARGS_0_6_1)] = value
         elif key in renamed:
-            assert key not in new.overrides
             if renamed[key] is not None:
-                assert new.overrides[renamed[key]] == value, key
-        elif key == line09.AGENT_LOOP_KEY:
-            assert (value, new.overrides[key]) == (AGENT_LOOP_CONFIG, v0_9.AGENT_LOOP_CONFIG)
+                expected[renamed[key]] = value  # type: ignore[index]
+        elif key == AGENT_LOOP_KEY:
+            assert value == AGENT_LOOP_CONFIG
+            assert new.overrides[key].endswith(AGENT_LOOP_CONFIG_0_9_1) and Path(new.overrides[key]).is_file()
+            expected[key] = new.overrides[key]
         else:
-            assert new.overrides[key] == value, f"{key}: the recipe's value must be the same on both lines"
-    for key, value in added.items():
-        assert new.overrides[key] == value
+            expected[key] = value  # the recipe's value, the same on both lines
+    assert new.overrides == {**expected, **added}
     assert new.argv[-len(new.overrides) :] == hydra_overrides(new.overrides)
     assert (new.env, new.files, new.pre, new.notes) == (old.env, old.files, old.pre, old.notes)
 
@@ -64,10 +115,10 @@ def test_line_0_9_keeps_every_recipe_value_and_moves_only_what_verl_0_9_1_rename
 def test_line_0_9_runs_verl_0_9_1s_programs(variant: str, stage: str) -> None:
     command = rendered(variant, stage, "0.9.1")
     if stage == "sft":
-        assert v0_9.SFT_MODULE in command.argv and SFT_MODULE not in command.argv
+        assert SFT_MODULE_0_9_1 in command.argv and SFT_MODULE_0_6_1 not in command.argv
         assert command.config_name == "sft_trainer_engine"
     else:
-        assert command.argv[:3] == ("python3", "-m", v0_9.PPO_MAIN_MODULE) and PPO_MODULE not in command.argv
+        assert command.argv[:3] == ("python3", "-m", PPO_MODULE_0_9_1) and PPO_MODULE_0_6_1 not in command.argv
         assert command.overrides["reward.custom_reward_function.path"] == REWARD_FILE
         assert not any(key.lstrip("+").startswith("custom_reward_function.") for key in command.overrides), "0.9.1 ignores the top-level reward keys"
         assert command.overrides["trainer.use_v1"] is False

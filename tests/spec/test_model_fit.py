@@ -299,3 +299,73 @@ def test_the_activation_terms_cover_what_one_h100_measured() -> None:
             assert 0.99 <= estimated_log_prob / log_prob <= 1.1, (case["name"], case["layers"], t, estimated_log_prob, log_prob)
             checked += 1
     assert checked >= 20
+
+
+# vLLM's KV cache need for one sequence, by hand from vLLM 0.11.0's source (the 0.6 line's engine, the
+# vllm==0.11.0 wheel on PyPI), not from our code:
+# - vllm/v1/kv_cache_interface.py, AttentionSpec.page_size_bytes: 2 (K and V) x block_size x num_kv_heads
+#   x head_size x get_dtype_size(dtype), one layer's page of block_size tokens;
+# - same file, FullAttentionSpec.max_memory_usage_bytes: cdiv(max_model_len, block_size) x page_size_bytes;
+# - vllm/v1/core/kv_cache_utils.py, max_memory_usage_bytes sums it over the layers, and
+#   check_enough_kv_cache_memory raises ValueError ("To serve at least one request with the models's max
+#   seq len ...") when it is over the memory left for the KV cache;
+# - vllm/config/model.py, ModelConfig.get_num_kv_heads: max(1, num_key_value_heads // tensor_parallel_size);
+#   get_head_size: config.head_dim, else hidden_size // num_attention_heads.
+VLLM_BLOCK_SIZE = 16
+"""Any block size that divides max_model_len gives the same figure; 18432 tokens are a multiple of 16 to 2048."""
+
+
+def vllm_kv_bytes_of_one_sequence(config: dict[str, Any], tensor_parallel: int, max_model_len: int) -> int:
+    num_kv_heads = max(1, config["num_key_value_heads"] // tensor_parallel)
+    head_size = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    dtype_size = {"bfloat16": 2, "float16": 2, "float32": 4}[config["torch_dtype"]]
+    page_size_bytes = 2 * VLLM_BLOCK_SIZE * num_kv_heads * head_size * dtype_size
+    blocks = -(-max_model_len // VLLM_BLOCK_SIZE)
+    return config["num_hidden_layers"] * blocks * page_size_bytes
+
+
+@pytest.mark.parametrize("tensor_parallel", [4, 1])
+def test_one_sequences_kv_cache_is_what_vllm_allocates_for_it_k_and_v(tensor_parallel: int) -> None:
+    """The 32B example (2048 + 16384 tokens): 64 layers x 1152 blocks x 2 x 16 x (8 / TP) heads x 128 x 2 B, keys and values."""
+    spec = spec_of("qwen32b-h200", rl={"tensorParallel": tensor_parallel, "sequenceParallel": 8})
+    tokens = spec.rl.max_prompt_length + spec.rl.max_response_length
+    assert tokens == 18432
+    expected = vllm_kv_bytes_of_one_sequence(QWEN_32B, tensor_parallel, tokens)
+    assert expected == {4: 1_207_959_552, 1: 4_831_838_208}[tensor_parallel]  # 1.125 GiB and 4.5 GiB
+    memory = rollout_memory(spec, model_shape(QWEN_32B))
+    assert memory is not None and memory["sequence_kv_gib"] * 2**30 == pytest.approx(expected)
+
+
+def test_a_run_whose_kv_cache_holds_half_a_sequence_is_refused_as_vllm_refuses_it() -> None:
+    """32B on one H200 at tensorParallel 1 and gpuMemoryUtilization 0.485: the KV cache left holds the keys
+    of one 18432-token sequence but not its values. vLLM refuses to start; counting only one of K and V
+    (half of vLLM's figure) would accept the run."""
+    spec = spec_of("qwen32b-h200", rl={"tensorParallel": 1, "sequenceParallel": 8, "gpuMemoryUtilization": 0.485})
+    need = vllm_kv_bytes_of_one_sequence(QWEN_32B, 1, 18432) / 2**30
+    memory = rollout_memory(spec, model_shape(QWEN_32B))
+    assert memory is not None and need / 2 < memory["kv_cache_gib"] < need, (memory["kv_cache_gib"], need)
+    (finding,) = [f for f in model_fit_findings(spec, QWEN_32B) if f.path == "spec.rl.tensorParallel"]
+    assert finding.severity == "error" and "vLLM refuses to start" in finding.message
+    assert f"less than the {need:.2f} GiB one sequence of 18432 tokens needs" in finding.message, finding.message
+
+
+OFFLOAD_ADVICE = "rl.offload: true"
+
+
+@pytest.mark.parametrize(
+    ("sections", "config", "path"),
+    [
+        pytest.param({"hardware": {"product": H100}}, QWEN_32B, "spec.rl.maxResponseLength", id="log-probabilities over one H100"),
+        pytest.param({"rl": {"gpuMemoryUtilization": 0.995}}, QWEN_32B, "spec.rl.gpuMemoryUtilization", id="rollout over one H200 (vLLM's share and its CUDA graphs)"),
+    ],
+)  # fmt: skip
+def test_a_refusal_never_advises_turning_on_offload_when_it_is_on(sections: dict[str, Any], config: dict[str, Any], path: str) -> None:
+    """The same refusal with offload off advises it (the advice is real), with offload on it does not (it would change nothing)."""
+    on = spec_of("qwen32b-h200", **sections)
+    assert on.rl.offload is True
+    found = model_fit_findings(on, config)
+    assert path in {f.path for f in found}, messages(found)
+    assert "spec.rl.offload" not in {f.path for f in found}
+    assert not [f for f in found if OFFLOAD_ADVICE in f.message], messages(found)
+    off = model_fit_findings(spec_of("qwen32b-h200", **{**sections, "rl": {**sections.get("rl", {}), "offload": False}}), config)
+    assert [f for f in off if OFFLOAD_ADVICE in f.message], messages(off)

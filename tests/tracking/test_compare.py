@@ -108,14 +108,17 @@ def test_a_run_recorded_under_the_old_two_slash_names_still_shows_its_dynamics(m
 def test_compare_prints_eval_scores_beside_the_validation_curves_and_logs_the_report(
     recorded: tuple[str, str], mlflow_server: MLflowServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """The tool run is given first: the baseline is the text-only run (its best 0.4: the tool run reaches it at step 200),
+    not the first run given (whose best 0.7 the text-only run never reaches)."""
     tool, text = recorded
-    assert main(["compare", text, "team/qwen32b-h200", "--tracking-uri", mlflow_server.uri, "--out", str(tmp_path), "--smooth", "0.5"]) == 0
+    assert main(["compare", "team/qwen32b-h200", text, "--tracking-uri", mlflow_server.uri, "--out", str(tmp_path), "--smooth", "0.5"]) == 0
     lines = [line.split() for line in capsys.readouterr().out.splitlines()]
     assert ["aime_2024", "mean@8", "qwen32b-h200", "tool-integrated", "0.675", "-", "-", "-"] in lines
     assert ["aime_2024", "mean@8", "qwen32b-h200-text-only", "text-only", "0.400", "-", "-", "-"] in lines
     assert ["aime_2024", "mean@4", "qwen32b-h200", "tool-integrated", "-", "0.700@400", "0.700@400", "step", "200"] in lines
     assert ["aime_2024", "mean@4", "qwen32b-h200-text-only", "text-only", "-", "0.300@1080", "0.400@1000", "step", "1000"] in lines
     table = json.loads((tmp_path / "table.json").read_text())
+    assert {r["baseline"] for r in table} == {"qwen32b-h200-text-only"}
     assert {(r["stat"], r["run"]) for r in table if r["eval"] is not None} == {
         (stat, run) for stat in ("mean@8", "maj@8", "best@8", "pass@8") for run in ("qwen32b-h200", "qwen32b-h200-text-only")
     }
@@ -124,8 +127,8 @@ def test_compare_prints_eval_scores_beside_the_validation_curves_and_logs_the_re
     assert "<script src=" not in page and "Plotly.newPlot" in page, "the page is self-contained: plotly.js inlined"
     client = MlflowClient(mlflow_server.uri)
     for parent in (tool, text):
-        logged = {a.path for a in client.list_artifacts(parent, "compare/qwen32b-h200-text-only-vs-qwen32b-h200")}
-        assert logged == {f"compare/qwen32b-h200-text-only-vs-qwen32b-h200/{f}" for f in ("report.png", "report.html", "table.json")}
+        logged = {a.path for a in client.list_artifacts(parent, "compare/qwen32b-h200-vs-qwen32b-h200-text-only")}
+        assert logged == {f"compare/qwen32b-h200-vs-qwen32b-h200-text-only/{f}" for f in ("report.png", "report.html", "table.json")}
 
 
 @pytest.mark.parametrize("order", ["text first", "tool first"])
@@ -211,6 +214,38 @@ def test_without_a_text_only_run_the_first_run_is_the_baseline_and_a_run_that_ne
     rows = score_table([a, b], curve_keys([a, b]))
     assert [(r["run"], r["baseline"], r["step_reaching_baseline_best"]) for r in rows] == [("a", "a", 10), ("b", "a", None)]
     assert "never" in format_table(rows)
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2), (1, 0, 2), (2, 1, 0)], ids=["text-only first", "text-only second", "text-only last"])
+def test_the_text_only_run_is_the_baseline_wherever_it_is_given(order: tuple[int, int, int]) -> None:
+    """docs/recipe.md: "the baseline's best validation value - the text-only run's when one is compared, else the first run's"."""
+    runs = [
+        RunSeries("text", "1" * 32, "text-only", {MEAN: {0: 0.1, 10: 0.4}}),
+        RunSeries("tool", "2" * 32, "tool-integrated", {MEAN: {0: 0.2, 5: 0.4, 10: 0.7}}),
+        RunSeries("other", "3" * 32, "tool-integrated", {MEAN: {0: 0.3, 10: 0.5}}),
+    ]
+    given = [runs[i] for i in order]
+    rows = {r["run"]: (r["baseline"], r["step_reaching_baseline_best"]) for r in score_table(given, curve_keys(given))}
+    assert rows == {"text": ("text", 10), "tool": ("text", 5), "other": ("text", 10)}
+
+
+PLATEAU_VAL = {0: 0.1, 100: 0.5, 200: 0.3, 300: 0.5, 400: 0.4}
+"""A run whose best (0.5) comes twice, at steps 100 and 300: the best is the first step reaching it, 100."""
+
+
+def test_a_best_validation_value_reached_twice_is_reported_at_the_first_step_reaching_it(mlflow_server: MLflowServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The table's ``value@step`` (docs/recipe.md: "its last and best validation value as value@step") and the parent's
+    headline (``best_validation/..._step``: "the step it was reached at") name step 100, where the run got there."""
+    from retool.tracking.headline import log_headline
+
+    plateau = record(mlflow_server, "plateau", "tool-integrated", f"retool/compare-plateau-{uuid.uuid4().hex[:6]}", [(PLATEAU_VAL, {})], evals=[])
+    assert main(["compare", plateau, "--tracking-uri", mlflow_server.uri, "--out", str(tmp_path), "--no-log"]) == 0
+    lines = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert ["aime_2024", "mean@4", "plateau", "tool-integrated", "-", "0.400@400", "0.500@100", "step", "100"] in lines, lines
+    (row,) = [r for r in json.loads((tmp_path / "table.json").read_text()) if r["stat"] == "mean@4"]
+    assert (row["validation_best"], row["validation_best_step"]) == (pytest.approx(0.5), 100)
+    headline = log_headline(mlflow_server.uri, plateau)
+    assert (headline["best_validation/aime_2024_mean_at_4"], headline["best_validation/aime_2024_mean_at_4_step"]) == (pytest.approx(0.5), 100.0)
 
 
 def test_the_reward_watch_tag_of_the_running_rl_attempt_is_what_the_operator_reads(mlflow_server: MLflowServer) -> None:
