@@ -8,6 +8,7 @@ of an execution uid survived.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 import uuid
@@ -18,7 +19,7 @@ import httpx
 import pytest
 
 from retool.sandbox.api import RunCodeResponse
-from tests.sandbox.conftest import SECRET, SERVER_UID_BASE, RunningServer, leftover_processes
+from tests.sandbox.conftest import SECRET, SERVER_UID_BASE, RunningServer, leftover_processes, start_server, stop_server
 from tests.sandbox.waiting import until
 
 pytestmark = pytest.mark.slow
@@ -117,18 +118,46 @@ async def test_numpy_and_scipy_run_under_a_small_memory_limit(server: RunningSer
     assert response.status == "Success" and response.run_result.stdout == "8.0 1000.0\n", response
 
 
-async def test_no_secret_reaches_the_code(server: RunningServer) -> None:
-    code = (
-        "import os, glob\nfound = [repr(dict(os.environ))]\n"
-        "for path in ['/proc/1/environ', '/proc/self/environ', f'/proc/{os.getppid()}/environ', f'/proc/{PID}/environ', *glob.glob('/proc/*/environ')]:\n"
-        "    try:\n        found.append(open(path, 'rb').read().decode(errors='replace'))\n    except OSError as e:\n        found.append(type(e).__name__)\n"
-        "print('\\n'.join(found))\n"
-    ).replace("PID", str(server.process.pid))
-    async with httpx.AsyncClient(base_url=server.url) as client:
-        response, _ = await post(client, code)
-    assert response.status == "Success", response
-    assert SECRET not in response.run_result.stdout
-    assert "RETOOL_SANDBOX_TEST_SECRET" not in response.run_result.stdout
+SECRET_SHAPES = {
+    # The root server: executions in pid namespaces of their own, the server out of their sight.
+    "root": (None, 0, {}),
+    # The restricted pod: executions share the server's uid and pid namespace (the server is their
+    # /proc/1); Landlock and the server's non-dumpable /proc entries keep its environment closed.
+    "pod": ("pod", 10052, {}),
+    # ... on a kernel before 5.13: only the non-dumpable entries.
+    "pod without Landlock": ("pod", 10053, {"RETOOL_SANDBOX_LANDLOCK_MAX_ABI": "0"}),
+}
+DEPLOYED_SECRETS = {"AWS_SECRET_ACCESS_KEY": SECRET, "MLFLOW_TRACKING_URI": f"http://retool:{SECRET}@mlflow.retool-runs.svc:5000"}
+"""How a deployed replica holds credentials: a Secret exposed through envFrom, a URI with a password
+(beside ``RETOOL_SANDBOX_TEST_SECRET``, which every test server has)."""
+
+
+@pytest.mark.parametrize("shape", SECRET_SHAPES, ids=SECRET_SHAPES)
+async def test_no_secret_reaches_the_code(server: RunningServer, shape: str) -> None:
+    kind, uid, env = SECRET_SHAPES[shape]
+    target = server if kind is None else start_server(1, kind=kind, uid=uid, **env, **DEPLOYED_SECRETS)
+    try:
+        if os.geteuid() == 0:  # (a non-root test process may not read a non-dumpable server's environment)
+            held = Path(f"/proc/{target.pid}/environ").read_bytes().decode(errors="replace")
+            assert SECRET in held, "the server does not hold the secret: the test could not fail"
+        code = (
+            "import glob, json, os\nfound = {'os.environ': repr(dict(os.environ))}\n"
+            "for path in ['/proc/1/environ', '/proc/1/cmdline', '/proc/self/environ', f'/proc/{os.getppid()}/environ', '/proc/PID/environ', *glob.glob('/proc/*/environ')]:\n"
+            "    try:\n        found[path] = open(path, 'rb').read().decode(errors='replace')\n    except OSError as e:\n        found[path] = type(e).__name__\n"
+            "print(json.dumps(found))\n"
+        ).replace("PID", str(target.process.pid))
+        async with httpx.AsyncClient(base_url=target.url) as client:
+            response, _ = await post(client, code)
+        assert response.status == "Success", response
+        out = response.run_result.stdout
+        for leaked in (SECRET, "RETOOL_SANDBOX_TEST_SECRET", *DEPLOYED_SECRETS):
+            assert leaked not in out, f"{leaked} reached the code: {out}"
+        if kind is not None:  # the code saw the server (its /proc/1) and was refused its environment
+            found = json.loads(out)
+            assert "retool.sandbox" in found["/proc/1/cmdline"] and found["/proc/1/environ"] == "PermissionError", found
+    finally:
+        if target is not server:
+            stop_server(target)
 
 
 async def test_writes_outside_the_temp_dir_do_not_land(server: RunningServer, tmp_path) -> None:

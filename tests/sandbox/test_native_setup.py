@@ -5,17 +5,21 @@ Each shape runs a real ``Zygote`` in a fresh interpreter (``SHAPE``: the layers 
 shape gives it, Landlock at the kernel's ABI and the seccomp filter), forks executions with the
 helper and without it, and runs in each a probe of what the setup decides: credentials,
 capabilities, no_new_privs, the seccomp mode, the descriptors, the session, nice and OOM score,
-dumpable and the parent-death signal, the environment, stdio, the limits, and what the layers
-let through (its directory, outside it, TCP, memfds, user namespaces, signals to the zygote,
-chmod). The two must agree on every fact, and the facts must be the isolated ones (so agreement
-is not two identical failures).
+dumpable and the parent-death signal, the environment, logging and signal dispositions, stdio, the
+limits, and what the layers let through (its directory, outside it, /dev/urandom, TCP, memfds, user
+namespaces, signals to the zygote, chmod). The two must agree on every fact, and the facts must be
+the isolated ones (so agreement is not two identical failures): the two paths share what the zygote
+prepares (``child.prepare``: the environment, logging, the Landlock rules, the seccomp filter) and
+what runs the job, where a break leaves both alike, so those facts are written out here too.
 """
 
 from __future__ import annotations
 
 import errno
+import inspect
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -31,7 +35,7 @@ from tests.sandbox.conftest import repo_env, start_server, stop_server
 
 PROBE = textwrap.dedent(
     """
-    import ctypes, json, os, resource, socket, sys
+    import ctypes, json, logging, os, resource, signal, socket, sys
     from retool.sandbox import child
     libc = ctypes.CDLL(None, use_errno=True)
     cwd = os.getcwd()
@@ -68,6 +72,10 @@ PROBE = textwrap.dedent(
         "dumpable": libc.prctl(3, 0, 0, 0, 0),  # PR_GET_DUMPABLE
         "parent_death_signal": death.value,
         "environment": {key: norm(value) for key, value in os.environ.items()},
+        "logging": [len(logging.getLogger().handlers), logging.getLogger().level],
+        "signals": [signal.getsignal(signal.SIGINT) is signal.default_int_handler]
+        + [signal.getsignal(sig) == signal.SIG_DFL for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGALRM, signal.SIGXCPU, signal.SIGHUP)],
+        "urandom": attempt(lambda: open("/dev/urandom", "rb").read(8)),
         "stdin": sys.stdin.read(),
         "stdio": [type(sys.stdout).__name__, sys.stdout.encoding, sys.stdout.line_buffering, sys.stderr.errors, sys.stderr.line_buffering],
         "stdio_seekable": [sys.stdin.seekable(), sys.stdout.seekable(), sys.stderr.seekable(), sys.stdin.tell()],
@@ -92,9 +100,10 @@ PROBE = textwrap.dedent(
 
 SHAPE = textwrap.dedent(
     """
-    import json, os, sys
-    from retool.sandbox import landlock, protocol, worker, zygote
+    import json, logging, os, sys
+    from retool.sandbox import landlock, logs, protocol, worker, zygote
     from retool.sandbox.outcome import Limits
+    logs.configure(logging.INFO)  # as the template configures its own, which the zygote inherits
     drop, native, scratch, probe, refuse = sys.argv[1], sys.argv[2] == "native", sys.argv[3], sys.argv[4], sys.argv[5] == "refuse"
     preload, runs = [name for name in sys.argv[6].split(",") if name], int(sys.argv[7])
     for name in preload:  # as the template imports them: the zygote inherits their state
@@ -201,7 +210,18 @@ def test_the_compiled_setup_leaves_the_execution_as_the_python_setup_does(drop: 
         assert facts["stdin"] == "given\n" and facts["argv"] == [child.CODE_FILENAME] and facts["path0"] == "<cwd>"
         # As a fresh interpreter's over these descriptors (a memfd, two pipes), not the zygote's own.
         assert facts["stdio_seekable"] == [True, False, False, len("given\n")], facts["stdio_seekable"]
-        assert facts["environment"]["HOME"] == facts["environment"]["TMPDIR"] == "<cwd>"
+        # What the two paths share (``child.prepare``, the zygote, ``_run``) is pinned here too, not
+        # only compared: a break there leaves both alike. Written out, not read from the module.
+        assert facts["environment"] == {
+            "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+            "HOME": "<cwd>", "TMPDIR": "<cwd>", "PWD": "<cwd>",
+        }, facts["environment"]  # the zygote's scrubbed one (this test process's is in the zygote's)
+        assert facts["logging"] == [0, 30] and facts["signals"] == [True] * 6, facts  # as ``python main.py`` has them
+        assert facts["urandom"] == "ok"  # Landlock's device rules
+        mib = 1 << 20
+        assert {name: facts["limits"][name] for name in ("RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_CORE")} == {
+            "RLIMIT_NPROC": [64, 64], "RLIMIT_FSIZE": [8 * mib, 8 * mib], "RLIMIT_NOFILE": [128, 128], "RLIMIT_CORE": [0, 0],
+        }, facts["limits"]
         assert facts["write_here"] == "ok" and facts["read_the_system"] == "ok"
         assert facts["write_outside"] == errno.EACCES and facts["list_the_scratch_root"] == errno.EACCES
         assert facts["tcp"] != "ok" and facts["memfd"] == errno.EPERM and facts["user_namespace"] == errno.EPERM
@@ -221,6 +241,32 @@ def test_the_compiled_setup_leaves_the_execution_as_the_python_setup_does(drop: 
     assert "FileNotFoundError: [Errno 2] No such file or directory" in python[2]["reason"], python[2]["reason"]
     assert "FileNotFoundError: [Errno 2] chdir to the execution directory: No such file or directory" in native[2]["reason"], native[2]["reason"]
     assert "FileNotFoundError" in python_log and "chdir to the execution directory" in native_log
+
+
+def test_a_failed_setup_is_reported_at_the_step_that_failed() -> None:
+    """docs/sandbox.md, "How an execution runs": a setup that fails is answered with its error and
+    ``(<where>)``, the frame that raised it (``worker.wait_for_setup``), not ``child.main``, the
+    outermost one every failure passes through. A real zygote forks into a directory that is not
+    there: the Python setup fails in ``_settle_layers``' ``os.chdir``; the helper, a C function
+    with no frame of its own, in ``main``'s call of it."""
+    if os.geteuid() != 0:
+        pytest.skip("the shapes are started from a root test process (as in CI)")
+    lines, first = inspect.getsourcelines(child._settle_layers)
+    chdir = first + next(i for i, line in enumerate(lines) if line.strip() == "os.chdir(cwd)")
+    (by_python,), _log = _shape("none", "python", False, runs=0)
+    assert not by_python["settled"] and by_python["status"] != 0, by_python
+    assert re.fullmatch(
+        r"the execution process failed its isolation setup: FileNotFoundError: \[Errno 2\] No such file or directory: '[^']*/missing'"
+        rf' \(File "[^"]*/retool/sandbox/child\.py", line {chdir}, in _settle_layers\)',
+        by_python["reason"],
+    ), by_python["reason"]
+    if child.native_setup_error() is None:
+        (by_native,), _log = _shape("none", "native", False, runs=0)
+        assert re.fullmatch(
+            r"the execution process failed its isolation setup: FileNotFoundError: \[Errno 2\] chdir to the execution directory: No such file or directory"
+            r' \(File "[^"]*/retool/sandbox/child\.py", line \d+, in main\)',
+            by_native["reason"],
+        ), by_native["reason"]
 
 
 def test_a_plan_the_helper_cannot_read_is_refused_before_any_call() -> None:
@@ -281,12 +327,22 @@ def test_native_setup_false_reaches_every_execution_through_the_server() -> None
 
 
 REPORT = b'Traceback (most recent call last):\n  File "child.py", line 3, in main\n    settle()\nPermissionError: [Errno 1] landlock restrict_self: Operation not permitted\n'
+NESTED_REPORT = (
+    b'Traceback (most recent call last):\n  File "child.py", line 318, in main\n    _settle_layers(setup, prepared, stdout_fd, stderr_fd, worker)\n'
+    b'  File "child.py", line 346, in _settle_layers\n    os.chdir(cwd)\n'
+    b"FileNotFoundError: [Errno 2] No such file or directory: '/tmp/x/missing'\n"
+)
 ACKNOWLEDGEMENTS = {
     "acknowledged": (b"k", True, None),
     "a report: its last line and where": (
         child.SETUP_FAILED + REPORT,
         False,
         'PermissionError: [Errno 1] landlock restrict_self: Operation not permitted (File "child.py", line 3, in main)',
+    ),
+    "a report of several frames: the innermost, where it was raised": (
+        child.SETUP_FAILED + NESTED_REPORT,
+        False,
+        "FileNotFoundError: [Errno 2] No such file or directory: '/tmp/x/missing' (File \"child.py\", line 346, in _settle_layers)",
     ),
     "an exit without a word": (b"", False, "it exited without a word"),
     "something else": (b"zz", False, "unexpected acknowledgement b'zz'"),
