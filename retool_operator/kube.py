@@ -59,6 +59,7 @@ KINDS: dict[tuple[str, str], Kind] = {
     ("v1", "Service"): Kind("", "v1", "services"),
     ("v1", "PersistentVolumeClaim"): Kind("", "v1", "persistentvolumeclaims"),
     ("v1", "Pod"): Kind("", "v1", "pods"),
+    ("v1", "Node"): Kind("", "v1", "nodes"),
     ("v1", "Event"): Kind("", "v1", "events"),
     ("autoscaling/v2", "HorizontalPodAutoscaler"): Kind("autoscaling", "v2", "horizontalpodautoscalers"),
     ("apps/v1", "Deployment"): Kind("apps", "v1", "deployments"),

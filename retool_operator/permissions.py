@@ -49,6 +49,8 @@ RULES: list[Rule] = [
     {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get", "list", "watch"]},
     # get: the PriorityClass a run names, read by the admission webhook to warn when the cluster lacks it.
     {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["get"]},
+    # get: the nodes under a running rl attempt, whose cordon or termination taint asks the trainer to save.
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
 ]
 
 NOT_REQUESTED: dict[tuple[str, str, str], str] = {

@@ -171,6 +171,8 @@ class Observed:
     """Child name -> those of its ``active_pods`` in phase Running (the stage has started)."""
     stage_pods: list[dict[str, Any]] | None = None
     """Every stage pod of the run the API server has (for ``cost``); None when not read this pass."""
+    nodes: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    """The nodes under the running rl attempt's Ray pods, by name (None: gone), for ``notice``."""
     failure_details: dict[str, str] = field(default_factory=dict)
     """Failed Job name -> its stage container's termination message (the reason the stage gave, or its last log lines)."""
     sandbox_gate: SandboxGate | None = None

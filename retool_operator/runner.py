@@ -19,9 +19,10 @@ import aiohttp
 from retool.preflight.checks import WARNINGS_PREFIX
 from retool.spec.model import RetoolRun
 from retool.spec.names import RAY_STAGES, sandbox_name, stage_child_name
-from retool.spec.status import MLflowStatus, RetoolRunStatus, StageStatus
+from retool.spec.status import MLflowStatus, ResumePoint, RetoolRunStatus, SaveRequest, StageStatus
 from retool.spec.validate import document_warnings, parse_run
-from retool_operator import below, cost, immutability, logcontext
+from retool.tracking.naming import RESUMED_FROM_TAG, SAVED_ON_NOTICE_TAG
+from retool_operator import below, cost, immutability, logcontext, notice
 from retool_operator import constants as c
 from retool_operator.builders import (
     Tracking,
@@ -60,8 +61,8 @@ from retool_operator.reconcile import (
     stalls_below,
 )
 from retool_operator.sandbox_gate import KUEUE_GATE, SandboxGate, sandbox_gate
-from retool_operator.status import FINISHED_PHASES, dump, invalid_spec_status, load, phase_of, set_condition, status_to_write, with_refusals, with_spec_warnings
-from retool_operator.tracking import ensure_parent_run, eval_results, log_cost, reward_suspect, same_tracker, tracking_target
+from retool_operator.status import FINISHED_PHASES, dump, invalid_spec_status, load, phase_of, rfc3339, set_condition, status_to_write, with_refusals, with_spec_warnings
+from retool_operator.tracking import ensure_parent_run, eval_results, log_cost, request_save, reward_suspect, same_tracker, stage_attempt_tags, tracking_target
 from retool_operator.webhook import cluster_problems, spec_problems
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,7 @@ log = logging.getLogger(__name__)
 RUNS = KINDS[(c.RUN_API_VERSION, c.RUN_KIND)]
 DEPLOYMENTS = KINDS[("apps/v1", "Deployment")]
 PODS = KINDS[("v1", "Pod")]
+NODES = KINDS[("v1", "Node")]
 JOBS = KINDS[("batch/v1", "Job")]
 HPAS = KINDS[("autoscaling/v2", "HorizontalPodAutoscaler")]
 TERMINATED_POD_PHASES = frozenset({"Succeeded", "Failed"})
@@ -152,6 +154,11 @@ def active_pods(run_name: str, pods: list[dict[str, Any]]) -> tuple[dict[str, li
         elif phase == "Running" and not meta.get("deletionTimestamp"):
             running.setdefault(child, []).append(meta.get("name", "?"))
     return active, submitters, running
+
+
+def _int_tag(tags: dict[str, str] | None, key: str) -> int | None:
+    value = (tags or {}).get(key, "")
+    return int(value) if value.isdigit() else None
 
 
 def may_create(status: RetoolRunStatus, children: dict[str, dict[str, Any]]) -> bool:
@@ -355,6 +362,7 @@ class Reconciler:
         now = self.now()
         decision = decide(run, current, observed, now, sandbox_autoscaled=autoscaled)
         decision.status = self._with_cost(run, current, decision, observed, now)
+        decision.status = await self._save_on_notice(current, decision, observed, tracking, now)
         if decision.status.cost is not None and tracking.parent_run_id and tracking.uri and cost.attempt_ended(current, decision.status):
             await log_cost(tracking.uri, tracking.parent_run_id, cost.figures(decision.status.cost))
         warnings = [str(w) for w in document_warnings(document)]
@@ -613,6 +621,32 @@ class Reconciler:
             decision.events.append(Event("Normal", c.REASON_RUN_COST, f"run {status.phase.lower()}: {cost.ended_text(spent)}"))
         return status
 
+    async def _save_on_notice(self, current: RetoolRunStatus, decision: Decision, observed: Observed, tracking: Tracking, now: dt.datetime) -> RetoolRunStatus:
+        """The running rl attempt asked to save when its nodes are going, and what its trainer answered (docs/operations.md, "Save on notice")."""
+        status = decision.status
+        entry = next((s for s in status.stages if s.name == "rl" and s.state == "Running" and s.job), None)
+        if entry is None or not (tracking.uri and tracking.parent_run_id):
+            return status
+        request = entry.save_request if entry.save_request is not None and entry.save_request.attempt == entry.attempt else None
+        resumed = entry.resumed_from if entry.resumed_from is not None and entry.resumed_from.attempt == entry.attempt else None
+        sign = notice.notice(notice.attempt_pods(observed.stage_pods, "rl", entry.attempt), observed.nodes, observed.workloads.get(entry.job or ""))
+        if sign is not None and (request is None or not request.delivered):
+            delivered = await request_save(tracking.uri, tracking.parent_run_id, entry.attempt, sign)
+            if request is None:
+                decision.events.append(Event("Warning", c.REASON_SAVE_REQUESTED, f"rl attempt {entry.attempt} asked to save at its next step boundary: {sign}"))
+            request = SaveRequest(attempt=entry.attempt, reason=sign, requested_time=request.requested_time if request else rfc3339(now), delivered=delivered)
+        if (request is not None and request.delivered and request.saved_step is None) or (entry.attempt > 1 and resumed is None):
+            tags = await stage_attempt_tags(tracking.uri, tracking.parent_run_id, "rl", entry.attempt)
+            saved, resumed_step = _int_tag(tags, SAVED_ON_NOTICE_TAG), _int_tag(tags, RESUMED_FROM_TAG)
+            if request is not None and request.saved_step is None and saved is not None:
+                request = request.model_copy(update={"saved_step": saved})
+                decision.events.append(Event("Normal", c.REASON_SAVED_ON_NOTICE, f"rl attempt {entry.attempt} saved its checkpoint at step {saved} on request"))
+            if resumed is None and resumed_step is not None:
+                resumed = ResumePoint(attempt=entry.attempt, step=resumed_step)
+                decision.events.append(Event("Normal", c.REASON_RESUMED_FROM_STEP, f"rl attempt {entry.attempt} resumed after step {resumed_step}"))
+        stages = [s.model_copy(update={"save_request": request or s.save_request, "resumed_from": resumed or s.resumed_from}) if s is entry else s for s in status.stages]
+        return status.model_copy(update={"stages": stages})
+
     def _owned(self, obj: dict[str, Any], run: RetoolRun) -> dict[str, Any]:
         uid = (run.metadata.model_extra or {}).get("uid")
         return owned_by(obj, run_name=run.metadata.name, run_uid=uid) if uid else obj
@@ -685,6 +719,11 @@ class Reconciler:
             stage_pods = await self.client.list(PODS, namespace, label_selector=f"{c.LABEL_RUN}={run.metadata.name},{c.LABEL_ROLE}={c.COMPONENT_STAGE}")
         if may_create(status, children) or not_yet_running:
             active, submitters, running = active_pods(run.metadata.name, stage_pods or [])
+        nodes: dict[str, dict[str, Any] | None] = {}
+        rl = next((s for s in status.stages if s.name == "rl" and s.state == "Running"), None)
+        if rl is not None:
+            for node in notice.nodes_of(notice.attempt_pods(stage_pods, "rl", rl.attempt)):
+                nodes[node] = await self.client.get(NODES, "", node)
         ready, autoscaled, isolation, refused, settling = 0, False, None, None, False
         hpa_min: int | None = None
         spec_replicas: int | None = None
@@ -722,6 +761,7 @@ class Reconciler:
             submitter_pods=submitters,
             running_pods=running,
             stage_pods=stage_pods,
+            nodes=nodes,
             failure_details=details,
             stage_notes=notes,
             sandbox_ready_replicas=ready,

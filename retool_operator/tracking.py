@@ -141,3 +141,29 @@ async def log_cost(uri: str, parent_run_id: str, figures: dict[str, float], *, t
         log.warning("cost of parent run %s not logged: %s", parent_run_id, err)
         return False
     return True
+
+
+async def request_save(uri: str, parent_run_id: str, attempt: int, reason: str, *, timeout: float = PARENT_RUN_TIMEOUT) -> bool:
+    """``retool.tracking.request_save``: True once the request is on the attempt's run (False: no run yet, or MLflow did not answer)."""
+    module = _tracking_module()
+    if module is None or not hasattr(module, "request_save"):
+        return False
+    try:
+        run_id = await asyncio.wait_for(asyncio.to_thread(module.request_save, uri, parent_run_id, attempt, reason), timeout=timeout)
+    except Exception as err:  # asked again next pass; the scheduled saves still count
+        log.warning("save request to rl attempt %d of parent run %s not delivered: %s", attempt, parent_run_id, err)
+        return False
+    return run_id is not None
+
+
+async def stage_attempt_tags(uri: str, parent_run_id: str, stage: str, attempt: int, *, timeout: float = PARENT_RUN_TIMEOUT) -> dict[str, str]:
+    """The tags of a stage attempt's MLflow run; {} when it has none yet or MLflow does not answer."""
+    module = _tracking_module()
+    if module is None or not hasattr(module, "stage_attempt_tags"):
+        return {}
+    try:
+        tags = await asyncio.wait_for(asyncio.to_thread(module.stage_attempt_tags, uri, parent_run_id, stage, attempt), timeout=timeout)
+    except Exception as err:  # a view on training: never fail a pass over it
+        log.warning("tags of %s attempt %d of parent run %s not readable: %s", stage, attempt, parent_run_id, err)
+        return {}
+    return dict(tags or {})

@@ -43,6 +43,8 @@ class Size:
     sft_save_freq: int = 78
     """Mid-epoch on purpose (4 rows a epoch): a retry after it must resume inside the epoch, without replaying its rows."""
     rl_steps: int = 2
+    rl_save_freq: int = 1
+    """The test saves only at its last step, so its first attempt's checkpoint at step 1 is the one it asked for (save on notice)."""
     rl_batch: int = 2
     rollout_n: int = 4
     eval_samples: int = 2
@@ -137,7 +139,7 @@ def rehearsal_run(root: Path, data: dict[str, Any], size: Size = DEMO) -> dict[s
                 "tensorParallel": 1,
                 "sequenceParallel": 1,
                 "offload": False,
-                "saveFreq": 1,
+                "saveFreq": size.rl_save_freq,
                 "testFreq": size.rl_steps,
                 "valBeforeTrain": False,
                 "logValGenerations": 4,

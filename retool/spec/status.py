@@ -25,6 +25,21 @@ PHASE_OF_STAGE: dict[str, str] = {
 }
 
 
+class SaveRequest(SpecModel):
+    """The operator's request to the rl stage's trainer to save at its next step boundary (docs/operations.md, "Save on notice")."""
+
+    attempt: int = Field(..., ge=1, description="Attempt the request was made to.")
+    reason: str = Field(..., description="Why: which node is going, and the sign (a cordon, a taint, a disruption, Kueue's eviction).")
+    requested_time: str = Field(..., description="When the operator saw the sign (RFC 3339).")
+    delivered: bool = Field(False, description="The request reached the attempt's MLflow run, where the trainer reads it once per step.")
+    saved_step: int | None = Field(None, ge=0, description="The global step of the checkpoint the trainer saved on the request.")
+
+
+class ResumePoint(SpecModel):
+    attempt: int = Field(..., ge=1, description="The attempt that resumed.")
+    step: int = Field(..., ge=0, description="The global step it continued after (its trainer's last checkpoint).")
+
+
 class StageStatus(SpecModel):
     name: Literal["prepare", "preflight", "sft", "merge", "rl", "eval"] = Field(..., description="Stage name.")
     state: StageState = Field(
@@ -44,6 +59,8 @@ class StageStatus(SpecModel):
     preempted_attempts: int | None = Field(
         None, ge=0, description="Attempts that a preemption ended (a batch Job cannot resume) and a new attempt replaced; they use no retry."
     )
+    save_request: SaveRequest | None = Field(None, description="rl: the last request to save on notice, and what came of it.")
+    resumed_from: ResumePoint | None = Field(None, description="rl: the step the current attempt's trainer resumed after, once it says.")
     status_check_timeouts: int | None = Field(
         None,
         ge=0,

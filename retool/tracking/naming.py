@@ -18,6 +18,15 @@ TAG_NAMESPACE = "retool.namespace"
 TAG_NAME = "retool.name"
 TAG_STAGE = "retool.stage"
 TAG_ATTEMPT = "retool.attempt"
+
+SAVE_REQUEST_TAG = "retool.saveRequest"
+"""Set by the operator on a running rl attempt's run when a node under it is going (``retool_operator.notice``):
+the trainer saves a checkpoint at its next step boundary (``retool.recipe.verl_plugins.save_notice``)."""
+SAVED_ON_NOTICE_TAG = "retool.savedOnNotice"
+"""Set by the trainer once it saved on a request: ``<step>`` (the checkpoint's global step)."""
+RESUMED_FROM_TAG = "retool.resumedFromStep"
+"""Set by the trainer when it resumed from a checkpoint: the global step it continues after."""
+
 TAG_IMAGE = "retool.image"
 TAG_PARAMS_CHANGED = "retool.paramsChanged"
 ROLE_PARENT = "pipeline"

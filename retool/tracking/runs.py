@@ -15,6 +15,7 @@ from typing import Any
 from retool.runtime.context import StageContext
 from retool.tracking import naming
 from retool.tracking._client import TrackingError, client, is_resource_exists, reported
+from retool.tracking.naming import SAVE_REQUEST_TAG
 from retool.tracking.params import batches, param_changes
 
 log = logging.getLogger(__name__)
@@ -124,6 +125,28 @@ def reward_suspect(tracking_uri: str, parent_run_id: str, attempt: int) -> str |
         parent = mlflow_client.get_run(parent_run_id)
         found = _find_one(mlflow_client, [parent.info.experiment_id], naming.stage_run_filter(parent_run_id, "rl", attempt))
     return None if found is None else found.data.tags.get(REWARD_SUSPECT_TAG)
+
+
+def stage_attempt_tags(tracking_uri: str, parent_run_id: str, stage: str, attempt: int) -> dict[str, str] | None:
+    """The tags of a stage attempt's run (None while it has none). Only reads."""
+    mlflow_client = client(tracking_uri)
+    with reported(tracking_uri, f"reading the tags of stage {stage} attempt {attempt} of run {parent_run_id}"):
+        parent = mlflow_client.get_run(parent_run_id)
+        found = _find_one(mlflow_client, [parent.info.experiment_id], naming.stage_run_filter(parent_run_id, stage, attempt))
+    return None if found is None else dict(found.data.tags)
+
+
+def request_save(tracking_uri: str, parent_run_id: str, attempt: int, reason: str) -> str | None:
+    """Ask the rl stage's attempt to save at its next step boundary: ``retool.saveRequest`` on that attempt's run.
+    Returns the run id, or None while the attempt has made no run yet (its trainer could not read one; ask again)."""
+    mlflow_client = client(tracking_uri)
+    with reported(tracking_uri, f"asking rl attempt {attempt} of run {parent_run_id} to save"):
+        parent = mlflow_client.get_run(parent_run_id)
+        found = _find_one(mlflow_client, [parent.info.experiment_id], naming.stage_run_filter(parent_run_id, "rl", attempt))
+        if found is None:
+            return None
+        mlflow_client.set_tag(found.info.run_id, SAVE_REQUEST_TAG, reason[:4900])
+    return found.info.run_id
 
 
 def log_run_cost(tracking_uri: str, parent_run_id: str, figures: Mapping[str, float]) -> None:

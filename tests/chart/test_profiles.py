@@ -37,6 +37,7 @@ def test_default_operator_configuration_follows_the_contract(rendered) -> None:
         "RETOOL_OPERATOR_METRICS_SCRAPER_NAMESPACES": "",
         "RETOOL_OPERATOR_DEFAULT_STORAGE_CLASS": "",
         "RETOOL_OPERATOR_BATCH_SCHEDULER": "",
+        "RETOOL_OPERATOR_CURRENCY": "USD",
         "RETOOL_OPERATOR_NAMESPACES": "",
         "RETOOL_OPERATOR_WEBHOOK_ENABLED": "false",
         "RETOOL_OPERATOR_WEBHOOK_PORT": "9443",

@@ -12,7 +12,7 @@ from tests.chart.helm import objects_of
 
 Triple = tuple[str, str, str]
 # Resources without a namespace: a Role cannot grant them.
-CLUSTER_SCOPED = {"customresourcedefinitions"}
+CLUSTER_SCOPED = {"customresourcedefinitions", "priorityclasses", "nodes"}
 
 
 def triples(rules: Iterable[dict]) -> set[Triple]:

@@ -35,6 +35,7 @@ RESOURCES: dict[str, tuple[str, bool, set[str]]] = {
     "v1/secrets": ("Secret", True, set()),
     "v1/persistentvolumeclaims": ("PersistentVolumeClaim", True, set()),
     "v1/pods": ("Pod", True, {"status"}),
+    "v1/nodes": ("Node", False, {"status"}),
     "autoscaling/v2/horizontalpodautoscalers": ("HorizontalPodAutoscaler", True, {"status"}),
     "v1/events": ("Event", True, set()),
     "v1/namespaces": ("Namespace", False, set()),

@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
-from retool_operator.config import OperatorConfig
-from retool_operator.kube import Kind
 
 from retool.recipe.render.stages import render_stage
 from retool.runtime.context import StageContext
 from retool.runtime.paths import run_paths
 from retool.spec.validate import parse_run
+from retool_operator.config import OperatorConfig
+from retool_operator.kube import Kind
 from tests.conftest import REPO
 from tests.operator.emulator import JOBS, RAYJOBS, eventually, operator_requests, running_operator
 from tests.operator.helpers import job_status, rayjob_status
@@ -155,9 +155,8 @@ async def test_eval_scores_reach_status_and_a_secret_reaches_nothing(
 
 async def test_the_tool_and_text_only_pair_log_to_one_experiment(mlflow_server: str) -> None:
     """The paper's comparison as two YAMLs: both parent runs in one MLflow experiment, told apart by `recipe`."""
-    from retool_operator.tracking import ensure_parent_run
-
     from retool.tracking import ensure_parent_run as factory
+    from retool_operator.tracking import ensure_parent_run
 
     runs = {}
     for name in ("qwen32b-h200", "qwen32b-h200-text-only"):
@@ -206,3 +205,63 @@ async def test_a_reward_watch_verdict_that_lands_after_rl_ended_still_raises_rew
 
         cond = await eventually(raised, timeout=60, what="the RewardSuspect condition")
         assert (cond["status"], cond["message"]) == ("True", message)
+
+
+async def test_a_going_node_under_rl_asks_the_trainer_to_save_and_its_answer_reaches_the_run(
+    cluster: Cluster, mlflow_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Save on notice, the operator's side: the cluster autoscaler's taint on the node of the rl attempt's Ray head
+    becomes ``retool.saveRequest`` on the attempt's MLflow run (where the trainer reads it each step), a
+    SaveRequested Event and ``saveRequest`` in the stage's status; the trainer's ``retool.savedOnNotice`` and
+    ``retool.resumedFromStep`` come back as SavedOnNotice and ResumedFromStep. The trainer's side is the CPU
+    rehearsal's (tests/verl09/test_rehearsal.py)."""
+    from retool import stage_hooks
+
+    config = OperatorConfig(_env_file=None, resync_seconds=3600, mlflow_parent_runs=True, mlflow_tracking_uri=mlflow_server)
+    storage = {"pvc": {"claimName": "retool-data", "mountPath": str(tmp_path / "pvc")}}
+    doc = spec_doc("noticed", storage=storage, tracking={"mlflow": {"experiment": "ml/noticed", "registerModel": False}})
+    labels = {"retool.dev/run": "noticed", "retool.dev/component": "stage", "retool.dev/stage": "rl", "retool.dev/attempt": "1", "ray.io/node-type": "head"}
+    async with running_operator(config):
+        await cluster.api.create(doc)
+        await cluster.finish(JOBS, "noticed-prepare-1", job_status("Complete"))
+        await cluster.finish(RAYJOBS, "noticed-sft-1", rayjob_status("Complete", "SUCCEEDED"))
+        await cluster.finish(JOBS, "noticed-merge-1", job_status("Complete"))
+        rayjob = await cluster.child(RAYJOBS, "noticed-rl-1", timeout=60)
+        env = stage_env(rayjob)
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        ctx = StageContext.from_env(env)
+        _command, tracked = stage_hooks.start(ctx, "rl", render_stage(parse_run({k: v for k, v in doc.items() if k != "status"}), "rl", ctx))
+        assert tracked is not None
+        await cluster.api.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-7"},
+                                  "spec": {"taints": [{"key": "ToBeDeletedByClusterAutoscaler", "value": "1764670000", "effect": "NoSchedule"}]}})
+        await cluster.api.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "noticed-rl-1-head", "namespace": NS, "labels": labels},
+                                  "spec": {"nodeName": "gpu-7", "containers": [{"name": "ray-head", "image": "trainer"}]}, "status": {"phase": "Running"}})
+        await cluster.api.patch(RAYJOBS, NS, "noticed-rl-1", rayjob_status("Running", "RUNNING"), subresource="status")  # a pass
+
+        async def requested() -> dict[str, Any] | None:
+            entry = next(s for s in (await cluster.status("noticed"))["stages"] if s["name"] == "rl")
+            return entry if (entry.get("saveRequest") or {}).get("delivered") else None
+
+        entry = await eventually(requested, timeout=30, what="the rl stage's delivered save request")
+        reason = "node gpu-7 is going: the cluster autoscaler is removing it (taint ToBeDeletedByClusterAutoscaler)"
+        assert entry["saveRequest"]["reason"] == reason and entry["saveRequest"]["attempt"] == 1, entry
+        client = MlflowClient(mlflow_server)
+        assert client.get_run(tracked.run_id).data.tags["retool.saveRequest"] == reason
+        assert await eventually(lambda: _posted(cluster, "SaveRequested", "Warning"), what="the SaveRequested Event")
+
+        client.set_tag(tracked.run_id, "retool.savedOnNotice", "3")  # the trainer's answer after verl's save
+        await cluster.api.patch(RAYJOBS, NS, "noticed-rl-1", rayjob_status("Running", "RUNNING", message="step 4"), subresource="status")
+
+        async def saved() -> dict[str, Any] | None:
+            entry = next(s for s in (await cluster.status("noticed"))["stages"] if s["name"] == "rl")
+            return entry if entry["saveRequest"].get("savedStep") == 3 else None
+
+        await eventually(saved, timeout=30, what="the saved step in the rl stage's status")
+        assert await eventually(lambda: _posted(cluster, "SavedOnNotice", "Normal"), what="the SavedOnNotice Event")
+    sends = [r for r in operator_requests(cluster.k8s) if r[1] == "nodes"]
+    assert sends and {v for _, _, v in sends} == {"get"}, sends
+
+
+async def _posted(cluster: Cluster, reason: str, type_: str) -> bool:
+    return any(r.data.get("reason") == reason and r.data.get("type") == type_ for r in cluster.k8s.requests if r.resource is not None and r.resource.plural == "events" and r.data)

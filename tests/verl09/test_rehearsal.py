@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,15 +38,19 @@ from retool.rehearsal.runner import Attempt
 from retool.rehearsal.spec import Size
 from retool.rehearsal.summary import summarize, summary_lines
 from retool.runtime.paths import run_paths
-from retool.tracking import naming
+from retool.tracking import naming, request_save
 from retool.tracking._client import client
+from retool.tracking.naming import RESUMED_FROM_TAG, SAVE_REQUEST_TAG, SAVED_ON_NOTICE_TAG
 from tests.preflight.conftest import sandbox  # noqa: F401  (session fixture: our sandbox server)
 
 pytestmark = pytest.mark.slow
 
-SIZE = Size(sft_epochs=40, sft_save_freq=78, rl_steps=2, rl_batch=2, rollout_n=4, eval_samples=1)
+SIZE = Size(sft_epochs=40, sft_save_freq=78, rl_steps=2, rl_save_freq=2, rl_batch=2, rollout_n=4, eval_samples=1)
 """The demo's training (fewer epochs leave the model unable to reproduce its tool call when sampled), one eval
-sample per problem: the test needs a score above 0, not an estimate."""
+sample per problem: the test needs a score above 0, not an estimate. RL saves on schedule only at step 2: the
+checkpoint at step 1 that the first attempt is lost after is the one the operator's save request asked for."""
+SAVE_REQUEST = "node kwok-node-1 is going: cordoned (spec.unschedulable)"
+"""What the operator writes on the rl attempt's run when a node under it is marked as going (``retool_operator.notice``)."""
 ROWS = 4
 THREADS = 1
 """torch's threads per training process: `make test` runs this beside the rest of the suite (``Machine.threads``)."""
@@ -96,6 +100,8 @@ class Done:
             if directory is not None:
                 where = Path(getattr(paths, directory))
                 stop_when = lambda where=where, step=step, name=name, attempt=attempt: tracker_step(where) == step and step in self.logged(name, attempt)  # noqa: E731
+            if (name, attempt) == ("rl", 1):
+                stop_when = self._requesting_save(stop_when)
             result = self.rehearsal.run_stage(name, attempt, stop_when=stop_when)
             self.attempts[(name, attempt)] = result
             if directory is not None:
@@ -103,6 +109,19 @@ class Done:
             else:
                 assert result.status == 0, f"{name} attempt {attempt} failed: {result.log}\n" + result.log.read_text(errors="replace")[-4000:]
         return self
+
+    def _requesting_save(self, stop_when: Callable[[], bool]) -> Callable[[], bool]:
+        """``stop_when``, which first asks the running rl attempt to save, as the operator does once its run exists."""
+        asked: list[str] = []
+
+        def check() -> bool:
+            if not asked:
+                run_id = request_save(self.rehearsal.config.mlflow_uri, self.rehearsal.parent.run_id, 1, SAVE_REQUEST)
+                if run_id:
+                    asked.append(run_id)
+            return stop_when()
+
+        return check
 
     def metric(self, stage: str, attempt: int, key: str) -> dict[int, float]:
         """``key`` of a stage attempt's MLflow run, step -> value."""
@@ -204,6 +223,17 @@ def test_rl_resume_continues_the_global_step_and_the_data(rehearsal: Done) -> No
     step1, step2 = {row["input"] for row in rollouts(done, 1, 1)}, {row["input"] for row in rollouts(done, 2, 2)}
     assert len(step1) == len(step2) == SIZE.rl_batch
     assert not step1 & step2, "step 2 after the resume trained on prompts of step 1: the data loader replayed"
+
+
+def test_rl_saves_at_the_step_boundary_on_the_operators_request_and_the_retry_resumes_from_it(rehearsal: Done) -> None:
+    """Save on notice through verl's own save decision (``should_save_ckpt_esi`` in ``RayPPOTrainer.fit``): step 1
+    has no scheduled save (saveFreq 2), so its checkpoint is the requested one, and attempt 2 resumes after it."""
+    done = rehearsal.through("rl")
+    first, second = done.run_of("rl", 1).data.tags, done.run_of("rl", 2).data.tags
+    assert first.get(SAVE_REQUEST_TAG) == SAVE_REQUEST and first.get(SAVED_ON_NOTICE_TAG) == "1", first
+    assert second.get(RESUMED_FROM_TAG) == "1" and SAVED_ON_NOTICE_TAG not in second, second
+    checkpoints = Path(run_paths(done.rehearsal.run).rl_checkpoints)
+    assert (checkpoints / "global_step_1").is_dir() and tracker_step(checkpoints) == 2, sorted(p.name for p in checkpoints.iterdir())
 
 
 def test_eval_serves_the_merged_rl_checkpoint_and_scores_the_memorised_set(rehearsal: Done) -> None:

@@ -55,12 +55,16 @@ to set blockOwnerDeletion on those references.
 {{/* Cluster-scoped: a Role cannot grant these. kopf lists and watches the CRD it serves in both
 modes (it watches namespaces only for glob patterns, which watchNamespaces does not allow); the
 operator reads KubeRay's RayJob CRD once at start to refuse runs the installed version cannot run, and the
-webhook reads the PriorityClass a run names to warn when the cluster lacks it. */}}
+webhook reads the PriorityClass a run names to warn when the cluster lacks it; the nodes under a running rl
+attempt are read for the signs that they are going (save on notice). */}}
 {{- define "retool.rbac.clusterRules" -}}
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
   verbs: ["get", "list", "watch"]
 - apiGroups: ["scheduling.k8s.io"]
   resources: ["priorityclasses"]
+  verbs: ["get"]
+- apiGroups: [""]
+  resources: ["nodes"]
   verbs: ["get"]
 {{- end }}

@@ -26,8 +26,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from verl.trainer.ppo import ray_trainer
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
+from retool.recipe.verl_plugins import save_notice
 from retool.recipe.verl_plugins.masking import mask_training_batch, max_share_from_config
 from retool.recipe.verl_plugins.watch import BatchWatcher
 
@@ -66,6 +68,8 @@ class RetoolPPOTrainer(RayPPOTrainer):
         super().__init__(*args, **kwargs)
         self.watcher = BatchWatcher.from_config(self.config, self.tokenizer)
         self.max_sandbox_failure_share = max_share_from_config(self.config)
+        # verl's save decision at each step's end (the module global fit calls): also yes on the operator's request.
+        self.save_notice = save_notice.install(self, ray_trainer)
         if self.reward_fn is not None:
             self.reward_fn = ScoringProbe(self.reward_fn, self, validate=False)
         if self.val_reward_fn is not None:
@@ -79,6 +83,16 @@ class RetoolPPOTrainer(RayPPOTrainer):
         except Exception:
             logger.exception("validation tool-use dynamics could not be computed")
         return metrics
+
+    def _save_checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        result = super()._save_checkpoint(*args, **kwargs)
+        self.save_notice.saved(int(self.global_steps))
+        return result
+
+    def _load_checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        result = super()._load_checkpoint(*args, **kwargs)
+        self.save_notice.resumed(int(self.global_steps))
+        return result
 
     def fit(self) -> None:
         try:

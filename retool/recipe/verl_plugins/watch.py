@@ -155,6 +155,11 @@ class MlflowTarget:
 
         MlflowClient(self.tracking_uri).set_tag(self.run_id, key, value)
 
+    def tags(self) -> dict[str, str]:
+        from mlflow import MlflowClient
+
+        return dict(MlflowClient(self.tracking_uri).get_run(self.run_id).data.tags)
+
 
 class BatchWatcher:
     """Collects the figures of each scored batch; see the module docstring for what runs where."""

@@ -22,6 +22,7 @@ from verl.trainer.ppo import ray_trainer
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.trainer.ppo.reward import extract_reward
 
+from retool.recipe.verl_plugins import save_notice
 from retool.recipe.verl_plugins.masking import mask_training_batch, max_share_from_config
 from retool.recipe.verl_plugins.watch import BatchWatcher
 
@@ -56,6 +57,8 @@ class RetoolPPOTrainer(RayPPOTrainer):
         super().__init__(*args, **kwargs)
         self.watcher = BatchWatcher.from_config(self.config, self.tokenizer)
         self.max_sandbox_failure_share = max_share_from_config(self.config)
+        # verl's save decision at each step's end (the module global fit calls): also yes on the operator's request.
+        self.save_notice = save_notice.install(self, ray_trainer)
         self.validating = False
         # The module global verl's fit and _validate call; this process runs one trainer.
         ray_trainer.extract_reward = ExtractRewardProbe(self)
@@ -72,6 +75,16 @@ class RetoolPPOTrainer(RayPPOTrainer):
         except Exception:
             logger.exception("validation tool-use dynamics could not be computed")
         return metrics
+
+    def _save_checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        result = super()._save_checkpoint(*args, **kwargs)
+        self.save_notice.saved(int(self.global_steps))
+        return result
+
+    def _load_checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        result = super()._load_checkpoint(*args, **kwargs)
+        self.save_notice.resumed(int(self.global_steps))
+        return result
 
     def fit(self) -> None:
         try:
