@@ -84,6 +84,8 @@ class RunSeries:
     metrics: dict[str, Series] = field(default_factory=dict)
     eval_results: dict[str, dict[str, float]] = field(default_factory=dict)
     eval_attempt: int | None = None
+    cost: dict[str, float] = field(default_factory=dict)
+    """The operator's ``cost/...`` figures on the parent run (their last values: the run's cost so far)."""
 
 
 def merge_attempts(attempts: Sequence[Mapping[int, float]]) -> Series:
@@ -190,6 +192,32 @@ def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
     lines = [_cells(r) for r in rows]
     widths = [max(len(cell) for cell in column) for column in zip(TABLE_HEADER, *lines, strict=True)]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in [TABLE_HEADER, *lines])
+
+
+COST_HEADER = ("run", "device-hours", "lost on failed attempts", "device-hours per eval point", "amount")
+
+
+def cost_rows(runs: Sequence[RunSeries]) -> list[tuple[str, ...]]:
+    """One row per run the operator logged a cost for (``cost/device_hours`` on its parent run; ``retool_operator.cost``)."""
+    rows = []
+    for run in runs:
+        cost = run.cost
+        if "cost/device_hours" not in cost:
+            continue
+        per_point = cost.get("cost/device_hours_per_point")
+        amount = cost.get("cost/amount")
+        rows.append((run.label, f"{cost['cost/device_hours']:g}", f"{cost.get('cost/lost_device_hours', 0.0):g}",
+                     "-" if per_point is None else f"{per_point:g}", "-" if amount is None else f"{amount:.2f}"))
+    return rows
+
+
+def format_cost(runs: Sequence[RunSeries]) -> str:
+    """The cost table as aligned text, or "" when no run has a cost (older runs, a CPU run)."""
+    rows = cost_rows(runs)
+    if not rows:
+        return ""
+    widths = [max(len(cell) for cell in column) for column in zip(COST_HEADER, *rows, strict=True)]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in [COST_HEADER, *rows])
 
 
 def smooth(series: Series, weight: float) -> Series:
@@ -309,8 +337,20 @@ def render_html(runs: Sequence[RunSeries], rows: Sequence[Mapping[str, Any]], pl
         f"{html.escape(baseline_of(runs).label)}. Eval (final): the eval stage's scores (status.results); "
         "validation: verl's RL validation rounds, <code>value@step</code>.</p>"
         f"<table id='scores'><tr>{''.join(f'<th>{html.escape(h)}</th>' for h in TABLE_HEADER)}</tr>{body}</table>"
+        f"{_cost_html(runs)}"
         f"<h2>RL validation and tool-use dynamics vs step</h2>{plots}"
         "</body></html>"
+    )
+
+
+def _cost_html(runs: Sequence[RunSeries]) -> str:
+    rows = cost_rows(runs)
+    if not rows:
+        return ""
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows)
+    return (
+        "<h2>What each run cost</h2><p>Device-hours from the stage pods' scheduled-to-terminated times, every attempt "
+        f"(the operator's status.cost).</p><table id='cost'><tr>{''.join(f'<th>{html.escape(h)}</th>' for h in COST_HEADER)}</tr>{body}</table>"
     )
 
 
@@ -376,6 +416,7 @@ def load_run_series(tracking_uri: str, parent: Any) -> RunSeries:
         metrics=metrics,
         eval_results=eval_results,
         eval_attempt=eval_attempt,
+        cost={key: float(value) for key, value in parent.data.metrics.items() if key.startswith("cost/")},
     )
 
 
@@ -399,7 +440,8 @@ def build_report(runs: Sequence[RunSeries], *, smoothing: float = 0.0) -> Report
     keys = curve_keys(runs)
     table = score_table(runs, keys)
     png = plot_png(runs, keys, smoothing=smoothing)
-    return Report(table=table, text=format_table(table), png=png, html=render_html(runs, table, figure(runs, keys, smoothing=smoothing)))
+    text = format_table(table) + (f"\n\n{format_cost(runs)}" if cost_rows(runs) else "")
+    return Report(table=table, text=text, png=png, html=render_html(runs, table, figure(runs, keys, smoothing=smoothing)))
 
 
 def report_name(runs: Sequence[RunSeries]) -> str:

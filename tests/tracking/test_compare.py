@@ -259,3 +259,22 @@ def test_the_reward_watch_tag_of_the_running_rl_attempt_is_what_the_operator_rea
     assert reward_suspect(mlflow_server.uri, parent.run_id, 1) == "disagreed for 3 steps"
     MlflowTarget(mlflow_server.uri, rl).set_tag("retool.rewardSuspect", "")
     assert reward_suspect(mlflow_server.uri, parent.run_id, 1) == ""
+
+
+def test_compare_shows_what_each_run_cost_from_the_operators_figures(mlflow_server: MLflowServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The operator logs ``status.cost`` on the parent run each time a stage attempt ends (``log_run_cost``); compare prints
+    the last values beside the scores, and a run without any (an older run, a CPU run) gets no row."""
+    from retool.tracking import log_run_cost
+
+    experiment = f"retool/compare-cost-{uuid.uuid4().hex[:6]}"
+    priced = record(mlflow_server, "priced", "tool-integrated", experiment, [(PLATEAU_VAL, {})], evals=[])
+    unpriced = record(mlflow_server, "older", "tool-integrated", experiment, [(PLATEAU_VAL, {})], evals=[])
+    log_run_cost(mlflow_server.uri, priced, {"cost/device_hours": 10.0, "cost/lost_device_hours": 2.0})
+    log_run_cost(mlflow_server.uri, priced, {"cost/device_hours": 31.5, "cost/lost_device_hours": 4.25, "cost/device_hours_per_point": 0.63, "cost/amount": 78.75})
+    assert main(["compare", priced, unpriced, "--tracking-uri", mlflow_server.uri, "--out", str(tmp_path), "--no-log"]) == 0
+    lines = [line.split() for line in capsys.readouterr().out.splitlines()]
+    header = lines.index(["run", "device-hours", "lost", "on", "failed", "attempts", "device-hours", "per", "eval", "point", "amount"])
+    rows = lines[header + 1 : lines.index([], header)]
+    assert rows == [["priced", "31.5", "4.25", "0.63", "78.75"]], lines  # the last values; no row for the run without a cost
+    page = next(tmp_path.glob("*.html")).read_text()
+    assert "id='cost'" in page and "<td>31.5</td>" in page
