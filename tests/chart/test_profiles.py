@@ -224,9 +224,9 @@ def test_sandbox_metrics_reach_prometheus(chart, tmp_path) -> None:
     """The scraper's namespace reaches the operator (the sandbox NetworkPolicy admits it) and the
     PodMonitor selects the sandbox pods the operator labels, on the port they serve /metrics on."""
     import yaml
+
     from retool_operator import builders
     from retool_operator.config import OperatorConfig
-
     from tests.chart.helm import render
     from tests.operator.helpers import run_of
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import pytest
-from retool_operator.permissions import RULES
 
+from retool_operator.permissions import RULES
 from tests.chart.helm import objects_of
 
 Triple = tuple[str, str, str]
