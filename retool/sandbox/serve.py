@@ -27,6 +27,7 @@ def serve(settings: SandboxSettings, log_level: str = "info") -> None:
     requests finish for at most ``drain_timeout_s``, stop the workers and exit."""
     import uvicorn
 
+    from retool.sandbox import run_route
     from retool.sandbox.http_limits import guarded_protocol
     from retool.sandbox.server import create_app
 
@@ -40,6 +41,11 @@ def serve(settings: SandboxSettings, log_level: str = "info") -> None:
         idle_timeout_s=settings.idle_timeout_s,
         header_timeout_s=settings.header_timeout_s,
         body_timeout_s=settings.body_timeout_s,
+        write_timeout_s=settings.write_timeout_s,
+        handler_timeout_s=settings.handler_timeout_s,
+        max_unsent_bytes=settings.max_unsent_bytes,
+        pooled={("POST", run_route.PATH)},
+        error_body=app.state.error_body,
         on_reject=lambda reason: metrics.http_rejected.labels(reason).inc(),
     )
     config = uvicorn.Config(

@@ -141,6 +141,8 @@ def create_app(settings: SandboxSettings | None = None) -> FastAPI:
     def error_body(message: str) -> bytes:
         return RunCodeResponse(status="SandboxError", message=message, executor_pod_name=settings.pod_name).model_dump_json().encode()
 
+    app.state.error_body = error_body  # the HTTP layer's own refusals (serve.py's guard) take the API's shape too
+
     def refuse(status_code: int, message: str, retry_after: int | None = None) -> JSONResponse:
         body = RunCodeResponse(status="SandboxError", message=message, executor_pod_name=settings.pod_name).model_dump()
         headers = {"Retry-After": str(retry_after)} if retry_after is not None else None

@@ -77,8 +77,25 @@ class SandboxSettings(BaseSettings):
     header_timeout_s: float = Field(10.0, gt=0, description="Time a client has to send a request's headers.")
     body_timeout_s: float = Field(30.0, gt=0, description="Time a client has to send a request's body once its headers are in.")
     idle_timeout_s: float = Field(15.0, gt=0, description="An open connection with no request in progress is closed after this long.")
-    max_connections: int = Field(512, ge=1, description="Open HTTP connections; beyond that the oldest with no request being handled is closed (refused only when none is).")
-    max_inflight_body_bytes: int = Field(64 << 20, ge=1024, description="Request body bytes held across all connections at once; a body that does not fit is a 503.")
+    max_connections: int = Field(
+        512, ge=1, description="Open (not closing) HTTP connections; beyond that the oldest with no request being handled is closed (refused only when none is)."
+    )
+    write_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Time an answer's bytes may wait for the client to read them (from the write that filled the transport, or from the close) before the connection is aborted.",
+    )
+    handler_timeout_s: float = Field(
+        10.0, gt=0, description="Time a request the pool does not bound (anything but POST /run_code) may take before it is answered 503 (aborted once its answer has started)."
+    )
+    max_unsent_bytes: int = Field(
+        256 << 20,
+        ge=1 << 20,
+        description="Answer bytes waiting for slow readers across all connections; past it the connections that have waited longest are aborted.",
+    )
+    max_inflight_body_bytes: int = Field(
+        64 << 20, ge=1024, description="Request body bytes held across all connections at once, counted as they arrive; a body whose bytes do not fit is a 503."
+    )
     max_body_json_tokens: int = Field(
         250_000,
         ge=1000,

@@ -97,11 +97,14 @@ def test_too_many_request_files_are_refused_before_any_worker_runs(pod: RunningS
 
 
 def test_bodies_beyond_the_bytes_in_flight_wait_for_room(pod: RunningServer) -> None:
-    """A slow upload holds most of the budget: a second large body is refused (503, Retry-After),
-    a small one still fits, and once the slow one is gone the large one is served."""
+    """A slow upload holds most of the budget (bytes that arrived: a declared length alone holds
+    nothing, issue 49): a second large body is refused (503, Retry-After), a small one still fits,
+    and once the slow one is gone the large one is served."""
     large = 'print("ok")\n#' + "x" * (1536 << 10)
+    declared = INFLIGHT - (256 << 10)
     with socket.create_connection(("127.0.0.1", pod.port)) as slow:
-        slow.sendall(b"POST /run_code HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n{" % (INFLIGHT - (256 << 10)))
+        head = b"POST /run_code HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % declared
+        slow.sendall(head + b"{" + b" " * (declared - 2))  # all but its last byte
         refused = wait_for_status(pod, large, 503)
         assert refused.headers.get("retry-after"), refused.headers
         assert run(pod, "print('small')").json()["run_result"]["stdout"] == "small\n"
