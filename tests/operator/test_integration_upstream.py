@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from retool_operator import below
 from retool_operator import constants as c
 from retool_operator.kube import KINDS
-
 from tests.operator.emulator import JOBS, RAYJOBS, RUNS, TEST_AGENT, eventually, running_operator
 from tests.operator.helpers import job_status
 from tests.operator.kuberay import PODS, FakeKubeRay
@@ -242,6 +242,113 @@ async def test_the_rayjobs_of_a_deleted_run_are_let_go_even_when_it_was_deleted_
     await cluster.api._request("DELETE", RAYJOBS.path(NS, "bye-sft-1"))  # the garbage collector, for the emulator
     async with running_operator(cluster.config):
         await eventually(lambda: _gone(cluster, "bye-sft-1"), what="the deleted run's RayJob let go")
+
+
+# ---------------------------------------------------------------- the outcome finalizer (issue 50, item 7)
+
+FOREGROUND = "foregroundDeletion"
+"""The finalizer the API server puts on an object deleted with ``propagationPolicy: Foreground``
+(``metav1.FinalizerDeleteDependents``; ``kubectl delete --cascade=foreground``, and Argo CD's default when
+it prunes): the object stays, with its deletionTimestamp, until the garbage collector has deleted every
+dependent whose owner reference has ``blockOwnerDeletion`` (the stage children's have), and then removes
+it (pkg/controller/garbagecollector/garbagecollector.go ``processDeletingDependentsItem``, Kubernetes v1.36.3)."""
+
+
+def _operator_releases(cluster: Cluster, rayjob: str) -> list[int]:
+    """Positions in the emulator's history of the operator's patches that remove the outcome finalizer of ``rayjob``."""
+    return [
+        i
+        for i, r in enumerate(cluster.k8s.requests)
+        if r.resource is not None and r.resource.plural == "rayjobs" and r.name == rayjob and r.headers.get("User-Agent") != TEST_AGENT
+        and r.action is not None and r.action.value == "UPDATE" and "finalizers" in ((r.data or {}).get("metadata") or {})
+    ]  # fmt: skip
+
+
+async def test_a_run_deleted_in_the_foreground_lets_its_running_rayjob_go_while_the_run_waits_for_it(cluster: Cluster) -> None:
+    """Deleting a run whose sft RayJob runs: the garbage collector deletes the RayJob first and keeps the run
+    (``FOREGROUND``) until it is gone. The outcome finalizer must go as soon as the run is being deleted: held
+    until the run is gone, neither would ever go (and the Ray cluster would keep its GPUs)."""
+    async with running_operator(cluster.config):
+        await _to_sft(cluster, "fg")
+        run = await cluster.run("fg")
+        # The API server, for DELETE with propagationPolicy Foreground: the finalizer, then the deletionTimestamp.
+        await cluster.api.patch(RUNS, NS, "fg", {"metadata": {"finalizers": [*run["metadata"].get("finalizers", []), FOREGROUND]}})
+        await cluster.api._request("DELETE", RUNS.path(NS, "fg"))
+
+        async def only_the_collectors_finalizer_left() -> bool:
+            return (await cluster.run("fg"))["metadata"].get("finalizers") == [FOREGROUND]
+
+        await eventually(only_the_collectors_finalizer_left, what="kopf's finalizer removed from the run being deleted")
+        await cluster.api._request("DELETE", RAYJOBS.path(NS, "fg-sft-1"))  # the garbage collector deletes the dependent
+        await eventually(lambda: _gone(cluster, "fg-sft-1"), timeout=10, what="the running RayJob of a run being deleted let go")
+        run = await cluster.run("fg")
+        assert run["metadata"].get("deletionTimestamp") and run["metadata"]["finalizers"] == [FOREGROUND], "the run waited for its RayJob"
+        await cluster.api.patch(RUNS, NS, "fg", {"metadata": {"finalizers": []}})  # no dependent left: the collector lets the run go
+        assert await cluster.api.get(RUNS, NS, "fg") is None
+
+
+async def test_the_previous_attempts_rayjob_deleted_during_the_next_attempt_is_let_go(cluster: Cluster) -> None:
+    """KubeRay with DELETE_RAYJOB_CR_AFTER_JOB_FINISHES deletes a finished RayJob once its
+    ttlSecondsAfterFinished (the run's clusterGraceSeconds) has passed (rayjob_controller.go v1.7.0): for a
+    failed attempt that is often while the next attempt runs. Its outcome was recorded when the retry began,
+    so its finalizer must go, though no pass follows that child any more."""
+    async with running_operator(cluster.config):
+        kuberay = await _to_sft(cluster, "twice", failurePolicy={"maxRetries": 1, "backoffSeconds": 1})
+        await kuberay.end("twice-sft-1", "Complete", "FAILED", message="Job entrypoint command failed with exit code 1")
+        await cluster.child(RAYJOBS, "twice-sft-2", timeout=15)
+        await kuberay.start("twice-sft-2")
+        await kuberay.delete_finished("twice-sft-1")
+        await eventually(lambda: _gone(cluster, "twice-sft-1"), timeout=10, what="the failed attempt's RayJob let go")
+        sft = stage_of(await cluster.status("twice"), "sft")
+        assert (sft["state"], sft["attempt"], sft["job"]) == ("Running", 2, "twice-sft-2"), sft
+        held = await cluster.api.get(RAYJOBS, NS, "twice-sft-2")
+        assert held is not None and c.FINALIZER_OUTCOME in held["metadata"]["finalizers"] and not held["metadata"].get("deletionTimestamp")
+
+
+async def test_a_deleted_rayjobs_finalizer_goes_only_once_its_outcome_is_in_the_runs_status(cluster: Cluster) -> None:
+    """The finalizer exists so that the outcome outlives the RayJob: it may go only after a status write that
+    records it. Here KubeRay deletes the succeeded RayJob while the operator is down, and the restarted
+    operator cannot write the run's status at first (its ServiceAccount's RBAC is being reinstalled, e.g. by
+    a helm upgrade): the RayJob must stay held until a status write records sft Succeeded, and only then go."""
+    async with running_operator(cluster.config):
+        kuberay = await _to_sft(cluster, "kept")
+    await kuberay.end("kept-sft-1", "Complete", "SUCCEEDED")
+    await kuberay.delete_finished("kept-sft-1")
+    refused: list[Any] = []
+    denied = (
+        'retoolruns.retool.dev "kept" is forbidden: User "system:serviceaccount:retool-system:retool-operator" cannot patch resource'
+        ' "retoolruns/status" in API group "retool.dev" in the namespace "ml"'
+    )  # the RBAC authorizer's words (k8s.io/apiserver pkg/endpoints/handlers/responsewriters/errors.go forbiddenMessage, v1.36.3)
+
+    def status_forbidden(request: Any) -> tuple[int, str] | None:
+        if (request.resource.plural, request.name, request.subresource) == ("retoolruns", "kept", "status") and request.headers.get("User-Agent") != TEST_AGENT:
+            refused.append(request)
+            return 403, denied
+        return None
+
+    cluster.k8s.refusals.append(status_forbidden)
+    async with running_operator(cluster.config):
+        await eventually(lambda: _true(bool(refused)), what="a pass that could not write the outcome")
+        held = await cluster.api.get(RAYJOBS, NS, "kept-sft-1")
+        assert held is not None and held["metadata"].get("finalizers") == [c.FINALIZER_OUTCOME], "let go before its outcome was written"
+        cluster.k8s.refusals.remove(status_forbidden)  # RBAC back
+        # The next watch event on the RayJob (KubeRay updates it) runs a pass that can write the status.
+        await cluster.api.patch(RAYJOBS, NS, "kept-sft-1", {"metadata": {"annotations": {"poke": "1"}}})
+        await cluster.child(JOBS, "kept-merge-1")
+        await eventually(lambda: _gone(cluster, "kept-sft-1"), timeout=10, what="the RayJob let go once its outcome was written")
+    sft = stage_of(await cluster.status("kept"), "sft")
+    assert (sft["state"], sft["attempt"]) == ("Succeeded", 1), sft
+    history = cluster.k8s.requests
+    refused_ids = {id(r) for r in refused}
+    recorded = [
+        i
+        for i, r in enumerate(history)
+        if r.resource is not None and r.resource.plural == "retoolruns" and r.subresource == "status" and r.headers.get("User-Agent") != TEST_AGENT
+        and id(r) not in refused_ids and any(s.get("name") == "sft" and s.get("state") == "Succeeded" for s in ((r.data or {}).get("status") or {}).get("stages") or [])
+    ]  # fmt: skip
+    releases = _operator_releases(cluster, "kept-sft-1")
+    assert recorded and releases, (recorded, releases)
+    assert min(releases) > min(recorded), "the finalizer was removed before a status write recorded the outcome"
 
 
 async def test_a_workload_kueue_deactivates_fails_the_stage_instead_of_queueing_forever(cluster: Cluster) -> None:

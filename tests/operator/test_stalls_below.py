@@ -13,13 +13,13 @@ import datetime as dt
 from typing import Any
 
 import pytest
+
+from retool.spec.status import RetoolRunStatus, StageStatus
 from retool_operator import below
 from retool_operator import constants as c
 from retool_operator.builders import run_claim
 from retool_operator.claims import ClaimObservation
 from retool_operator.reconcile import Observed, decide, stalls_below
-
-from retool.spec.status import RetoolRunStatus, StageStatus
 from tests.operator.helpers import CONFIG, T0, rayjob_status, run_of
 
 NO_CLASS = "no persistent volumes available for this claim and no storage class is set"
@@ -166,3 +166,82 @@ def test_a_claim_created_a_moment_ago_holds_the_first_stage_until_the_volume_con
     assert decision.create == [] and decision.requeue_after == below.CLAIM_SETTLE_SECONDS
     later = T0 + dt.timedelta(seconds=below.CLAIM_SETTLE_SECONDS)
     assert [a.stage for a in decide(run, RetoolRunStatus(), Observed(claim=ClaimObservation(run_claim(run, CONFIG), fresh)), later).create] == ["prepare"]
+
+
+def limit_range_refusals(generate_name: str, generated: str) -> list[str]:
+    """How the API server turns down a pod under a LimitRange (plugin/pkg/admission/limitranger/admission.go,
+    Kubernetes v1.36.3), in the words a controller's Event or condition carries (``err.Error()``):
+
+    - a maximum it enforces: a Forbidden, named with the pod's generateName (``admission.NewForbidden``: the
+      name is not generated yet when admission runs);
+    - a default limit it fills in below the container's request: the pod's validation refuses it once the name
+      is generated, an Invalid (``ValidateResourceRequirements``, pkg/apis/core/validation/validation.go; the
+      example of kubernetes/website content/en/docs/concepts/policy/limit-range.md).
+    """
+    return [
+        f'pods "{generate_name}" is forbidden: maximum cpu usage per Container is 4, but limit is 8',
+        f'Pod "{generated}" is invalid: spec.containers[0].resources.requests: Invalid value: "8": must be less than or equal to cpu limit of 4',
+    ]
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["maximum-forbidden", "default-limit-below-the-request-invalid"])
+def test_a_pod_a_limitrange_turns_down_is_named_on_the_stage_and_stalls_the_run(which: int) -> None:
+    """The Job controller records ``Error creating: <err>`` as a FailedCreate Warning (pkg/controller/controller_utils.go,
+    v1.36.3) and keeps the Job active with no pod: without the refusal named the run would wait silently."""
+    from retool_operator.status import with_refusals
+
+    refusal = limit_range_refusals("demo-prepare-1-", "demo-prepare-1-x7k2p")[which]
+    job = {"metadata": {"name": "demo-prepare-1", "creationTimestamp": OLD}, "spec": {}, "status": {}}
+    current = RetoolRunStatus(stages=[StageStatus(name="prepare", state="Running", attempt=1, job="demo-prepare-1", message="attempt 1 created; waiting for its pods")])
+    observed = Observed(children={"demo-prepare-1": job}, child_events={"demo-prepare-1": [event("FailedCreate", f"Error creating: {refusal}")]})
+    status, texts = stalls_below(current, observed, T0)
+    assert texts == [f"the Job controller cannot create the pod of Job demo-prepare-1: Error creating: {refusal}"]
+    assert (status.stages[0].message or "").startswith("attempt 1 cannot start: the Job controller cannot create the pod of Job demo-prepare-1")
+    stalled = next(cond for cond in with_refusals(status, texts, previous=[], now=T0, generation=None).conditions if cond.type == c.COND_STALLED)
+    assert (stalled.status, stalled.reason) == ("True", c.REASON_CHILD_REFUSED) and refusal in stalled.message
+    # The same words from KubeRay (its RayCluster's ReplicaFailure, copied into the RayJob) and from the sandbox's ReplicaSet.
+    head = limit_range_refusals("demo-sft-1-raycluster-abcde-head-", "demo-sft-1-raycluster-abcde-head-x7k2p")[which]
+    failure = {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreateHeadPod", "message": head, "lastTransitionTime": OLD}
+    rayjob = {"status": {"jobDeploymentStatus": "Initializing", "rayClusterName": "demo-sft-1-raycluster-abcde", "rayClusterStatus": {"conditions": [failure]}}}
+    assert below.child_refusal("RayJob", "demo-sft-1", rayjob, None, T0) == f"KubeRay cannot create the pods of RayJob demo-sft-1: FailedCreateHeadPod: {head}"
+    replica = limit_range_refusals("demo-sandbox-6b9c7d8f5-", "demo-sandbox-6b9c7d8f5-x7k2p")[which]
+    deployment = {"status": {"conditions": [{**failure, "reason": "FailedCreate", "message": replica}]}}
+    assert below.replica_failure(deployment, T0) == f"FailedCreate {replica}"
+
+
+def test_one_refused_replica_of_a_ready_sandbox_does_not_stall_the_run() -> None:
+    """rl wants two sandbox replicas and a ResourceQuota admits one: the ReplicaSet controller keeps its
+    ReplicaFailure condition True while the second pod is refused (pkg/controller/replicaset/replica_set.go
+    ``calculateStatus``), and the Deployment controller copies it (pkg/controller/deployment/sync.go, v1.36.3).
+    SandboxReady says so; the run is not Stalled, since rollouts go to the ready replica. With no replica
+    ready the same refusal stalls it."""
+    from dataclasses import replace
+
+    from retool_operator.runner import Reconciler
+
+    run = run_of()
+    done = [StageStatus(name=n, state="Succeeded", attempt=1, job=f"demo-{n}-1") for n in ("prepare", "sft", "merge")]
+    current = RetoolRunStatus(stages=[*done, StageStatus(name="rl", state="Running", attempt=1, job="demo-rl-1", message="attempt 1 running")])
+    quota = 'pods "demo-sandbox-6b9c7d8f5-" is forbidden: exceeded quota: sandbox, requested: limits.cpu=4, used: limits.cpu=4, limited: limits.cpu=6'
+    conditions = [
+        {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable", "message": "Deployment has minimum availability.", "lastTransitionTime": OLD},
+        {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate", "message": quota, "lastTransitionTime": OLD},
+    ]
+    deployment = {"spec": {"replicas": 2}, "status": {"replicas": 1, "readyReplicas": 1, "availableReplicas": 1, "unavailableReplicas": 1, "conditions": conditions}}
+    rl = {"metadata": {"name": "demo-rl-1", "creationTimestamp": OLD}, **rayjob_status("Running", "RUNNING")}
+    rl["status"]["rayClusterStatus"] = {"state": "ready"}
+    observed = Observed(
+        children={"demo-rl-1": rl},
+        sandbox_ready_replicas=int(deployment["status"]["readyReplicas"]),
+        sandbox_spec_replicas=deployment["spec"]["replicas"],
+        sandbox_pods_refused=below.replica_failure(deployment, T0),
+    )
+    decision = decide(run, current, observed, T0)
+    assert decision.sandbox_replicas == 2 and observed.sandbox_pods_refused == f"FailedCreate {quota}"
+    assert Reconciler._sandbox_refused(run, decision, observed) is None, "one refused replica of a ready sandbox stalls the run"
+    sandbox = next(cond for cond in decision.status.conditions if cond.type == c.COND_SANDBOX_READY)
+    assert (sandbox.status, sandbox.reason) == ("False", c.REASON_SANDBOX_PODS_REFUSED) and sandbox.message.startswith("1/2 replicas ready")
+    assert next(cond for cond in decision.status.conditions if cond.type == c.COND_STALLED).status == "False"
+    none_ready = replace(observed, sandbox_ready_replicas=0)
+    stalled = Reconciler._sandbox_refused(run, decide(run, current, none_ready, T0), none_ready)
+    assert stalled == f"the pods of the sandbox Deployment demo-sandbox are refused: FailedCreate {quota}"
