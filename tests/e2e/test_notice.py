@@ -33,8 +33,7 @@ def test_a_cordon_and_the_autoscalers_taint_under_rl_ask_the_trainer_to_save(kub
     parent = eventually("the run's parent MLflow run", lambda: (kube.run_status("notice", namespace).get("mlflow") or {}).get("runId"))
     run_id = start_stage_run(mlflow_uri, parent, "rl", rl["attempt"])  # what the rl stage's trainer does when it starts
     try:
-        kube.kubectl("cordon", node)
-        kube.kubectl("taint", "nodes", node, f"{TAINT}=1764670000:NoSchedule", "--overwrite")
+        kube.kubectl("taint", "nodes", node, f"{TAINT}=1764670000:NoSchedule", "--overwrite")  # the autoscaler marks it, then drains
 
         def requested() -> dict[str, Any] | None:
             entry = kube.stage("notice", namespace, "rl")
@@ -46,6 +45,7 @@ def test_a_cordon_and_the_autoscalers_taint_under_rl_ask_the_trainer_to_save(kub
         assert MlflowClient(mlflow_uri).get_run(run_id).data.tags["retool.saveRequest"] == reason
         events = {e["reason"]: e for e in kube.events(namespace, "notice")}
         assert "SaveRequested" in events and node in events["SaveRequested"]["message"], sorted(events)
+        kube.kubectl("cordon", node)  # the drain that follows: the attempt was asked once, for the first sign
     finally:
         kube.kubectl("taint", "nodes", node, f"{TAINT}-", check=False)
         kube.kubectl("uncordon", node, check=False)
