@@ -15,7 +15,14 @@ Not part of ``make test``: every mutation runs real servers, a few minutes in al
 the last run are in docs/development.md.
 """
 
+# ruff: noqa: E402  (sys.path is set right before the imports, see below)
 from __future__ import annotations
+
+import sys
+
+# Run as a script, this file's directory (tests/) comes first on sys.path, and tests/operator would stand for
+# the standard library's ``operator`` (imported by argparse, dataclasses, ...): drop it before anything else.
+sys.path[:] = [p for p in sys.path if p not in ("", __import__("os").path.dirname(__import__("os").path.abspath(__file__)))]
 
 import argparse
 import os
@@ -309,8 +316,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "the sandbox closes a connection already at its connection cap (one early)",
         "retool/sandbox/http_limits.py",
-        "if len(self.connections) > max_connections and not self._make_room():",
-        "if len(self.connections) >= max_connections and not self._make_room():",
+        "if len(self.connections) > max_connections and self._live() > max_connections and not self._make_room():",
+        "if len(self.connections) >= max_connections and self._live() >= max_connections and not self._make_room():",
         ("tests/sandbox/test_server_limits.py::test_the_connection_cap_exactly_at_its_value",),
     ),
     Mutation(
@@ -560,11 +567,355 @@ MUTATIONS: tuple[Mutation, ...] = (
         "pass",
         ("tests/sandbox/test_server_limits.py",),
     ),
+    # Issue 51: what a run costs, and the PriorityClass warning at admission.
+    Mutation(
+        "an ended pod is counted up to now instead of its last container's end",
+        "retool_operator/cost.py",
+        "end = parse_time(use.end_time) if use.end_time else until",
+        "end = until",
+        ("tests/operator/test_cost.py",),
+    ),
+    Mutation(
+        "a pod that is gone is dropped without its hours being settled into its attempt",
+        "retool_operator/cost.py",
+        "settled[key] = settled.get(key, 0.0) + hours(use, now)",
+        "pass",
+        ("tests/operator/test_cost.py",),
+    ),
+    Mutation(
+        "the last attempt of a failed stage is not counted as lost",
+        "retool_operator/cost.py",
+        'return attempt < entry.attempt or (attempt == entry.attempt and entry.state == "Failed")',
+        "return attempt < entry.attempt",
+        ("tests/operator/test_cost.py",),
+    ),
+    Mutation(
+        "the clock's cost figures make every pass write the status",
+        "retool_operator/status.py",
+        'LIVE_COST_FIGURES = ("deviceHours", "lostDeviceHours", "deviceHoursPerPoint", "amount", "stages")',
+        "LIVE_COST_FIGURES = ()",
+        ("tests/operator/test_cost.py",),
+    ),
+    Mutation(
+        "the admission warning is given for a PriorityClass that exists",
+        "retool_operator/cluster_warnings.py",
+        "return [] if found is not None else [missing_priority_class_warning(name)]",
+        "return [missing_priority_class_warning(name)]",
+        ("tests/operator/test_integration_admission.py",),
+    ),
+    # Issue 49: the HTTP layer's bounds.
+    Mutation(
+        "http layer: a write the client does not drain is never aborted",
+        "retool/sandbox/http_limits.py",
+        "if not self._lost and self.transport.get_write_buffer_size() > 0:",
+        "if False:",
+        ("tests/sandbox/test_http_lockouts.py::test_unread_answers_with_a_pipelined_ping_are_aborted_and_lock_nobody_out",),
+    ),
+    Mutation(
+        "http layer: an abort closes gracefully behind the unread bytes (no reset, the kernel's queue kept)",
+        "retool/sandbox/http_limits.py",
+        'sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))',
+        "pass",
+        ("tests/sandbox/test_http_lockouts.py::test_unread_answers_with_a_pipelined_ping_are_aborted_and_lock_nobody_out",),
+    ),
+    Mutation(
+        "http layer: a closing connection keeps its slot under the connection cap",
+        "retool/sandbox/http_limits.py",
+        "return sum(1 for c in self.connections if c.transport is not None and not c.transport.is_closing())",
+        "return len(self.connections)",
+        ("tests/sandbox/test_http_lockouts.py::test_a_closing_connection_frees_its_slot",),
+    ),
+    Mutation(
+        "http layer: the in-flight body budget reserves declared lengths, not arrived bytes",
+        "retool/sandbox/http_limits.py",
+        "reserved = 0  # what arrived, never what was declared: a silent declaration holds nothing",
+        "reserved = length if declared and self.budget.reserve(length) else 0",
+        ("tests/sandbox/test_http_lockouts.py::test_silent_declared_bodies_do_not_lock_out_run_code",),
+    ),
+    Mutation(
+        "http layer: unsent answer bytes are not bounded across the replica",
+        "retool/sandbox/http_limits.py",
+        "self._enforce_unsent_budget()",
+        "pass",
+        ("tests/sandbox/test_http_lockouts.py::test_unread_answers_are_bounded_in_bytes_across_the_replica",),
+    ),
+    Mutation(
+        "http layer: a connection whose answer is unread never makes room at the cap",
+        "retool/sandbox/http_limits.py",
+        'EVICTION_ORDER = {"idle": 0, "unread": 1, "header": 2, "body": 3}',
+        'EVICTION_ORDER = {"idle": 0, "header": 2, "body": 3}',
+        ("tests/sandbox/test_http_lockouts.py::test_an_unread_connection_makes_room_before_one_sending_headers",),
+    ),
+    Mutation(
+        "http layer: a request outside the pool has no bound",
+        "retool/sandbox/http_limits.py",
+        "self._handler_timer = self.loop.call_later(handler_timeout_s, self._give_up, cycle)",
+        "pass",
+        ("tests/sandbox/test_http_lockouts.py::test_a_request_outside_the_pool_is_bounded",),
+    ),
+    Mutation(
+        "http layer: a request that is not HTTP is answered in plain text, outside the API's error shape",
+        "retool/sandbox/http_limits.py",
+        'self._refuse("400 Bad Request", msg)',
+        "super().send_400_response(msg)",
+        ("tests/sandbox/test_http_lockouts.py::test_the_http_layer_answers_errors_in_the_api_format",),
+    ),
+    Mutation(
+        "a node's termination taint is not read as a sign that it is going",
+        "retool_operator/notice.py",
+        'why = GOING_TAINTS.get(str(taint.get("key") or ""))',
+        "why = None",
+        ("tests/operator/test_notice.py",),
+    ),
+    Mutation(
+        "the trainer ignores the operator's save request at verl's step-end decision",
+        "retool/recipe/verl_plugins/save_notice.py",
+        "if request is not None and request != self.handled:",
+        "if False:",
+        ("tests/turns/test_save_notice.py",),
+    ),
+    Mutation(
+        "the operator never asks the rl attempt to save when its node is going",
+        "retool_operator/runner.py",
+        "if sign is not None and (request is None or not request.delivered):",
+        "if False:",
+        ("tests/operator/test_integration_tracking.py::test_a_going_node_under_rl_asks_the_trainer_to_save_and_its_answer_reaches_the_run",),
+    ),
+    Mutation(
+        "retool compare drops the operator's cost figures",
+        "retool/tracking/compare.py",
+        'cost={key: float(value) for key, value in parent.data.metrics.items() if key.startswith("cost/")},',
+        "cost={},",
+        ("tests/tracking/test_compare.py::test_compare_shows_what_each_run_cost_from_the_operators_figures",),
+    ),
     # Issue 50, item 7: behaviours a one-line break left untested; each row names only its own module's tests.
     # -- sandbox (issue 50 item 7)
+    Mutation(
+        "an execution inherits the template's environment (the zygote's scrub gone: PASS_ENV's variables, PYTHONPATH)",
+        "retool/sandbox/child.py",
+        "os.environ.clear()",
+        "pass",
+        ("tests/sandbox/test_execution_start.py::test_an_execution_gets_the_clean_environment_not_the_servers",),
+    ),
+    Mutation(
+        "an execution starts from the server's whole environment (credentials, service addresses in its initial environment)",
+        "retool/sandbox/pool.py",
+        "env = {name: os.environ[name] for name in settings.pass_env if name in os.environ}",
+        "env = dict(os.environ)",
+        ("tests/sandbox/test_execution_start.py::test_an_execution_gets_the_clean_environment_not_the_servers",),
+    ),
+    Mutation(
+        "an execution can tgkill or tkill its zygote in a shared-uid pid namespace (the thread-signal guard protects no pid)",
+        "retool/sandbox/seccomp.py",
+        'p.deny_any("guard_thread", 0, protected)',
+        'p.deny_any("guard_thread", 0, ())',
+        ("tests/sandbox/test_execution_start.py::test_an_execution_cannot_signal_its_zygote_by_any_call",),
+    ),
+    Mutation(
+        "an execution can kill its zygote in a shared-uid pid namespace (the process-signal guard protects only kill(-1))",
+        "retool/sandbox/seccomp.py",
+        'p.deny_any("guard_process", 0, (0xFFFFFFFF, *protected, *(-pid & 0xFFFFFFFF for pid in policy.protected)))',
+        'p.deny_any("guard_process", 0, (0xFFFFFFFF,))',
+        ("tests/sandbox/test_execution_start.py::test_an_execution_cannot_signal_its_zygote_by_any_call",),
+    ),
+    Mutation(
+        "an execution can signal its zygote in a shared-uid pid namespace (the worker asks no protection for it)",
+        "retool/sandbox/worker.py",
+        '"protect_parent": self.pid_namespace and self.drop != "uid",',
+        '"protect_parent": False,',
+        ("tests/sandbox/test_execution_start.py::test_an_execution_cannot_signal_its_zygote_by_any_call",),
+    ),
+    Mutation(
+        "/dev/urandom refused under Landlock (dropped from the device rules)",
+        "retool/sandbox/landlock.py",
+        'DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")',
+        'DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random")',
+        ("tests/sandbox/test_execution_start.py::test_landlock_leaves_an_execution_dev_urandom",),
+    ),
+    Mutation(
+        "a failed execution setup is reported at its outermost frame (child.main), not the step that failed",
+        "retool/sandbox/worker.py",
+        'where = next((line for line in reversed(lines) if line.startswith("File ")), None)',
+        'where = next((line for line in lines if line.startswith("File ")), None)',
+        ("tests/sandbox/test_native_setup.py::test_a_failed_setup_is_reported_at_the_step_that_failed",),
+    ),
+    Mutation(
+        "the zygote keeps the template's environment: both setup paths agree on it (the comparison pins what they share)",
+        "retool/sandbox/child.py",
+        "scrub_environment()  # before the first fork: every execution inherits SAFE_ENV",
+        "pass",
+        ("tests/sandbox/test_native_setup.py::test_the_compiled_setup_leaves_the_execution_as_the_python_setup_does",),
+    ),
+    Mutation(
+        "the zygote keeps the template's JSON logging: both setup paths agree on it (the comparison pins what they share)",
+        "retool/sandbox/child.py",
+        "fresh_logging()  # and a fresh interpreter's logging, not the template's JSON handlers",
+        "pass",
+        ("tests/sandbox/test_native_setup.py::test_the_compiled_setup_leaves_the_execution_as_the_python_setup_does",),
+    ),
+    Mutation(
+        "/dev/urandom refused by the Landlock rules both setup paths share (the comparison pins what they share)",
+        "retool/sandbox/landlock.py",
+        'DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")',
+        'DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random")',
+        ("tests/sandbox/test_native_setup.py::test_the_compiled_setup_leaves_the_execution_as_the_python_setup_does",),
+    ),
+    Mutation(
+        "the template takes the server's whole environment: its secrets are in every execution's /proc/self/environ",
+        "retool/sandbox/pool.py",
+        "env = {name: os.environ[name] for name in settings.pass_env if name in os.environ}",
+        "env = dict(os.environ)",
+        ("tests/sandbox/test_hostile.py::test_no_secret_reaches_the_code",),
+    ),
+    Mutation(
+        "the server stays dumpable: code sharing its uid reads its secrets in /proc/1/environ where Landlock is missing",
+        "retool/sandbox/serve.py",
+        "isolation.set_dumpable(False)",
+        "pass",
+        ("tests/sandbox/test_hostile.py::test_no_secret_reaches_the_code",),
+    ),
     # -- operator (issue 50 item 7)
+    Mutation(
+        "a pod the API server refuses as invalid (a LimitRange default limit below its request) is no refusal: the run waits silently",
+        "retool_operator/below.py",
+        """REFUSED = re.compile(r'\\bis forbidden: |\\bis invalid: |admission webhook "[^"]*" denied the request')""",
+        """REFUSED = re.compile(r'\\bis forbidden: |admission webhook "[^"]*" denied the request')""",
+        ("tests/operator/test_stalls_below.py::test_a_pod_a_limitrange_turns_down_is_named_on_the_stage_and_stalls_the_run",),
+    ),
+    Mutation(
+        "a run deleted with a running stage holds its RayJob until the run is gone (a foreground deletion never ends)",
+        "retool_operator/runner.py",
+        'if run is None or being_deleted(run) or outcome_recorded(load(run.get("status") or {}), child):',
+        'if run is None or outcome_recorded(load(run.get("status") or {}), child):',
+        ("tests/operator/test_integration_upstream.py::test_a_run_deleted_in_the_foreground_lets_its_running_rayjob_go_while_the_run_waits_for_it",),
+    ),
+    Mutation(
+        "a deleted RayJob's outcome finalizer is released at its watch event, before the run's status records the outcome",
+        "retool_operator/runner.py",
+        'if run is None or being_deleted(run) or outcome_recorded(load(run.get("status") or {}), child):',
+        "if True:",
+        ("tests/operator/test_integration_upstream.py::test_a_deleted_rayjobs_finalizer_goes_only_once_its_outcome_is_in_the_runs_status",),
+    ),
+    Mutation(
+        "one refused sandbox replica stalls a run whose sandbox has a ready replica",
+        "retool_operator/runner.py",
+        "if not uses_sandbox(run) or not observed.sandbox_pods_refused or observed.sandbox_ready_replicas > 0 or decision.sandbox_replicas == 0:",
+        "if not uses_sandbox(run) or not observed.sandbox_pods_refused or decision.sandbox_replicas == 0:",
+        ("tests/operator/test_stalls_below.py::test_one_refused_replica_of_a_ready_sandbox_does_not_stall_the_run",),
+    ),
+    Mutation(
+        "the previous attempt's RayJob, deleted while the next attempt runs, is never released",
+        "retool_operator/reconcile.py",
+        "return entry is None or entry.job != name or entry.state not in FOLLOWED_STATES",
+        "return entry is None or entry.state not in FOLLOWED_STATES",
+        (
+            "tests/operator/test_finalizers.py",
+            "tests/operator/test_integration_upstream.py::test_the_previous_attempts_rayjob_deleted_during_the_next_attempt_is_let_go",
+        ),
+    ),
+    Mutation(
+        "the outcome finalizer is renamed without docs/operations.md (its kubectl commands name a finalizer nothing writes)",
+        "retool_operator/constants.py",
+        'FINALIZER_OUTCOME = "retool.dev/stage-outcome"',
+        'FINALIZER_OUTCOME = "retool.dev/outcome"',
+        ("tests/operator/test_finalizers.py",),
+    ),
+    Mutation(
+        "kopf's finalizer on runs is renamed without docs/operations.md",
+        "retool_operator/handlers.py",
+        'settings.persistence.finalizer = f"{c.KOPF_ANNOTATION_PREFIX}/finalizer"',
+        'settings.persistence.finalizer = f"{c.KOPF_ANNOTATION_PREFIX}/run"',
+        ("tests/operator/test_finalizers.py",),
+    ),
     # -- preflight (issue 50 item 7)
+    Mutation(
+        "preflight: an SFT tool call's arguments given as JSON text are refused",
+        "retool/preflight/fields.py",
+        "if arguments is MISSING or arguments is None or not isinstance(arguments, Mapping | str):",
+        "if arguments is MISSING or arguments is None or not isinstance(arguments, Mapping):",
+        ("tests/preflight/test_data_fields.py::test_tool_call_arguments_given_as_json_text_are_valid",),
+    ),
+    Mutation(
+        "preflight: a field problem past row 1024 is reported at its row within the reading batch",
+        "retool/preflight/fields.py",
+        "problems.append(FieldProblem(path, start + offset, field, problem))",
+        "problems.append(FieldProblem(path, offset, field, problem))",
+        ("tests/preflight/test_data_fields.py::test_a_problem_past_the_first_reading_batch_is_reported_at_its_true_row",),
+    ),
+    Mutation(
+        "preflight: a check runs although its dependency was skipped",
+        "retool/preflight/flow.py",
+        'bad = next((r for r in relevant if r.status in ("failed", "skipped")), None)',
+        'bad = next((r for r in relevant if r.status == "failed"), None)',
+        (
+            "tests/preflight/test_wiring.py::test_a_skipped_dependency_blocks_the_check_that_needs_it",
+            "tests/preflight/test_wiring.py::test_checks_behind_a_skipped_check_are_skipped_not_run",
+        ),
+    ),
+    Mutation(
+        "preflight: a run without an eval stage never checks the rl stage's validation",
+        "retool/preflight/flow.py",
+        'validate = stage == "eval" or (validates and "eval" not in target.commands)',
+        'validate = stage == "eval"',
+        ("tests/preflight/test_wiring.py::test_a_run_without_an_eval_stage_checks_the_rl_stages_validation",),
+    ),
+    Mutation(
+        "preflight: the reward guard passes when verl binds other reward kwargs than the run renders",
+        "retool/preflight/reward_guard.py",
+        "if dict(bound) != dict(expected_kwargs):",
+        "if False:",
+        ("tests/preflight/test_wiring.py",),
+    ),
     # -- spec, compare, render (issue 50 item 7)
+    Mutation(
+        "spec: one sequence's KV cache counted as K or V alone (half what vLLM allocates), so a run vLLM refuses is accepted",
+        "retool/spec/memory_fit.py",
+        "per_token = 2 * shape.layers * max(1, shape.kv_heads // tp) * shape.head_dim * shape.dtype_bytes",
+        "per_token = shape.layers * max(1, shape.kv_heads // tp) * shape.head_dim * shape.dtype_bytes",
+        ("tests/spec/test_model_fit.py",),
+    ),
+    Mutation(
+        "spec: a rollout refusal with offload on advises turning offload on",
+        "retool/spec/model_fit.py",
+        "keeps_actor = rl.enabled and not rl.offload",
+        "keeps_actor = rl.enabled",
+        ("tests/spec/test_model_fit.py",),
+    ),
+    Mutation(
+        "spec: a log-probabilities refusal with offload on advises turning offload on",
+        "retool/spec/model_fit.py",
+        '"shorten maxPromptLength + maxResponseLength, " + ("" if rl.offload else "set rl.offload: true, ") + "or add nodes or devices",',
+        '"shorten maxPromptLength + maxResponseLength, set rl.offload: true, or add nodes or devices",',
+        ("tests/spec/test_model_fit.py",),
+    ),
+    Mutation(
+        "compare: a best validation value reached twice is reported at its last step",
+        "retool/tracking/compare.py",
+        "best = max(series, key=lambda step: (series[step], -step)) if series else None",
+        "best = max(series, key=lambda step: (series[step], step)) if series else None",
+        ("tests/tracking/test_compare.py",),
+    ),
+    Mutation(
+        "compare: the headline's best validation step is the last step reaching it",
+        "retool/tracking/headline.py",
+        "step = max(series, key=lambda s: (series[s], -s))",
+        "step = max(series, key=lambda s: (series[s], s))",
+        ("tests/tracking/test_compare.py",),
+    ),
+    Mutation(
+        "compare: the baseline is the first run given, not the text-only run",
+        "retool/tracking/compare.py",
+        "return next((run for run in runs if run.recipe == TEXT_ONLY), runs[0])",
+        "return runs[0]",
+        ("tests/tracking/test_compare.py",),
+    ),
+    Mutation(
+        "render: the 0.9 line puts SFT's cpu_offload on engine.param_offload (verl 0.9.1's optimizer_offload left off)",
+        "retool/recipe/render/v0_9.py",
+        '"model.fsdp_config.cpu_offload": "engine.optimizer_offload",',
+        '"model.fsdp_config.cpu_offload": "engine.param_offload",',
+        ("tests/render/test_verl_lines.py",),
+    ),
 )
 
 

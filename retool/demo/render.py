@@ -32,10 +32,9 @@ def stage_script(stage: str, command) -> str:
 
 def render_run(example: Path, out_dir: Path, on_file: Callable[[Path], None] | None = None) -> RenderedRun:
     """Write ``manifests.yaml`` and ``commands/<stage>.sh`` for the RetoolRun in ``example``."""
-    from retool_operator.render import render_manifests
-
     from retool.cli.render import load, placeholder_context
     from retool.recipe.render.stages import enabled_stages, render_stage
+    from retool_operator.render import render_manifests
 
     out_dir.mkdir(parents=True, exist_ok=True)
     document = yaml.safe_load(example.read_text())

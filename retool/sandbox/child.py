@@ -243,8 +243,8 @@ def prepare(layers: dict[str, Any]) -> Prepared:
     their setup but the directory). Also leaves the zygote's environment at ``SAFE_ENV``
     (``scrub_environment``) and its logging as a fresh interpreter's (``fresh_logging``): its
     executions inherit both."""
-    scrub_environment()
-    fresh_logging()
+    scrub_environment()  # before the first fork: every execution inherits SAFE_ENV
+    fresh_logging()  # and a fresh interpreter's logging, not the template's JSON handlers
     rules = landlock.prepare(layers["read_paths"], layers["landlock_abi"]) if layers["landlock_abi"] else None
     policy = seccomp.ExecutionPolicy(
         pid=0,  # an execution's own, patched in by it (``PreparedFilter.render``)

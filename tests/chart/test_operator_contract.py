@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from retool_operator.config import OperatorConfig
 
+from retool_operator.config import OperatorConfig
 from tests.chart.helm import operator_config
 from tests.chart.profiles import PROFILES
 

@@ -28,12 +28,12 @@ from functools import cache
 
 import pytest
 from pydantic_settings import BaseSettings
-from retool_operator.config import OperatorConfig
 
 from retool.cli import build_parser
 from retool.preflight.checks import CHECKS
 from retool.sandbox.metrics import SandboxMetrics
 from retool.sandbox.settings import SandboxSettings
+from retool_operator.config import OperatorConfig
 from tests.conftest import REPO, repo_env
 
 DOCS = ["docs/recipe.md", "docs/operations.md", "docs/sandbox.md"]
@@ -103,10 +103,12 @@ UNITS = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 
 
 def documented_value(cell: str, default: object) -> object:
-    """The documented default read as the field's type (``empty`` is the empty string)."""
+    """The documented default read as the field's type (``empty`` is the empty string, ``unset`` no value)."""
     value = cell.strip().strip("`")
     if value == "empty":
         return ""
+    if value == "unset":
+        return None
     if isinstance(default, bool):
         return {"true": True, "false": False}.get(value, value)
     if isinstance(default, int | float):

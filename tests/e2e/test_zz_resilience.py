@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from retool_operator.kube import KINDS, ApiError, Credentials, KubeClient
 
+from retool_operator.kube import KINDS, ApiError, Credentials, KubeClient
 from tests.e2e.conftest import RELEASE_NAMESPACE, Cluster, eventually, run_manifest
 
 LABEL_RUN = "retool.dev/run"

@@ -92,10 +92,9 @@ def operator_statuses() -> dict[str, tuple[dict[str, Any], bool]]:
     """Statuses the operator's decision function writes for a run in each situation (and whether spec.suspend is set)."""
     import datetime as dt
 
+    from retool.spec.status import RetoolRunStatus, StageStatus
     from retool_operator.reconcile import Observed, decide
     from retool_operator.status import dump, invalid_spec_status, with_refusals
-
-    from retool.spec.status import RetoolRunStatus, StageStatus
     from tests.operator.helpers import T0, rayjob_status, run_of
 
     def stages(**states: tuple[str, int]) -> list[StageStatus]:

@@ -6,10 +6,9 @@ import copy
 import datetime as dt
 from typing import Any
 
-from retool_operator.config import OperatorConfig
-
 from retool.spec.model import RetoolRun
 from retool.spec.validate import parse_run
+from retool_operator.config import OperatorConfig
 
 T0 = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
 CONFIG = OperatorConfig(_env_file=None, mlflow_tracking_uri="", sandbox_image="retool/sandbox:test")

@@ -25,7 +25,6 @@ from __future__ import annotations
 from typing import Any
 
 from retool_operator.kube import KINDS
-
 from tests.operator.emulator import JOBS, RAYJOBS, ObserverClient
 
 PODS = KINDS[("v1", "Pod")]

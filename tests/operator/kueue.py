@@ -22,7 +22,6 @@ from typing import Any
 
 from retool_operator import constants as c
 from retool_operator.kube import KINDS
-
 from tests.operator.emulator import JOBS, RAYJOBS, ObserverClient
 
 WORKLOADS = KINDS[("kueue.x-k8s.io/v1beta2", "Workload")]

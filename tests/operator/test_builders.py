@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+
+from retool.spec.names import SANDBOX_PORT
 from retool_operator import builders
 from retool_operator.config import OperatorConfig, parse_selector
 from retool_operator.profiles import hardware_profile
-
-from retool.spec.names import SANDBOX_PORT
 from tests.operator.helpers import CONFIG, run_of
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
+from retool.spec.status import RetoolRunStatus, StageStatus
 from retool_operator.kube import is_subset
 from retool_operator.reconcile import Observed, decide
 from retool_operator.tracking import same_tracker
-
-from retool.spec.status import RetoolRunStatus, StageStatus
 from tests.operator.helpers import T0, job_status, rayjob_status, run_of
 
 SFT_RUNNING = RetoolRunStatus(
@@ -99,7 +99,6 @@ def _claim(name: str, modes: list[str]) -> dict[str, Any]:
 def test_extra_claims_of_a_multi_node_run_must_be_shareable(modes: list[str] | None, read_only: bool, state: str, fragment: str) -> None:
     from retool_operator.builders import run_claim
     from retool_operator.claims import ClaimObservation
-
     from tests.operator.helpers import CONFIG
 
     volume = {"name": "hf", "mountPath": "/hf", "persistentVolumeClaim": {"claimName": "hf-cache", "readOnly": read_only}}

@@ -7,13 +7,13 @@ import copy
 from typing import Any
 
 import pytest
+
+from retool.spec.status import RetoolRunStatus, StageStatus
+from retool.spec.validate import parse_run
 from retool_operator import immutability
 from retool_operator.builders import build_spec_configmap, run_document
 from retool_operator.config import OperatorConfig
 from retool_operator.webhook import review
-
-from retool.spec.status import RetoolRunStatus, StageStatus
-from retool.spec.validate import parse_run
 from tests.operator.helpers import document
 
 RL_STARTED = {"stages": [{"name": "prepare", "state": "Succeeded"}, {"name": "sft", "state": "Skipped"}, {"name": "merge", "state": "Skipped"}]}

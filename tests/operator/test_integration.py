@@ -15,10 +15,10 @@ from typing import Any
 
 import kmock
 import pytest
+
 from retool_operator.config import OperatorConfig
 from retool_operator.kube import KINDS
 from retool_operator.permissions import allows
-
 from tests.operator.emulator import (
     DEPLOYMENTS,
     JOBS,

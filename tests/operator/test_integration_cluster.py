@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from retool_operator import constants as c
 
+from retool_operator import constants as c
 from tests.operator.emulator import JOBS, RAYJOBS, RUNS, eventually, operator_requests, running_operator
 from tests.operator.helpers import job_status, rayjob_status
 from tests.operator.kueue import WORKLOADS, FakeKueue

@@ -17,9 +17,9 @@ from typing import Any
 
 import httpx
 import pytest
-from retool_operator.kube import KINDS
 
 from retool.embedded.servers import sandbox_server
+from retool_operator.kube import KINDS
 from tests.operator.emulator import DEPLOYMENTS, JOBS, eventually, running_operator
 from tests.operator.helpers import job_status
 from tests.operator.test_integration import NS, Cluster, cluster, spec_doc  # noqa: F401  (the fixture)

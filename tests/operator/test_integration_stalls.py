@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from retool_operator import below, runner
 from retool_operator.config import OperatorConfig
 from retool_operator.kube import KINDS
-
 from tests.operator.emulator import JOBS, eventually, running_operator
 from tests.operator.test_integration import NS, Cluster, cluster, spec_doc  # noqa: F401  (the fixture)
 

@@ -7,12 +7,12 @@ import datetime as dt
 from typing import Any
 
 import pytest
-from retool_operator.isolation import IsolationObservation, ReplicaIsolation, isolation_condition, parse_readyz, summarize
-from retool_operator.readyz import IsolationReader, readable_pods
-from retool_operator.reconcile import Observed, decide
 
 from retool.sandbox import layers
 from retool.spec.status import RetoolRunStatus, StageStatus
+from retool_operator.isolation import IsolationObservation, ReplicaIsolation, isolation_condition, parse_readyz, summarize
+from retool_operator.readyz import IsolationReader, readable_pods
+from retool_operator.reconcile import Observed, decide
 from tests.operator.helpers import T0, run_of
 
 

@@ -13,8 +13,8 @@ import aiohttp
 import kmock
 import kopf
 import pytest
-from retool_operator.kube import KINDS, ApiError, Backoff, Credentials, KubeClient, TokenSource, configuration_for, credentials_from, parse_retry_after
 
+from retool_operator.kube import KINDS, ApiError, Backoff, Credentials, KubeClient, TokenSource, configuration_for, credentials_from, parse_retry_after
 from tests.conftest import free_port
 from tests.operator.emulator import ScalableEmulator, declare
 

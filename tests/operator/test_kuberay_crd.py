@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from retool_operator.kuberay_crd import kuberay_problems, read_crd
 
+from retool_operator.kuberay_crd import kuberay_problems, read_crd
 from tests.operator.helpers import CONFIG, run_of
 
 PRESERVE = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}

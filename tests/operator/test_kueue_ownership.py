@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from retool_operator.queueing import ANNOTATION_SUSPENDED
-from retool_operator.reconcile import Observed, SetSuspend, SetWorkloadActive, decide
 
 from retool.spec.status import RetoolRunStatus, StageStatus
+from retool_operator.queueing import ANNOTATION_SUSPENDED
+from retool_operator.reconcile import Observed, SetSuspend, SetWorkloadActive, decide
 from tests.operator.helpers import T0, rayjob_status, run_of
 
 CHILD = "demo-sft-1"

@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 import tomllib
+
+from retool.runtime.paths import run_paths
+from retool.spec.validate import parse_run
 from retool_operator import builders
 from retool_operator.builders.stages import merge_memory_gib
 from retool_operator.profiles import RAY_VERSION, TRAINER_UID
 from retool_operator.render import desired_objects
-
-from retool.runtime.paths import run_paths
-from retool.spec.validate import parse_run
 from tests.conftest import REPO
 from tests.operator.helpers import CONFIG, config_for, document, run_of
 from tests.render.cases import VARIANTS

@@ -6,6 +6,7 @@ import asyncio
 import logging
 
 import pytest
+
 from retool_operator import logcontext
 from retool_operator.runner import Reconciler
 

@@ -11,9 +11,9 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+
 from retool_operator.builders import build_mlflow
 from retool_operator.render import desired_objects
-
 from tests.conftest import EXAMPLES, REPO
 from tests.manifest_check import crd_schemas, problems, pruned_fields
 from tests.operator.helpers import CONFIG, config_for, document
@@ -85,10 +85,9 @@ def test_status_the_operator_writes_fits_the_crd(tmp_path: Path) -> None:
     """Every status field the operator writes exists in the generated CRD (nothing would be pruned)."""
     import datetime as dt
 
+    from retool.spec.status import RetoolRunStatus, StageStatus
     from retool_operator.reconcile import Observed, decide
     from retool_operator.status import dump, invalid_spec_status
-
-    from retool.spec.status import RetoolRunStatus, StageStatus
     from tests.operator.helpers import T0, rayjob_status, run_of
 
     crd = yaml.safe_load((REPO / "charts" / "retool" / "crds" / "retoolruns.retool.dev.yaml").read_text())

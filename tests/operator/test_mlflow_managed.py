@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from retool_operator.builders import build_mlflow
 
 from retool.embedded.process import ManagedServer
+from retool_operator.builders import build_mlflow
 from tests.deployed_mlflow import deployed_mlflow, job_runner_processes
 from tests.operator.helpers import CONFIG
 

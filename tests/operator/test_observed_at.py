@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+
 from retool_operator.status import OBSERVED_HEARTBEAT_SECONDS, status_to_write
 
 T = dt.datetime(2026, 12, 2, 12, 0, tzinfo=dt.UTC)

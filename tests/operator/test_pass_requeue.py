@@ -8,9 +8,9 @@ from typing import Any
 
 import aiohttp
 import pytest
+
 from retool_operator.kube import ApiError, Credentials, KubeClient
 from retool_operator.runner import Reconciler
-
 from tests.operator.helpers import CONFIG
 
 KEY = ("ml", "demo")

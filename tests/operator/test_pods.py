@@ -13,13 +13,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+from retool.spec.validate import parse_run
 from retool_operator import constants as c
 from retool_operator.builders import build_mlflow, pod_template
 from retool_operator.builders.pods import PodSettings
 from retool_operator.profiles import hardware_profile
 from retool_operator.render import desired_objects
-
-from retool.spec.validate import parse_run
 from tests.operator.helpers import CONFIG, config_for
 from tests.render.cases import VARIANTS
 

@@ -15,16 +15,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from retool_operator.builders import build_stage_child
-from retool_operator.builders.meta import Tracking
-from retool_operator.builders.stages import JOB_RESOURCES, STAGE_CONTAINER
-from retool_operator.reconcile import CreateChild, Observed, decide
-from retool_operator.runner import termination_message
 
 from retool.preflight.checks import BY_NAME, CHECKS, PERMANENT_EXIT_CODES
 from retool.runtime.context import ENV_SANDBOX_URL
 from retool.spec.names import sandbox_name, sandbox_url
 from retool.spec.status import RetoolRunStatus, StageStatus
+from retool_operator.builders import build_stage_child
+from retool_operator.builders.meta import Tracking
+from retool_operator.builders.stages import JOB_RESOURCES, STAGE_CONTAINER
+from retool_operator.reconcile import CreateChild, Observed, decide
+from retool_operator.runner import termination_message
 from tests.operator.emulator import DEPLOYMENTS, JOBS, RAYJOBS, eventually, operator_requests, running_operator
 from tests.operator.helpers import CONFIG, T0, job_status, run_of
 from tests.operator.test_integration import NS, Cluster, cluster, spec_doc, stage_of  # noqa: F401  (the fixture)

@@ -20,8 +20,8 @@ import sys
 import tempfile
 
 import pytest
-from retool_operator import builders
 
+from retool_operator import builders
 from tests.conftest import free_port, repo_env
 from tests.operator.helpers import CONFIG, run_of
 

@@ -6,11 +6,11 @@ import datetime as dt
 from typing import Any
 
 import pytest
+
+from retool.spec.status import RetoolRunStatus, StageStatus
 from retool_operator.below import replica_failure
 from retool_operator.reconcile import CreateChild, Observed, SetSuspend, child_outcome, decide
 from retool_operator.status import load, rfc3339
-
-from retool.spec.status import RetoolRunStatus, StageStatus
 from tests.operator.helpers import T0, job_status, rayjob_status, run_of
 
 
@@ -354,9 +354,8 @@ def test_status_patch_nulls_removed_top_level_keys() -> None:
 )
 def test_pipeline_matches_the_stage_renderers(spec: dict) -> None:
     """The operator runs exactly the stages the stage entrypoint knows how to render."""
-    from retool_operator.reconcile import enabled_stages
-
     from retool.recipe.render import stages as render
+    from retool_operator.reconcile import enabled_stages
 
     run = run_of(**spec)
     assert tuple(s for s, on in enabled_stages(run).items() if on) == render.enabled_stages(run)

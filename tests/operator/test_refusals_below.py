@@ -7,10 +7,10 @@ import datetime as dt
 from typing import Any
 
 import pytest
+
 from retool_operator import below
 from retool_operator.builders import build_mlflow
 from retool_operator.render import desired_objects
-
 from tests.operator.helpers import CONFIG, T0, document
 
 FORBIDDEN = 'pods "demo-prepare-1-x" is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false'

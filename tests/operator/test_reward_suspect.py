@@ -5,10 +5,10 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from retool_operator import constants as c
-from retool_operator.reconcile import Observed, decide
 
 from retool.spec.status import RetoolRunStatus
+from retool_operator import constants as c
+from retool_operator.reconcile import Observed, decide
 from tests.operator.helpers import T0, rayjob_status, run_of
 from tests.operator.test_reconcile import stages
 

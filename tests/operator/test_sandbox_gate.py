@@ -13,10 +13,10 @@ import datetime as dt
 from typing import Any
 
 import pytest
-from retool_operator.reconcile import CreateChild, Observed, decide
-from retool_operator.sandbox_gate import sandbox_gate
 
 from retool.spec.status import RetoolRunStatus, StageStatus
+from retool_operator.reconcile import CreateChild, Observed, decide
+from retool_operator.sandbox_gate import sandbox_gate
 from tests.operator.helpers import T0, job_status, run_of
 from tests.operator.test_preflight_stage import PREFLIGHT, TEXT_ONLY, stage
 

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from retool_operator import builders
-from retool_operator.builders.sandbox_security import NAMESPACE_CAPABILITY, USERNS_CAPABILITIES
-from retool_operator.render import desired_objects
 
 from retool.sandbox.settings import SandboxSettings
 from retool.spec.model import SANDBOX_MAX_WORKERS
+from retool_operator import builders
+from retool_operator.builders.sandbox_security import NAMESPACE_CAPABILITY, USERNS_CAPABILITIES
+from retool_operator.render import desired_objects
 from tests.operator.helpers import CONFIG, document, run_of
 from tests.operator.test_manifests import problems_of, ray_schemas  # noqa: F401  (fixture)
 
@@ -201,8 +201,8 @@ def test_a_server_in_that_shape_reports_namespaces_and_own_uids_to_the_operator(
     through the operator's parser, is strong with per-worker namespaces and a uid per execution, and
     it is not flagged as root of the node (it is root of its own user namespace only)."""
     import httpx
-    from retool_operator.isolation import parse_readyz
 
+    from retool_operator.isolation import parse_readyz
     from tests.sandbox.conftest import start_server, stop_server
 
     server = start_server(1, kind="k8s-userns")

@@ -6,9 +6,9 @@ Kubernetes v1.36.3)."""
 from __future__ import annotations
 
 import pytest
-from retool_operator.reconcile import Observed, decide
 
 from retool.spec.status import RetoolRunStatus, StageStatus
+from retool_operator.reconcile import Observed, decide
 from tests.operator.helpers import T0, rayjob_status, run_of
 
 QUEUE = {"queueName": "team-a"}

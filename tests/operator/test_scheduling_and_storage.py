@@ -6,12 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
+from retool.spec.status import RetoolRunStatus, StageStatus
 from retool_operator import constants as c
 from retool_operator.builders import run_claim
 from retool_operator.claims import ClaimObservation, check_claim, storage_status
 from retool_operator.reconcile import CreateChild, Observed, SetWorkloadActive, decide
-
-from retool.spec.status import RetoolRunStatus, StageStatus
 from tests.operator.helpers import CONFIG, T0, job_status, rayjob_status, run_of
 
 QUEUE = {"queueName": "team-a"}

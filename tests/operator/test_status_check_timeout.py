@@ -8,11 +8,10 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from retool.spec.status import RetoolRunStatus, StageStatus
 from retool_operator.attempts import MAX_STATUS_CHECK_TIMEOUTS
 from retool_operator.reconcile import CreateChild, Observed, decide
 from retool_operator.status import rfc3339
-
-from retool.spec.status import RetoolRunStatus, StageStatus
 from tests.operator.helpers import T0, rayjob_status, run_of
 
 KUBERAY_MESSAGE = "Job status checks have been failing since 2026-01-01 11:55:00; exceeded timeout of 300s"

@@ -10,8 +10,8 @@ from typing import Any
 
 import kmock
 import pytest
-from retool_operator.kube import KINDS, Credentials, KubeClient, token_file_for
 
+from retool_operator.kube import KINDS, Credentials, KubeClient, token_file_for
 from tests.operator.emulator import ScalableEmulator, declare
 
 CONFIGMAPS = KINDS[("v1", "ConfigMap")]

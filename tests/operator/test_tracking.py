@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 
 import pytest
-from retool_operator.config import OperatorConfig
-from retool_operator.tracking import TrackingTarget, ensure_parent_run, parent_run_factory, tracking_target
 
 from retool.tracking import TrackingError
+from retool_operator.config import OperatorConfig
+from retool_operator.tracking import TrackingTarget, ensure_parent_run, parent_run_factory, tracking_target
 from tests.conftest import free_port
 from tests.operator.helpers import run_of
 

@@ -6,10 +6,10 @@ import copy
 from typing import Any
 
 import pytest
+
 from retool_operator import webhook
 from retool_operator.config import OperatorConfig
 from retool_operator.webhook import review
-
 from tests.operator.helpers import document
 
 BASE = document()

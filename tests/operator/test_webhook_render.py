@@ -9,11 +9,11 @@ import sys
 import kopf
 import pytest
 import yaml
+
+from retool.spec.validate import SpecError
 from retool_operator import handlers
 from retool_operator.render import desired_objects, render_manifests
 from retool_operator.webhook import review
-
-from retool.spec.validate import SpecError
 from tests.conftest import EXAMPLES, repo_env
 from tests.operator.helpers import CONFIG, config_for, document
 
@@ -124,9 +124,8 @@ def test_render_rejects_invalid_runs_and_unknown_stages() -> None:
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_render_every_example(example) -> None:
     """The claim the operator creates, the sandbox set (4, unless text-only) and a child per enabled stage, each with its spec snapshot."""
-    from retool_operator.reconcile import enabled_stages
-
     from retool.spec.validate import parse_run
+    from retool_operator.reconcile import enabled_stages
 
     doc = yaml.safe_load(example.read_text())
     run = parse_run(doc)

@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from retool_operator.permissions import NOT_REQUESTED, RULES
 
+from retool_operator.permissions import NOT_REQUESTED, RULES
 from tests.conftest import REPO, SAME_WORKER
 from tests.operator.test_integration import USED, USED_BY
 

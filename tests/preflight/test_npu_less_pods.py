@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from retool_operator import builders
 
 from retool.preflight.report import REPORT_JSON
 from retool.runtime.paths import run_paths
 from retool.spec.validate import parse_run
+from retool_operator import builders
 from tests.operator.helpers import CONFIG
 from tests.preflight.conftest import PreparedRun
 from tests.preflight.sources import local_run, write_run

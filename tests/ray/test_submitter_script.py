@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 
 import pytest
-from retool_operator import builders
-from retool_operator.kuberay_submitter import programs_called, submitter_container_args, submitter_env
 
 from retool.runtime.image_contract import CONTRACTS
+from retool_operator import builders
+from retool_operator.kuberay_submitter import programs_called, submitter_container_args, submitter_env
 from tests.conftest import REPO
 from tests.operator.helpers import CONFIG, run_of
 from tests.ray.head import ray_head

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from retool_operator.isolation import parse_readyz
 
 from retool.sandbox import cgroups, layers
+from retool_operator.isolation import parse_readyz
 from tests.sandbox.conftest import RunningServer, start_server, stop_server
 from tests.sandbox.waiting import wait_until
 
