@@ -120,7 +120,7 @@ mutation-check: install install-verl09 ## one-line bugs in a copy of the tree: d
 	$(PY) tests/mutation_check.py
 
 lint: install ## ruff
-	$(VENV)/bin/ruff check retool retool_operator tests bench upstream images
+	$(VENV)/bin/ruff check --no-cache retool retool_operator tests bench upstream images
 
 crd: install ## regenerate charts/retool/crds/ from the RetoolRun model
 	$(PY) -m retool.spec.crd > charts/retool/crds/retoolruns.retool.dev.yaml
