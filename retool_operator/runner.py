@@ -643,7 +643,8 @@ class Reconciler:
                 decision.events.append(Event("Normal", c.REASON_SAVED_ON_NOTICE, f"rl attempt {entry.attempt} saved its checkpoint at step {saved} on request"))
             if resumed is None and resumed_step is not None:
                 resumed = ResumePoint(attempt=entry.attempt, step=resumed_step)
-                decision.events.append(Event("Normal", c.REASON_RESUMED_FROM_STEP, f"rl attempt {entry.attempt} resumed after step {resumed_step}"))
+                if resumed_step > 0:  # 0: the attempt started afresh (no checkpoint yet)
+                    decision.events.append(Event("Normal", c.REASON_RESUMED_FROM_STEP, f"rl attempt {entry.attempt} resumed after step {resumed_step}"))
         stages = [s.model_copy(update={"save_request": request or s.save_request, "resumed_from": resumed or s.resumed_from}) if s is entry else s for s in status.stages]
         return status.model_copy(update={"stages": stages})
 

@@ -37,7 +37,7 @@ class SaveRequest(SpecModel):
 
 class ResumePoint(SpecModel):
     attempt: int = Field(..., ge=1, description="The attempt that resumed.")
-    step: int = Field(..., ge=0, description="The global step it continued after (its trainer's last checkpoint).")
+    step: int = Field(..., ge=0, description="The global step it continued after (its trainer's last checkpoint; 0: it started afresh).")
 
 
 class StageStatus(SpecModel):

@@ -25,7 +25,7 @@ the trainer saves a checkpoint at its next step boundary (``retool.recipe.verl_p
 SAVED_ON_NOTICE_TAG = "retool.savedOnNotice"
 """Set by the trainer once it saved on a request: ``<step>`` (the checkpoint's global step)."""
 RESUMED_FROM_TAG = "retool.resumedFromStep"
-"""Set by the trainer when it resumed from a checkpoint: the global step it continues after."""
+"""Set by the trainer when it starts: the global step of the checkpoint it resumed from (0: none)."""
 
 TAG_IMAGE = "retool.image"
 TAG_PARAMS_CHANGED = "retool.paramsChanged"

@@ -65,9 +65,9 @@ class SaveOnNotice:
         _tag(self.target, SAVED_ON_NOTICE_TAG, str(step))
 
     def resumed(self, step: int) -> None:
-        """After verl's ``_load_checkpoint``: the global step the attempt continues after (0: it starts afresh)."""
-        if step > 0:
-            _tag(self.target, RESUMED_FROM_TAG, str(step))
+        """After verl's ``_load_checkpoint``: the global step the attempt continues after (0: it starts afresh;
+        said too, so the operator stops asking)."""
+        _tag(self.target, RESUMED_FROM_TAG, str(step))
 
 
 def _tag(target: Callable[[], MlflowTarget | None], key: str, value: str) -> None:
