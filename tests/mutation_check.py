@@ -688,6 +688,38 @@ MUTATIONS: tuple[Mutation, ...] = (
         "cost={},",
         ("tests/tracking/test_compare.py::test_compare_shows_what_each_run_cost_from_the_operators_figures",),
     ),
+    # Issue 49: the shared-uid accounting.
+    Mutation(
+        "the memory watch subtracts the warm baseline from every fork again (forks that unmapped what they inherited count 0)",
+        "retool/sandbox/accounting.py",
+        "return max(0, sum(amounts) - (baseline_kib if any(flags) else 0))",
+        "return sum(max(0, r - baseline_kib) if fork else r for r, fork in zip(amounts, flags, strict=True))",
+        (
+            "tests/sandbox/test_shared_uid_accounting.py::test_forks_that_unmap_what_they_inherited_count_against_the_memory_limit",
+            "tests/sandbox/test_scratch.py::test_the_cheap_memory_estimate",
+        ),
+    ),
+    Mutation(
+        "the process watch allows an execution the shared uid's count at dispatch on top of MAX_PROCESSES (the leapfrog)",
+        "retool/sandbox/worker.py",
+        "if tasks > limits.max_processes:  # its own, whatever the shared uid's count lets it start",
+        "if tasks > limits.max_processes + int(job.get(\"processes_in_use\") or 0):",
+        ("tests/sandbox/test_shared_uid_accounting.py::test_an_execution_cannot_take_the_room_other_executions_processes_leave",),
+    ),
+    Mutation(
+        "the process watch counts processes, not their threads",
+        "retool/sandbox/accounting.py",
+        "tasks += len(threads)",
+        "tasks += 1",
+        ("tests/sandbox/test_shared_uid_accounting.py::test_the_process_count_is_every_task_of_the_descendants_and_only_theirs",),
+    ),
+    Mutation(
+        "the process watch counts the zygote's own tasks with the execution's",
+        "retool/sandbox/accounting.py",
+        "counted, root = not root, False  # the root's own tasks are not its descendants'",
+        "counted, root = True, False",
+        ("tests/sandbox/test_shared_uid_accounting.py::test_the_process_count_is_every_task_of_the_descendants_and_only_theirs",),
+    ),
     # Issue 50, item 7: behaviours a one-line break left untested; each row names only its own module's tests.
     # -- sandbox (issue 50 item 7)
     Mutation(

@@ -32,7 +32,10 @@ def rlimits(limits: Limits, baseline_vm_bytes: int, processes_in_use: int = 0) -
     already maps (numpy, scipy, sympy: a few hundred MB of virtual memory), so ``import numpy`` works
     at any memory_limit_MB and a 100 MB limit still means 100 MB for the program. The CPU limit backs
     up the wall-clock timeout (SIGXCPU one second after it, SIGKILL one second later). RLIMIT_NPROC
-    counts every process of the uid, so ``processes_in_use`` (other processes of a shared uid) is added.
+    counts every process of the uid, so ``processes_in_use`` (other processes of a shared uid) is added:
+    there it bounds only the replica's total (other executions' processes that exit after the count
+    leave their room to this one, issue 49); the worker's watch ends an execution with more than
+    ``max_processes`` tasks of its own (``accounting.tree``).
     The stack is left alone: capping it with the memory limit is what breaks numpy under SandboxFusion.
     """
     address_space = baseline_vm_bytes + limits.memory_limit_mb * MIB
@@ -83,7 +86,10 @@ def signal_note(term_signal: int | None, timed_out: bool) -> str:
 
 
 def limit_note(limit: str, amount_bytes: int, limits: Limits, scratch_mb: int) -> str:
-    """The stderr line of an execution ended by the worker's watch (all its processes together)."""
+    """The stderr line of an execution ended by the worker's watch (all its processes together);
+    for ``processes`` the amount is the tasks (processes and threads) it had, not bytes."""
+    if limit == "processes":
+        return f"Killed: the program had {amount_bytes} processes and threads, over the sandbox's limit of {limits.max_processes} (MAX_PROCESSES)"
     if limit == "memory":
         return (
             f"Killed: the program's processes together used {amount_bytes // MIB} MB, "

@@ -321,7 +321,7 @@ class Worker:
         next_watch = start + WATCH_INTERVAL_S
         disk_every = WATCH_INTERVAL_S
         exited, timed_out = False, False
-        killed_for: tuple[str, int] | None = None  # (limit, amount in bytes)
+        killed_for: tuple[str, int] | None = None  # (limit, amount: bytes; tasks for "processes")
         poller = select.poll()
         for fd in (prepared.pidfd,) if prepared.quiet else (prepared.out_r, prepared.err_r, prepared.pidfd):
             poller.register(fd, select.POLLIN)
@@ -334,7 +334,10 @@ class Worker:
                 if group is not None and group.oom_kills():
                     killed_for = ("memory-cgroup", cgroup_limit)
                     break
-                pids = self._execution_pids()
+                pids, tasks = self._execution_pids()
+                if tasks > limits.max_processes:  # its own, whatever the shared uid's count lets it start
+                    killed_for = ("processes", tasks)
+                    break
                 over = memory.over(pids, now)
                 if over is not None:
                     killed_for = ("memory", over * 1024)
@@ -506,8 +509,9 @@ class Worker:
         return fetched
 
     # ---- cleanup ---------------------------------------------------------------------------
-    def _execution_pids(self) -> list[int]:
-        """Every process of the running execution (all are the zygote's descendants), /proc numbering."""
+    def _execution_pids(self) -> tuple[list[int], int]:
+        """Every process of the running execution (all are the zygote's descendants), /proc numbering,
+        and their tasks (processes and threads) together."""
         assert self.zygote is not None
         return self.zygote.processes()
 

@@ -98,9 +98,10 @@ class Zygote:
         were still alive after ``REAP_TIMEOUT_S`` (0 normally)."""
         return self._call({"op": "reap"})["left"]
 
-    def processes(self) -> list[int]:
-        """Every process of the current execution, as /proc numbers them."""
-        return accounting.descendants(self.proc_pid)
+    def processes(self) -> tuple[list[int], int]:
+        """Every process of the current execution, as /proc numbers them, and how many tasks
+        (processes and threads) they are together (``accounting.tree``)."""
+        return accounting.tree(self.proc_pid)
 
     def close(self) -> None:
         self.sock.close()

@@ -256,7 +256,7 @@ def test_memory_figures_are_read_from_proc_texts() -> None:
     else:
         raise AssertionError(f"RssAnon + RssShmem + RssFile != VmRSS in {text!r}")
     assert accounting.parse_rollup_memory(rollup) == 720
-    assert accounting.estimate([6000, 1000, 9000], baseline_kib=2000) == 4000 + 0 + 7000
+    assert accounting.estimate([6000, 1000, 9000], baseline_kib=2000) == 6000 + 1000 + 9000 - 2000  # one warm baseline, not one per process
 
 
 HOLD_200_MB = "import sys\ndata = bytearray(200 << 20)\ndata[::4096] = b'x' * len(data[::4096])\nprint('held', flush=True)\nsys.stdin.read()\n"

@@ -108,8 +108,20 @@ def test_a_file_removed_while_open_still_counts(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("resident", "forked", "expected"),
-    [([100_000, 100_000], None, 20_000), ([100_000, 60_000], [True, False], 70_000), ([50_000], [True], 0)],
-    ids=["forks count beyond the warm baseline", "a process that exec'd counts whole", "a fork under the baseline counts nothing"],
+    [
+        ([100_000, 100_000], None, 110_000),
+        ([100_000, 60_000], [True, False], 70_000),
+        ([50_000], [True], 0),
+        ([80_000, 80_000, 80_000], [True, True, True], 150_000),
+        ([60_000, 30_000], [False, False], 90_000),
+    ],
+    ids=[
+        "forks count whole, less one warm baseline",
+        "a process that exec'd counts whole",
+        "a lone fork under the baseline counts nothing",
+        "forks each under the baseline count together (issue 49: they may have unmapped what they inherited)",
+        "without a fork of the warm image nothing is subtracted",
+    ],
 )
 def test_the_cheap_memory_estimate(resident: list[int], forked: list[bool] | None, expected: int) -> None:
     assert accounting.estimate(resident, 90_000, forked) == expected

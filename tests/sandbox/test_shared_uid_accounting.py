@@ -1,0 +1,256 @@
+"""Issue 49: two accounting holes of the restricted ``pod`` shape (one uid for every execution, no
+cgroup of its own per execution), each attack run against a server started the way a pod runs it.
+
+1. The memory watch subtracted the warm interpreter's baseline from every forked process: a fork
+   that unmaps what it inherited and maps fresh memory keeps its stack start, and its resident size
+   stays under the baseline, so it counted 0. Now the resident sizes are summed and the baseline
+   subtracted once (``accounting.estimate``), and the exact read shows the fresh pages.
+2. RLIMIT_NPROC of a shared uid is ``MAX_PROCESSES`` + the replica's process count at dispatch;
+   when other executions' processes counted there exit, their room goes to this one. Now the
+   worker's watch ends an execution with more than ``MAX_PROCESSES`` tasks of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import platform
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from retool.sandbox import accounting
+from tests.sandbox.conftest import RunningServer, descendants, start_server, stop_server
+from tests.sandbox.waiting import until, wait_until
+
+pytestmark = pytest.mark.slow
+
+MAX_PROCESSES = 8
+WORKERS = 3
+UID = 10049
+"""A uid no other test server uses: RLIMIT_NPROC counts a uid's tasks machine-wide."""
+
+
+@pytest.fixture(scope="module")
+def pod() -> Iterator[RunningServer]:
+    running = start_server(WORKERS, kind="pod", uid=UID, RETOOL_SANDBOX_MAX_PROCESSES=str(MAX_PROCESSES))
+    running.baseline = running.readyz()  # type: ignore[attr-defined]
+    yield running
+    stop_server(running)
+
+
+async def run(client: httpx.AsyncClient, code: str, *, timeout: float = 90, memory_mb: int = 256) -> dict:
+    reply = await client.post("/run_code", json={"code": code, "run_timeout": timeout, "memory_limit_MB": memory_mb}, timeout=120)
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def out(answer: dict) -> str:
+    return (answer["run_result"] or {}).get("stdout") or ""
+
+
+def err(answer: dict) -> str:
+    return (answer["run_result"] or {}).get("stderr") or ""
+
+
+def assert_unharmed(pod: RunningServer) -> None:
+    now = pod.readyz()
+    assert now["live_workers"] == pod.workers and now["worker_restarts"] == pod.baseline["worker_restarts"], now  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------- 1. memory hidden under the baseline
+
+STUB = (
+    "4889fb4c8b234c8d6b084d85e47418498b7d00498b7508b80b0000000f054983c51049ffccebe3498b75004989f631ffba0300000041ba22000000"
+    "49c7c0ffffffff4531c9b8090000000f054889c7c607014881c7001000004981ee0010000077edb8220000000f05ebf7"
+)
+"""x86-64, called with a table ``[n, (address, length) * n, fresh]``: munmap each region, mmap ``fresh``
+bytes of anonymous memory and touch every page, then ``pause()`` for ever. Raw syscalls only, so it
+runs with nothing of the interpreter (or the C library) left mapped:
+
+    mov rbx, rdi; mov r12, [rbx]; lea r13, [rbx+8]
+    unmap: test r12, r12; jz fresh; mov rdi, [r13]; mov rsi, [r13+8]; mov eax, 11; syscall
+           add r13, 16; dec r12; jmp unmap
+    fresh: mov rsi, [r13]; mov r14, rsi; xor edi, edi; mov edx, 3; mov r10d, 0x22; mov r8, -1
+           xor r9d, r9d; mov eax, 9; syscall; mov rdi, rax
+    touch: mov byte [rdi], 1; add rdi, 4096; sub r14, 4096; ja touch
+    hold:  mov eax, 34; syscall; jmp hold
+"""
+
+HIDE_UNDER_THE_BASELINE = """
+import ctypes, math, mmap, os, struct, time
+
+def resident_kib(pid):
+    text = open(f"/proc/{{pid}}/status").read()
+    return sum(int(line.split()[1]) for line in text.splitlines() if line.startswith(("RssAnon:", "RssShmem:")))
+
+def hide_and_hold(fresh):
+    # Keep only this area (the code and its table) and the stack: everything inherited goes.
+    area = mmap.mmap(-1, 1 << 18, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(area))
+    regions = []
+    for line in open("/proc/self/maps"):
+        fields = line.split()
+        start, end = (int(x, 16) for x in fields[0].split("-"))
+        if base <= start < base + (1 << 18) or (len(fields) > 5 and fields[5] in ("[stack]", "[vsyscall]")):
+            continue
+        regions.append((start, end - start))
+    table = struct.pack(f"<{{2 + 2 * len(regions)}}Q", len(regions), *[x for r in regions for x in r], fresh)
+    area[: len(STUB)] = STUB
+    area[4096 : 4096 + len(table)] = table
+    ctypes.CFUNCTYPE(None, ctypes.c_void_p)(base)(base + 4096)  # never returns
+
+STUB = bytes.fromhex({stub!r})
+baseline = resident_kib("self")  # a fresh fork of the warm interpreter: about the watch's baseline
+fresh = (baseline - 8 * 1024) * 1024  # each child's memory stays under the baseline
+children = min({most}, math.ceil({total_mb} * 2**20 / fresh))
+pids = []
+for _ in range(children):
+    pid = os.fork()
+    if pid == 0:
+        hide_and_hold(fresh)
+    pids.append(pid)
+deadline = time.monotonic() + 20
+while time.monotonic() < deadline and not all(resident_kib(pid) * 1024 >= 0.9 * fresh for pid in pids):
+    time.sleep(0.01)
+held = sum(resident_kib(pid) for pid in pids) // 1024
+time.sleep(1)  # keep it: a watch that sees it ends the execution here
+print(f"held {{held}} MB in {{children}} children, each under the {{baseline // 1024}} MB baseline")
+"""
+
+
+async def test_forks_that_unmap_what_they_inherited_count_against_the_memory_limit(pod: RunningServer) -> None:
+    """Each child unmaps everything it inherited, maps fresh memory just under the warm baseline and
+    keeps it; together ~250 MB at memory_limit_MB=64. Before the fix each counted 0 and the
+    execution returned Success holding it all (30 such children held ~1.9 GB); now it ends with the
+    memory-limit outcome."""
+    if platform.machine() != "x86_64":
+        pytest.skip("the attack's machine code is x86-64")
+    code = HIDE_UNDER_THE_BASELINE.format(stub=STUB, most=MAX_PROCESSES - 2, total_mb=240)
+    async with httpx.AsyncClient(base_url=pod.url) as client:
+        answers = [await run(client, code, memory_mb=64) for _ in range(2)]  # at once, they would share RLIMIT_NPROC's room
+    for answer in answers:
+        assert answer["status"] == "Failed" and "held" not in out(answer), (out(answer), err(answer))
+        assert answer["run_result"]["return_code"] == -9 and "over memory_limit_MB=64" in err(answer), err(answer)
+    assert_unharmed(pod)
+
+
+# ---------------------------------------------------------------- 2. processes leapfrogging the uid's count
+
+UP, GO, STARTED = "children-up", "go", "started"
+HELD_CHILDREN = MAX_PROCESSES // 2
+
+HOLDER = f"""
+import os, time
+r, w = os.pipe()
+for _ in range({HELD_CHILDREN}):  # within MAX_PROCESSES, and within the uid's room with the server's threads
+    if os.fork() == 0:
+        os.close(w)
+        os.read(r, 1)  # until the pipe closes
+        os._exit(0)
+os.close(r)
+open({UP!r}, "w").write("up")
+deadline = time.monotonic() + 60
+while not os.path.exists({GO!r}) and time.monotonic() < deadline:
+    time.sleep(0.02)
+os.close(w)
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        break
+print("released")
+"""
+"""Holds processes (fewer than MAX_PROCESSES) until the test releases it: they are in the replica's
+count when the next execution is dispatched, and leave right after. Not MAX_PROCESSES: the uid's
+limit given at dispatch leaves an execution MAX_PROCESSES less the server's threads (docs/sandbox.md)."""
+
+LEAPFROG = f"""
+import os, time
+open({STARTED!r}, "w").write("started")
+r, w = os.pipe()
+started = 0
+deadline = time.monotonic() + 8
+while started < {3 * MAX_PROCESSES} and time.monotonic() < deadline:
+    try:
+        pid = os.fork()
+    except BlockingIOError:  # RLIMIT_NPROC: wait for the uid's other processes to leave
+        time.sleep(0.01)
+        continue
+    if pid == 0:
+        os.close(w)
+        os.read(r, 1)
+        os._exit(0)
+    started += 1
+print(f"held {{1 + started}} tasks")
+"""
+"""Starts as many processes as the uid's RLIMIT_NPROC lets it, retrying while the processes
+counted at its dispatch leave, and holds them."""
+
+
+def directories_with(pod: RunningServer, marker: str) -> list[str]:
+    """The execution directories of the replica that hold ``marker``, as this process reaches them."""
+    found: dict[str, str] = {}
+    for pid in descendants(pod.pid):
+        with contextlib.suppress(OSError):  # gone since the listing
+            if os.path.exists(f"/proc/{pid}/cwd/{marker}"):
+                inside = os.readlink(f"/proc/{pid}/cwd")
+                found.setdefault(inside, f"/proc/{pid}/root{inside}")
+    return list(found.values())
+
+
+async def test_an_execution_cannot_take_the_room_other_executions_processes_leave(pod: RunningServer) -> None:
+    """Two executions hold processes while a third is dispatched (the replica's count it is given
+    includes them), then leave: before the fix the third went on to hold ~2x MAX_PROCESSES tasks (15 of 8)
+    and returned Success; now it is ended past MAX_PROCESSES of its own."""
+    async with httpx.AsyncClient(base_url=pod.url) as client:
+        holders = []
+        for n in (1, 2):  # one after the other: each is given the count with the ones before it
+            holder = asyncio.ensure_future(run(client, HOLDER))
+            holders.append(holder)
+            await until(lambda n=n, holder=holder: holder.done() or len(directories_with(pod, UP)) == n, what=f"holder {n} up", timeout_s=60)
+            assert not holder.done(), (out(holder.result()), err(holder.result()))
+        leapfrog = asyncio.ensure_future(run(client, LEAPFROG))
+        await until(lambda: directories_with(pod, STARTED), what="the third execution started", timeout_s=60)
+        for directory in directories_with(pod, UP):  # as root: the holders' directories are the replica's uid's
+            Path(directory, GO).write_text("go")
+        answers = await asyncio.gather(*holders)
+        answer = await leapfrog
+    for held in answers:
+        assert held["status"] == "Success" and out(held) == "released\n", (out(held), err(held))
+    assert answer["status"] == "Failed" and "held" not in out(answer), (out(answer), err(answer))
+    assert answer["run_result"]["return_code"] == -9 and f"over the sandbox's limit of {MAX_PROCESSES} (MAX_PROCESSES)" in err(answer), err(answer)
+    await until(lambda: pod.readyz()["busy_workers"] == 0, what="every worker idle again")
+    assert_unharmed(pod)
+
+
+
+def test_the_process_count_is_every_task_of_the_descendants_and_only_theirs() -> None:
+    """What the watch compares with MAX_PROCESSES (``accounting.tree``): the tasks of every
+    descendant, threads included, as RLIMIT_NPROC and pids.max count them; not the root's own."""
+    r, w = os.pipe()
+    parent = os.fork()
+    if parent == 0:  # the root: one descendant with three more threads, all blocked until EOF
+        os.close(w)
+        if os.fork() == 0:
+            import threading
+
+            readers = [threading.Thread(target=os.read, args=(r, 1)) for _ in range(3)]
+            for reader in readers:
+                reader.start()
+            for reader in readers:
+                reader.join()
+            os._exit(0)
+        os.wait()
+        os._exit(0)
+    os.close(r)
+    try:
+        wait_until(lambda: accounting.tree(parent)[1] == 4, what="a descendant with three more threads: 4 tasks", timeout_s=10)
+        pids, tasks = accounting.tree(parent)
+        assert len(pids) == 1 and tasks == 4, (pids, tasks)
+    finally:
+        os.close(w)
+        os.waitpid(parent, 0)
