@@ -164,6 +164,8 @@ async def validate_retoolrun(body: kopf.Body, old: kopf.BodyEssence | None, oper
     if problems:
         raise kopf.AdmissionError("invalid RetoolRun: " + "; ".join(problems), code=422)
     warnings.extend(review_warnings(operation or "", dict(body)))
+    if memo.get("shared") is None:  # called outside a running operator (no API client): no cluster reads
+        return
     try:
         client = _reconciler(memo).client
     except kopf.TemporaryError:  # not logged in yet: no cluster reads, the rest of the review stands

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import subprocess
 import sys
@@ -82,18 +83,18 @@ def test_kopf_validating_handler_refuses_with_field_named_message() -> None:
     """The registered handler (id validate-retoolrun), called as kopf calls it for an AdmissionReview."""
     bad = edit(BASE, "sandbox", "perReplicaConcurrency", 64)
     with pytest.raises(kopf.AdmissionError, match=r"spec\.sandbox\.perReplicaConcurrency: 64 is larger than sandbox\.maxConcurrent") as err:
-        handlers.validate_retoolrun(body=kopf.Body(bad), old=None, operation="CREATE", warnings=[], memo=kopf.Memo())
+        asyncio.run(handlers.validate_retoolrun(body=kopf.Body(bad), old=None, operation="CREATE", warnings=[], memo=kopf.Memo()))
     assert err.value.code == 422
 
 
 def test_kopf_validating_handler_admits_an_unknown_gpu_product_with_a_warning_naming_the_label_value() -> None:
     warnings: list[str] = []
-    handlers.validate_retoolrun(body=kopf.Body(edit(BASE, "hardware", "product", "H200")), old=None, operation="CREATE", warnings=warnings, memo=kopf.Memo())
+    asyncio.run(handlers.validate_retoolrun(body=kopf.Body(edit(BASE, "hardware", "product", "H200")), old=None, operation="CREATE", warnings=warnings, memo=kopf.Memo()))
     assert len(warnings) == 1 and "spec.hardware.product" in warnings[0] and "did you mean 'NVIDIA-H200'" in warnings[0]
     warnings.clear()
-    handlers.validate_retoolrun(body=kopf.Body(edit(BASE, "hardware", "product", "NVIDIA-H200")), old=None, operation="CREATE", warnings=warnings, memo=kopf.Memo())
+    asyncio.run(handlers.validate_retoolrun(body=kopf.Body(edit(BASE, "hardware", "product", "NVIDIA-H200")), old=None, operation="CREATE", warnings=warnings, memo=kopf.Memo()))
     assert warnings == []
-    assert handlers.validate_retoolrun(body=kopf.Body(BASE), old=None, operation="CREATE", warnings=[], memo=kopf.Memo()) is None
+    assert asyncio.run(handlers.validate_retoolrun(body=kopf.Body(BASE), old=None, operation="CREATE", warnings=[], memo=kopf.Memo())) is None
 
 
 @pytest.mark.parametrize(("enabled", "expected"), [("true", ["validate-retoolrun"]), ("false", [])], ids=["webhook-enabled-registers-it", "webhook-disabled-does-not"])
@@ -148,5 +149,5 @@ def test_kopf_validating_handler_applies_the_operators_sandbox_replica_limit() -
     wide = edit(BASE, "sandbox", "maxConcurrent", 80)
     memo = kopf.Memo(config=CONFIG.model_copy(update={"sandbox_max_replicas": 4}))
     with pytest.raises(kopf.AdmissionError, match="sandboxMaxReplicas"):
-        handlers.validate_retoolrun(body=kopf.Body(wide), old=None, operation="CREATE", warnings=[], memo=memo)
-    handlers.validate_retoolrun(body=kopf.Body(wide), old=None, operation="CREATE", warnings=[], memo=kopf.Memo(config=CONFIG))
+        asyncio.run(handlers.validate_retoolrun(body=kopf.Body(wide), old=None, operation="CREATE", warnings=[], memo=memo))
+    asyncio.run(handlers.validate_retoolrun(body=kopf.Body(wide), old=None, operation="CREATE", warnings=[], memo=kopf.Memo(config=CONFIG)))

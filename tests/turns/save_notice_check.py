@@ -30,7 +30,9 @@ def check_saves_once_per_request_at_verls_own_decision(ray_trainer: Any, tmp_pat
     original = ray_trainer.should_save_ckpt_esi
     try:
         notice = save_notice.install(None, ray_trainer)
-        assert ray_trainer.should_save_ckpt_esi is notice and notice.inner is original
+        # verl's own function underneath, also where an earlier trainer of this process bound the name already
+        verls = original.inner if isinstance(original, save_notice.SaveOnNotice) else original
+        assert ray_trainer.should_save_ckpt_esi is notice and notice.inner is verls and verls.__module__ == "verl.utils.checkpoint.checkpoint_manager"
         notice.target = lambda: MlflowTarget(uri, run_id)
         decide = ray_trainer.should_save_ckpt_esi
         assert decide(max_steps_duration=30.0, redundant_time=0) is False, "no request, no capacity block: verl's own answer"
