@@ -19,13 +19,19 @@ PACKAGE_FILES = ("pyproject.toml", "setup.py", "README.md")
 PACKAGE_DIRS = ("retool", "retool_operator")
 
 
-def test_the_wheel_builds_without_a_warning_and_holds_the_compiled_setup(tmp_path: Path) -> None:
+def package_tree(tmp_path: Path) -> Path:
+    """What a build of the package reads, copied from the checkout (no built or cached files)."""
     tree = tmp_path / "tree"
     tree.mkdir()
     for name in PACKAGE_FILES:
         shutil.copy2(REPO / name, tree / name)
     for name in PACKAGE_DIRS:
         shutil.copytree(REPO / name, tree / name, ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.egg-info"))
+    return tree
+
+
+def test_the_wheel_builds_without_a_warning_and_holds_the_compiled_setup(tmp_path: Path) -> None:
+    tree = package_tree(tmp_path)
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--verbose", "-w", str(tmp_path / "dist"), str(tree)],
         capture_output=True, text=True, timeout=300, check=False,
@@ -44,12 +50,7 @@ def test_the_editable_install_prints_no_warning_of_the_project(tmp_path: Path) -
     """``make install`` installs the checkout editable; setuptools' meta-path-finder strategy (chosen for any
     layout but one root) prints "InformationOnly: Editable installation ... be careful with folders" at every
     install (issue 50). The editable wheel is built as pip builds it, through the backend's own hook."""
-    tree = tmp_path / "tree"
-    tree.mkdir()
-    for name in PACKAGE_FILES:
-        shutil.copy2(REPO / name, tree / name)
-    for name in PACKAGE_DIRS:
-        shutil.copytree(REPO / name, tree / name, ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.egg-info"))
+    tree = package_tree(tmp_path)
     (tmp_path / "dist").mkdir()
     build = f"from setuptools import build_meta; print(build_meta.build_editable({str(tmp_path / 'dist')!r}))"
     proc = subprocess.run([sys.executable, "-W", "always", "-c", build], cwd=tree, capture_output=True, text=True, timeout=300, check=False)

@@ -176,24 +176,11 @@ async def test_a_reward_watch_verdict_that_lands_after_rl_ended_still_raises_rew
     cluster: Cluster, mlflow_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The trainer's last tag write may land after the pass that sees the rl RayJob finish; a later pass reads it."""
-    from retool import stage_hooks
-
     config = OperatorConfig(_env_file=None, resync_seconds=3600, mlflow_parent_runs=True, mlflow_tracking_uri=mlflow_server)
-    storage = {"pvc": {"claimName": "retool-data", "mountPath": str(tmp_path / "pvc")}}
-    doc = spec_doc("watched", storage=storage, tracking={"mlflow": {"experiment": "ml/watched", "registerModel": False}})
     message = "the second verifier's disagreement with the reward is above its benign 10% (step 400: 30 of 64 disagreed)"
     async with running_operator(config):
-        await cluster.api.create(doc)
-        await cluster.finish(JOBS, "watched-prepare-1", job_status("Complete"))
-        await cluster.finish(RAYJOBS, "watched-sft-1", rayjob_status("Complete", "SUCCEEDED"))
-        await cluster.finish(JOBS, "watched-merge-1", job_status("Complete"))
-        rayjob = await cluster.child(RAYJOBS, "watched-rl-1", timeout=60)
-        env = stage_env(rayjob)
-        for key, value in env.items():
-            monkeypatch.setenv(key, value)
-        ctx = StageContext.from_env(env)
-        _command, tracked = stage_hooks.start(ctx, "rl", render_stage(parse_run({k: v for k, v in doc.items() if k != "status"}), "rl", ctx))
-        assert tracked is not None, "the rl attempt's MLflow run, where the trainer writes the tag"
+        await cluster.api.create(_tracked_doc("watched", tmp_path))
+        tracked = await _at_rl(cluster, "watched", monkeypatch)
         await cluster.api.patch(RAYJOBS, NS, "watched-rl-1", rayjob_status("Complete", "SUCCEEDED"), subresource="status")
         await cluster.child(RAYJOBS, "watched-eval-1", timeout=60)  # the operator has passed over the end of rl
         MlflowClient(mlflow_server).set_tag(tracked.run_id, "retool.rewardSuspect", message)
@@ -215,24 +202,11 @@ async def test_a_going_node_under_rl_asks_the_trainer_to_save_and_its_answer_rea
     SaveRequested Event and ``saveRequest`` in the stage's status; the trainer's ``retool.savedOnNotice`` and
     ``retool.resumedFromStep`` come back as SavedOnNotice and ResumedFromStep. The trainer's side is the CPU
     rehearsal's (tests/verl09/test_rehearsal.py)."""
-    from retool import stage_hooks
-
     config = OperatorConfig(_env_file=None, resync_seconds=3600, mlflow_parent_runs=True, mlflow_tracking_uri=mlflow_server)
-    storage = {"pvc": {"claimName": "retool-data", "mountPath": str(tmp_path / "pvc")}}
-    doc = spec_doc("noticed", storage=storage, tracking={"mlflow": {"experiment": "ml/noticed", "registerModel": False}})
     labels = {"retool.dev/run": "noticed", "retool.dev/component": "stage", "retool.dev/stage": "rl", "retool.dev/attempt": "1", "ray.io/node-type": "head"}
     async with running_operator(config):
-        await cluster.api.create(doc)
-        await cluster.finish(JOBS, "noticed-prepare-1", job_status("Complete"))
-        await cluster.finish(RAYJOBS, "noticed-sft-1", rayjob_status("Complete", "SUCCEEDED"))
-        await cluster.finish(JOBS, "noticed-merge-1", job_status("Complete"))
-        rayjob = await cluster.child(RAYJOBS, "noticed-rl-1", timeout=60)
-        env = stage_env(rayjob)
-        for key, value in env.items():
-            monkeypatch.setenv(key, value)
-        ctx = StageContext.from_env(env)
-        _command, tracked = stage_hooks.start(ctx, "rl", render_stage(parse_run({k: v for k, v in doc.items() if k != "status"}), "rl", ctx))
-        assert tracked is not None
+        await cluster.api.create(_tracked_doc("noticed", tmp_path))
+        tracked = await _at_rl(cluster, "noticed", monkeypatch)
         await cluster.api.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-7"},
                                   "spec": {"taints": [{"key": "ToBeDeletedByClusterAutoscaler", "value": "1764670000", "effect": "NoSchedule"}]}})
         await cluster.api.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "noticed-rl-1-head", "namespace": NS, "labels": labels},
@@ -265,3 +239,28 @@ async def test_a_going_node_under_rl_asks_the_trainer_to_save_and_its_answer_rea
 
 async def _posted(cluster: Cluster, reason: str, type_: str) -> bool:
     return any(r.data.get("reason") == reason and r.data.get("type") == type_ for r in cluster.k8s.requests if r.resource is not None and r.resource.plural == "events" and r.data)
+
+
+async def _at_rl(cluster: Cluster, name: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Drive run ``name`` (created by the caller under a running operator) to its rl stage, and make the rl
+    attempt's MLflow run as the stage's own code does (``stage_hooks.start``) with the environment the
+    operator gave the RayJob. Returns the stage's tracked run."""
+    from retool import stage_hooks
+
+    await cluster.finish(JOBS, f"{name}-prepare-1", job_status("Complete"))
+    await cluster.finish(RAYJOBS, f"{name}-sft-1", rayjob_status("Complete", "SUCCEEDED"))
+    await cluster.finish(JOBS, f"{name}-merge-1", job_status("Complete"))
+    rayjob = await cluster.child(RAYJOBS, f"{name}-rl-1", timeout=60)
+    env = stage_env(rayjob)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    ctx = StageContext.from_env(env)
+    doc = await cluster.run(name)
+    _command, tracked = stage_hooks.start(ctx, "rl", render_stage(parse_run({k: v for k, v in doc.items() if k != "status"}), "rl", ctx))
+    assert tracked is not None, "the rl attempt's MLflow run, where the trainer writes its tags"
+    return tracked
+
+
+def _tracked_doc(name: str, tmp_path: Path) -> dict[str, Any]:
+    storage = {"pvc": {"claimName": "retool-data", "mountPath": str(tmp_path / "pvc")}}
+    return spec_doc(name, storage=storage, tracking={"mlflow": {"experiment": f"ml/{name}", "registerModel": False}})

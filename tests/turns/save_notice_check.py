@@ -20,7 +20,12 @@ from retool.recipe.verl_plugins.watch import MlflowTarget
 from retool.tracking.naming import RESUMED_FROM_TAG, SAVE_REQUEST_TAG, SAVED_ON_NOTICE_TAG
 
 
-def check_saves_once_per_request_at_verls_own_decision(ray_trainer: Any, tmp_path: Path) -> None:
+def check_saves_once_per_request_at_verls_own_decision(ray_trainer: Any, tmp_path: Path, trainer_class: type) -> None:
+    # The line's trainer hears of verl's own save and load: the mixin's methods, verl's underneath.
+    assert trainer_class._save_checkpoint is save_notice.SavesOnNotice._save_checkpoint
+    assert trainer_class._load_checkpoint is save_notice.SavesOnNotice._load_checkpoint
+    mro = trainer_class.__mro__
+    assert mro.index(save_notice.SavesOnNotice) < mro.index(ray_trainer.RayPPOTrainer) and "_save_checkpoint" in vars(ray_trainer.RayPPOTrainer)
     fit = inspect.getsource(ray_trainer.RayPPOTrainer.fit)
     assert "should_save_ckpt_esi(" in fit and "self._save_checkpoint()" in fit, "verl's fit no longer asks should_save_ckpt_esi before its save"
     assert fit.index("should_save_ckpt_esi(") < fit.rindex("self._save_checkpoint()")

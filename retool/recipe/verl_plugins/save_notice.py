@@ -79,6 +79,24 @@ def _tag(target: Callable[[], MlflowTarget | None], key: str, value: str) -> Non
         logger.warning("MLflow tag %s=%s not written: %s", key, value, err)
 
 
+class SavesOnNotice:
+    """Ahead of verl's ``RayPPOTrainer`` in each line's trainer: tells :class:`SaveOnNotice` when verl saved
+    (``_save_checkpoint``) and where it resumed (``_load_checkpoint``); both methods are the same on 0.6.1 and 0.9.1."""
+
+    save_notice: SaveOnNotice
+    global_steps: int
+
+    def _save_checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        result = super()._save_checkpoint(*args, **kwargs)  # type: ignore[misc]
+        self.save_notice.saved(int(self.global_steps))
+        return result
+
+    def _load_checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        result = super()._load_checkpoint(*args, **kwargs)  # type: ignore[misc]
+        self.save_notice.resumed(int(self.global_steps))
+        return result
+
+
 def install(trainer: Any, ray_trainer_module: Any) -> SaveOnNotice:
     """Bind ``should_save_ckpt_esi`` in ``ray_trainer`` (the module global ``fit`` calls) to a :class:`SaveOnNotice`."""
     inner = ray_trainer_module.should_save_ckpt_esi

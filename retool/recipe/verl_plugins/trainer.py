@@ -61,7 +61,7 @@ class ScoringProbe:
         return getattr(self.inner, name)
 
 
-class RetoolPPOTrainer(RayPPOTrainer):
+class RetoolPPOTrainer(save_notice.SavesOnNotice, RayPPOTrainer):
     """``RayPPOTrainer`` whose scored batches also yield tool-use dynamics and reward-watch figures."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -83,16 +83,6 @@ class RetoolPPOTrainer(RayPPOTrainer):
         except Exception:
             logger.exception("validation tool-use dynamics could not be computed")
         return metrics
-
-    def _save_checkpoint(self, *args: Any, **kwargs: Any) -> Any:
-        result = super()._save_checkpoint(*args, **kwargs)
-        self.save_notice.saved(int(self.global_steps))
-        return result
-
-    def _load_checkpoint(self, *args: Any, **kwargs: Any) -> Any:
-        result = super()._load_checkpoint(*args, **kwargs)
-        self.save_notice.resumed(int(self.global_steps))
-        return result
 
     def fit(self) -> None:
         try:

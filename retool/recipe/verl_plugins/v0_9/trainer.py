@@ -50,7 +50,7 @@ class ExtractRewardProbe:
         return result
 
 
-class RetoolPPOTrainer(RayPPOTrainer):
+class RetoolPPOTrainer(save_notice.SavesOnNotice, RayPPOTrainer):
     """``RayPPOTrainer`` (verl 0.9.1, ``trainer.use_v1=false``) whose scored batches also yield the dynamics and the reward watch."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -75,16 +75,6 @@ class RetoolPPOTrainer(RayPPOTrainer):
         except Exception:
             logger.exception("validation tool-use dynamics could not be computed")
         return metrics
-
-    def _save_checkpoint(self, *args: Any, **kwargs: Any) -> Any:
-        result = super()._save_checkpoint(*args, **kwargs)
-        self.save_notice.saved(int(self.global_steps))
-        return result
-
-    def _load_checkpoint(self, *args: Any, **kwargs: Any) -> Any:
-        result = super()._load_checkpoint(*args, **kwargs)
-        self.save_notice.resumed(int(self.global_steps))
-        return result
 
     def fit(self) -> None:
         try:
