@@ -24,6 +24,8 @@ import pytest
 
 from retool.sandbox import accounting
 from tests.sandbox.conftest import RunningServer, descendants, start_server, stop_server
+from tests.sandbox.test_unaccounted import err, out
+from tests.sandbox.test_unaccounted import run as run_code
 from tests.sandbox.waiting import until, wait_until
 
 pytestmark = pytest.mark.slow
@@ -43,17 +45,8 @@ def pod() -> Iterator[RunningServer]:
 
 
 async def run(client: httpx.AsyncClient, code: str, *, timeout: float = 90, memory_mb: int = 256) -> dict:
-    reply = await client.post("/run_code", json={"code": code, "run_timeout": timeout, "memory_limit_MB": memory_mb}, timeout=120)
-    assert reply.status_code == 200, reply.text
-    return reply.json()
-
-
-def out(answer: dict) -> str:
-    return (answer["run_result"] or {}).get("stdout") or ""
-
-
-def err(answer: dict) -> str:
-    return (answer["run_result"] or {}).get("stderr") or ""
+    """One execution's answer (the unaccounted-memory suite's request, with this suite's longer run bound)."""
+    return await run_code(client, code, timeout=timeout, memory_mb=memory_mb)
 
 
 def assert_unharmed(pod: RunningServer) -> None:
