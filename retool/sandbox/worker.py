@@ -282,8 +282,7 @@ class Worker:
         wait_for_setup(ack_r)  # closes it
         try:
             self._write_files(prepared.workdir, job.get("files") or {})
-        except (OSError, ValueError) as exc:
-            prepared.close()
+        except (OSError, ValueError) as exc:  # the pipes are closed by the caller, as on every path out
             return {"type": "result", "sandbox_error": f"could not write the request's files: {getattr(exc, 'strerror', None) or exc}"}
         limits = Limits(
             run_timeout_s=float(job["run_timeout"]),
