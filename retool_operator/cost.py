@@ -134,8 +134,8 @@ def account(
         AttemptCost(
             stage=stage,
             attempt=attempt,
-            device_hours=_round(settled.get((stage, attempt), 0.0) + live.get((stage, attempt), 0.0)),
-            settled_device_hours=_round(settled.get((stage, attempt), 0.0), 6),
+            device_hours=round(settled.get((stage, attempt), 0.0) + live.get((stage, attempt), 0.0), 3),
+            settled_device_hours=round(settled.get((stage, attempt), 0.0), 6),
             lost=_lost(status, stage, attempt),
         )
         for stage, attempt in keys
@@ -143,15 +143,15 @@ def account(
     total = sum(settled.values()) + sum(live.values())
     stages: dict[str, float] = {}
     for a in attempts:
-        stages[a.stage] = _round(stages.get(a.stage, 0.0) + a.device_hours)
+        stages[a.stage] = round(stages.get(a.stage, 0.0) + a.device_hours, 3)
     per_point = total / (status.score * 100.0) if status.score and status.score > 0 else None
     return CostStatus(
-        device_hours=_round(total),
-        lost_device_hours=_round(sum(a.device_hours for a in attempts if a.lost)),
-        device_hours_per_point=_round(per_point) if per_point is not None else None,
+        device_hours=round(total, 3),
+        lost_device_hours=round(sum(a.device_hours for a in attempts if a.lost), 3),
+        device_hours_per_point=round(per_point, 3) if per_point is not None else None,
         price_per_device_hour=price,
         currency=currency if price is not None else None,
-        amount=_round(total * price, 2) if price is not None else None,
+        amount=round(total * price, 2) if price is not None else None,
         stages=stages,
         attempts=attempts,
         pods=sorted(ledger.values(), key=lambda u: (u.stage, u.attempt, u.name)),
@@ -161,10 +161,6 @@ def account(
 def _stage_order(status: RetoolRunStatus, stage: str) -> int:
     names = [s.name for s in status.stages]
     return names.index(stage) if stage in names else len(names)
-
-
-def _round(value: float, places: int = 3) -> float:
-    return round(value, places)
 
 
 def ended_text(cost: CostStatus | None) -> str:

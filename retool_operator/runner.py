@@ -362,7 +362,7 @@ class Reconciler:
         now = self.now()
         decision = decide(run, current, observed, now, sandbox_autoscaled=autoscaled)
         decision.status = self._with_cost(run, current, decision, observed, now)
-        decision.status = await self._save_on_notice(current, decision, observed, tracking, now)
+        decision.status = await self._save_on_notice(decision, observed, tracking, now)
         if decision.status.cost is not None and tracking.parent_run_id and tracking.uri and cost.attempt_ended(current, decision.status):
             await log_cost(tracking.uri, tracking.parent_run_id, cost.figures(decision.status.cost))
         warnings = [str(w) for w in document_warnings(document)]
@@ -621,7 +621,7 @@ class Reconciler:
             decision.events.append(Event("Normal", c.REASON_RUN_COST, f"run {status.phase.lower()}: {cost.ended_text(spent)}"))
         return status
 
-    async def _save_on_notice(self, current: RetoolRunStatus, decision: Decision, observed: Observed, tracking: Tracking, now: dt.datetime) -> RetoolRunStatus:
+    async def _save_on_notice(self, decision: Decision, observed: Observed, tracking: Tracking, now: dt.datetime) -> RetoolRunStatus:
         """The running rl attempt asked to save when its nodes are going, and what its trainer answered (docs/operations.md, "Save on notice")."""
         status = decision.status
         entry = next((s for s in status.stages if s.name == "rl" and s.state == "Running" and s.job), None)

@@ -117,53 +117,47 @@ async def eval_results(uri: str, parent_run_id: str, attempt: int, *, timeout: f
     return {str(source): {str(m): float(x) for m, x in (metrics or {}).items() if isinstance(x, int | float)} for source, metrics in (results or {}).items()}
 
 
+_UNREAD = object()
+"""What :func:`_call` returns when ``retool.tracking`` is missing or the call failed."""
+
+
+async def _call(name: str, *args: Any, timeout: float, what: str) -> Any:
+    """``retool.tracking.<name>(*args)`` in a worker thread, bounded by ``timeout``; ``_UNREAD`` when the
+    module lacks it or the call fails (logged as ``what``): MLflow is a view on training, never a reason
+    to fail a pass."""
+    module = _tracking_module()
+    function = getattr(module, name, None) if module is not None else None
+    if function is None:
+        return _UNREAD
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(function, *args), timeout=timeout)
+    except Exception as err:
+        log.warning("%s: %s", what, err)
+        return _UNREAD
+
+
 async def reward_suspect(uri: str, parent_run_id: str, attempt: int, *, timeout: float = PARENT_RUN_TIMEOUT) -> str | None:
     """The rl attempt's reward-watch state (``retool.tracking.reward_suspect``); None when unknown or unreadable."""
-    module = _tracking_module()
-    if module is None or not hasattr(module, "reward_suspect"):
-        return None
-    try:
-        value = await asyncio.wait_for(asyncio.to_thread(module.reward_suspect, uri, parent_run_id, attempt), timeout=timeout)
-    except Exception as err:  # a view on training: never fail a pass over it
-        log.warning("reward watch of parent run %s not readable: %s", parent_run_id, err)
-        return None
-    return None if value is None else str(value)
+    value = await _call("reward_suspect", uri, parent_run_id, attempt, timeout=timeout, what=f"reward watch of parent run {parent_run_id} not readable")
+    return None if value is _UNREAD or value is None else str(value)
 
 
 async def log_cost(uri: str, parent_run_id: str, figures: dict[str, float], *, timeout: float = PARENT_RUN_TIMEOUT) -> bool:
     """The run's cost figures on its parent run (``retool.tracking.log_run_cost``); False when MLflow did not take them."""
-    module = _tracking_module()
-    if module is None or not hasattr(module, "log_run_cost"):
-        return False
-    try:
-        await asyncio.wait_for(asyncio.to_thread(module.log_run_cost, uri, parent_run_id, figures), timeout=timeout)
-    except Exception as err:  # a view on the run: never fail a pass over it
-        log.warning("cost of parent run %s not logged: %s", parent_run_id, err)
-        return False
-    return True
+    done = await _call("log_run_cost", uri, parent_run_id, figures, timeout=timeout, what=f"cost of parent run {parent_run_id} not logged")
+    return done is not _UNREAD
 
 
 async def request_save(uri: str, parent_run_id: str, attempt: int, reason: str, *, timeout: float = PARENT_RUN_TIMEOUT) -> bool:
-    """``retool.tracking.request_save``: True once the request is on the attempt's run (False: no run yet, or MLflow did not answer)."""
-    module = _tracking_module()
-    if module is None or not hasattr(module, "request_save"):
-        return False
-    try:
-        run_id = await asyncio.wait_for(asyncio.to_thread(module.request_save, uri, parent_run_id, attempt, reason), timeout=timeout)
-    except Exception as err:  # asked again next pass; the scheduled saves still count
-        log.warning("save request to rl attempt %d of parent run %s not delivered: %s", attempt, parent_run_id, err)
-        return False
-    return run_id is not None
+    """``retool.tracking.request_save``: True once the request is on the attempt's run (False: no run yet, or MLflow did not
+    answer; asked again next pass, and the scheduled saves still count)."""
+    what = f"save request to rl attempt {attempt} of parent run {parent_run_id} not delivered"
+    run_id = await _call("request_save", uri, parent_run_id, attempt, reason, timeout=timeout, what=what)
+    return run_id is not _UNREAD and run_id is not None
 
 
 async def stage_attempt_tags(uri: str, parent_run_id: str, stage: str, attempt: int, *, timeout: float = PARENT_RUN_TIMEOUT) -> dict[str, str]:
     """The tags of a stage attempt's MLflow run; {} when it has none yet or MLflow does not answer."""
-    module = _tracking_module()
-    if module is None or not hasattr(module, "stage_attempt_tags"):
-        return {}
-    try:
-        tags = await asyncio.wait_for(asyncio.to_thread(module.stage_attempt_tags, uri, parent_run_id, stage, attempt), timeout=timeout)
-    except Exception as err:  # a view on training: never fail a pass over it
-        log.warning("tags of %s attempt %d of parent run %s not readable: %s", stage, attempt, parent_run_id, err)
-        return {}
-    return dict(tags or {})
+    what = f"tags of {stage} attempt {attempt} of parent run {parent_run_id} not readable"
+    tags = await _call("stage_attempt_tags", uri, parent_run_id, stage, attempt, timeout=timeout, what=what)
+    return {} if tags is _UNREAD else dict(tags or {})

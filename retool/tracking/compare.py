@@ -187,11 +187,14 @@ def _cells(r: Mapping[str, Any]) -> tuple[str, ...]:
     )
 
 
+def _aligned(header: Sequence[str], lines: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(cell) for cell in column) for column in zip(header, *lines, strict=True)]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in [header, *lines])
+
+
 def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
     """The table as aligned text (what ``retool compare`` prints); ``value@step`` for validation."""
-    lines = [_cells(r) for r in rows]
-    widths = [max(len(cell) for cell in column) for column in zip(TABLE_HEADER, *lines, strict=True)]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in [TABLE_HEADER, *lines])
+    return _aligned(TABLE_HEADER, [_cells(r) for r in rows])
 
 
 COST_HEADER = ("run", "device-hours", "lost on failed attempts", "device-hours per eval point", "amount")
@@ -214,10 +217,7 @@ def cost_rows(runs: Sequence[RunSeries]) -> list[tuple[str, ...]]:
 def format_cost(runs: Sequence[RunSeries]) -> str:
     """The cost table as aligned text, or "" when no run has a cost (older runs, a CPU run)."""
     rows = cost_rows(runs)
-    if not rows:
-        return ""
-    widths = [max(len(cell) for cell in column) for column in zip(COST_HEADER, *rows, strict=True)]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in [COST_HEADER, *rows])
+    return _aligned(COST_HEADER, rows) if rows else ""
 
 
 def smooth(series: Series, weight: float) -> Series:

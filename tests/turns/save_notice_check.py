@@ -34,7 +34,7 @@ def check_saves_once_per_request_at_verls_own_decision(ray_trainer: Any, tmp_pat
     run_id = client.create_run(client.create_experiment(f"notice-{uuid.uuid4().hex[:8]}")).info.run_id
     original = ray_trainer.should_save_ckpt_esi
     try:
-        notice = save_notice.install(None, ray_trainer)
+        notice = save_notice.install(ray_trainer)
         # verl's own function underneath, also where an earlier trainer of this process bound the name already
         verls = original.inner if isinstance(original, save_notice.SaveOnNotice) else original
         assert ray_trainer.should_save_ckpt_esi is notice and notice.inner is verls and verls.__module__ == "verl.utils.checkpoint.checkpoint_manager"

@@ -97,7 +97,7 @@ class SavesOnNotice:
         return result
 
 
-def install(trainer: Any, ray_trainer_module: Any) -> SaveOnNotice:
+def install(ray_trainer_module: Any) -> SaveOnNotice:
     """Bind ``should_save_ckpt_esi`` in ``ray_trainer`` (the module global ``fit`` calls) to a :class:`SaveOnNotice`."""
     inner = ray_trainer_module.should_save_ckpt_esi
     notice = SaveOnNotice(inner.inner if isinstance(inner, SaveOnNotice) else inner)

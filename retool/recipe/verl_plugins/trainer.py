@@ -69,7 +69,7 @@ class RetoolPPOTrainer(save_notice.SavesOnNotice, RayPPOTrainer):
         self.watcher = BatchWatcher.from_config(self.config, self.tokenizer)
         self.max_sandbox_failure_share = max_share_from_config(self.config)
         # verl's save decision at each step's end (the module global fit calls): also yes on the operator's request.
-        self.save_notice = save_notice.install(self, ray_trainer)
+        self.save_notice = save_notice.install(ray_trainer)
         if self.reward_fn is not None:
             self.reward_fn = ScoringProbe(self.reward_fn, self, validate=False)
         if self.val_reward_fn is not None:

@@ -58,7 +58,7 @@ class RetoolPPOTrainer(save_notice.SavesOnNotice, RayPPOTrainer):
         self.watcher = BatchWatcher.from_config(self.config, self.tokenizer)
         self.max_sandbox_failure_share = max_share_from_config(self.config)
         # verl's save decision at each step's end (the module global fit calls): also yes on the operator's request.
-        self.save_notice = save_notice.install(self, ray_trainer)
+        self.save_notice = save_notice.install(ray_trainer)
         self.validating = False
         # The module global verl's fit and _validate call; this process runs one trainer.
         ray_trainer.extract_reward = ExtractRewardProbe(self)
