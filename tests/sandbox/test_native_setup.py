@@ -54,6 +54,8 @@ PROBE = textwrap.dedent(
         key, _, value = line.partition(":")
         if key in ("Uid", "Gid", "Groups", "NoNewPrivs", "Seccomp", "Seccomp_filters", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
             status[key] = value.split()
+        if key == "VmSize":  # what the process maps as its code starts: the address-space limit's baseline, and a little more
+            mapped = int(value.split()[0]) * 1024
     death = ctypes.c_int(-1)
     libc.prctl(2, ctypes.byref(death), 0, 0, 0)  # PR_GET_PDEATHSIG
     def target(fd):
@@ -93,6 +95,7 @@ PROBE = textwrap.dedent(
         "priority_of_the_zygote": attempt(lambda: os.setpriority(os.PRIO_PROCESS, os.getppid(), 10)),
         "chmod_its_directory": attempt(lambda: os.chmod(".", 0o777)),
         "settled_natively": child.settled_natively,
+        "mapped_at_start": mapped,
     }
     print(json.dumps(facts))
     """
@@ -198,6 +201,15 @@ def test_the_compiled_setup_leaves_the_execution_as_the_python_setup_does(drop: 
     for by_python, by_native in zip(python[:2], native[:2], strict=True):
         facts_python, facts_native = _facts(by_python), _facts(by_native)
         assert (facts_python.pop("settled_natively"), facts_native.pop("settled_natively")) == (False, True)
+        # RLIMIT_AS is the execution's own mapped size at the fork (its baseline) + the job's 512 MiB, in
+        # each path: the limit's meaning is pinned per path, and the two baselines, measured in two
+        # separate zygotes, agree within a few malloc steps (CI saw 204 KiB apart in the user-namespace
+        # shape, where this machine sees none; the library's heap grows by 132 KiB steps).
+        ceilings = [facts["limits"].pop("RLIMIT_AS") for facts in (facts_python, facts_native)]
+        for (soft, hard), by_path in zip(ceilings, (facts_python, facts_native), strict=True):
+            mapped = by_path.pop("mapped_at_start")
+            assert soft == hard and 0 <= mapped - (soft - 512 * (1 << 20)) < 4 * (1 << 20), (soft, mapped)
+        assert abs(ceilings[0][0] - ceilings[1][0]) <= 1 << 20, ceilings
         assert facts_native == facts_python
         facts = facts_native
         # ... and what they agree on is the isolated state, not a common failure.
