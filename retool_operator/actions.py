@@ -10,6 +10,17 @@ from typing import Literal
 class CreateChild:
     stage: str
     attempt: int
+    on_cluster: str | None = None
+    """The kept Ray cluster the attempt runs on (``cluster_reuse``); None: a child with a cluster of its own."""
+
+
+@dataclass(frozen=True)
+class KeepCluster:
+    """Make KubeRay leave the failed attempt's Ray cluster up (``cluster_reuse.keep_patch`` on its RayJob)."""
+
+    stage: str
+    rayjob: str
+    cluster: str
 
 
 @dataclass(frozen=True)

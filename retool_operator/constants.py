@@ -100,6 +100,7 @@ REASON_STAGE_CREATED = "StageCreated"  # the stage's child (Job, RayJob) was cre
 REASON_STAGE_STARTED = "StageStarted"  # a pod of the stage's current attempt is running
 REASON_STAGE_SUCCEEDED = "StageSucceeded"
 REASON_RETRY_STARTED = "RetryStarted"
+REASON_CLUSTER_NOT_REUSED = "ClusterNotReused"  # the Ray cluster kept for a retry could not run it: a fresh one
 REASON_MLFLOW_UNAVAILABLE = "MLflowUnavailable"
 REASON_WAITING_FOR_PODS = "WaitingForPods"
 REASON_CHILD_REFUSED = "ChildRefused"

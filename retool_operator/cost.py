@@ -29,6 +29,7 @@ from typing import Any
 
 from retool.spec.status import AttemptCost, CostStatus, PodDeviceUse, RetoolRunStatus
 from retool_operator import constants as c
+from retool_operator.cluster_reuse import ANNOTATION_ATTEMPT_SINCE
 from retool_operator.status import parse_time
 
 
@@ -76,13 +77,18 @@ def pod_use(pod: dict[str, Any], device_resource: str) -> PodDeviceUse | None:
     scheduled = scheduled_time(pod)
     if not stage or not attempt.isdigit() or int(attempt) < 1 or devices < 1 or not scheduled or not meta.get("uid"):
         return None
-    return PodDeviceUse(name=meta.get("name", "?"), uid=meta["uid"], stage=stage, attempt=int(attempt), devices=devices, scheduled_time=scheduled, end_time=end_time(pod))
+    since = ((meta.get("annotations") or {}).get(ANNOTATION_ATTEMPT_SINCE)) or None
+    return PodDeviceUse(
+        name=meta.get("name", "?"), uid=meta["uid"], stage=stage, attempt=int(attempt), devices=devices, scheduled_time=scheduled, end_time=end_time(pod), since_time=since
+    )
 
 
 def hours(use: PodDeviceUse, until: dt.datetime) -> float:
-    """Device-hours of one pod: devices x (end, else ``until``, minus scheduled)."""
+    """Device-hours of one pod for its attempt: devices x (end, else ``until``, minus scheduled, or the time
+    the attempt took the pod over when that is later)."""
     end = parse_time(use.end_time) if use.end_time else until
-    seconds = max(0.0, (end - parse_time(use.scheduled_time)).total_seconds())
+    start = max(parse_time(use.scheduled_time), parse_time(use.since_time)) if use.since_time else parse_time(use.scheduled_time)
+    seconds = max(0.0, (end - start).total_seconds())
     return use.devices * seconds / 3600.0
 
 
@@ -116,6 +122,11 @@ def account(
             use = pod_use(pod, device_resource)
             if use is not None:
                 known = ledger.get(use.uid)
+                if known is not None and known.attempt != use.attempt:
+                    # Handed to a later attempt (a retry on the same Ray cluster): the earlier one is settled to the handover.
+                    key = (known.stage, known.attempt)
+                    settled[key] = settled.get(key, 0.0) + hours(known, parse_time(use.since_time) if use.since_time else now)
+                    known = None
                 # A pod's end, once seen, stays (a pod object is not rewritten after it terminates).
                 seen[use.uid] = use if known is None or use.end_time else use.model_copy(update={"end_time": known.end_time})
         for uid, use in ledger.items():

@@ -67,6 +67,7 @@ KINDS: dict[tuple[str, str], Kind] = {
     ("policy/v1", "PodDisruptionBudget"): Kind("policy", "v1", "poddisruptionbudgets"),
     ("batch/v1", "Job"): Kind("batch", "v1", "jobs"),
     ("ray.io/v1", "RayJob"): Kind("ray.io", "v1", "rayjobs"),
+    ("ray.io/v1", "RayCluster"): Kind("ray.io", "v1", "rayclusters"),
     # v1beta2: Kueue's storage version since 0.16 (v1beta1 deprecated there, still served); v1beta1 for older Kueue.
     ("kueue.x-k8s.io/v1beta2", "Workload"): Kind("kueue.x-k8s.io", "v1beta2", "workloads"),
     ("kueue.x-k8s.io/v1beta1", "Workload"): Kind("kueue.x-k8s.io", "v1beta1", "workloads"),
@@ -422,6 +423,16 @@ class KubeClient:
             await self._request("POST", kind.path(obj["metadata"].get("namespace")), json=obj)
         except ApiError as err:
             if err.status == 409:
+                return False
+            raise
+        return True
+
+    async def delete(self, kind: Kind, namespace: str, name: str) -> bool:
+        """DELETE (the API server's default, background propagation: the garbage collector removes what it owns); False when it is gone already (404)."""
+        try:
+            await self._request("DELETE", kind.path(namespace, name))
+        except ApiError as err:
+            if err.status == 404:
                 return False
             raise
         return True

@@ -33,9 +33,14 @@ RULES: list[Rule] = [
     {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["get", "create", "patch"]},
     # Stage children: watched by kopf (server-side label selector), read, created, suspended.
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch", "create", "patch"]},
-    {"apiGroups": ["ray.io"], "resources": ["rayjobs"], "verbs": ["get", "list", "watch", "create", "patch"]},
-    # Pods of a run's stages: a new attempt waits until the previous attempt's pods are gone.
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+    # delete: an attempt on a kept Ray cluster that spec.suspend stops (KubeRay cannot suspend it).
+    {"apiGroups": ["ray.io"], "resources": ["rayjobs"], "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
+    # Ray clusters kept for a retry on the same cluster: read (healthy?) and deleted once no attempt needs
+    # them (KubeRay leaves a kept cluster and one a clusterSelector RayJob ran on).
+    {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["get", "delete"]},
+    # Pods of a run's stages: a new attempt waits until the previous attempt's pods are gone; a kept
+    # cluster's pods are labelled with the attempt that takes them over (patch).
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "patch"]},
     # An HPA named like the sandbox takes its replicas over.
     {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": ["get"]},
     # Kueue Workloads of queued children: read (admission, why a stage waits) and deactivated /

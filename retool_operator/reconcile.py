@@ -23,10 +23,10 @@ from typing import Any, Literal
 from retool.runtime.paths import run_paths
 from retool.spec.model import RetoolRun
 from retool.spec.names import RAY_STAGES, STAGES, sandbox_url, stage_child_name
-from retool.spec.status import Condition, MLflowStatus, RetoolRunStatus, SandboxIsolationStatus, SandboxStatus, StageStatus
-from retool_operator import below
+from retool.spec.status import Condition, KeptCluster, MLflowStatus, RetoolRunStatus, SandboxIsolationStatus, SandboxStatus, StageStatus
+from retool_operator import below, cluster_reuse
 from retool_operator import constants as c
-from retool_operator.actions import CreateChild, Event, SetSuspend, SetWorkloadActive
+from retool_operator.actions import CreateChild, Event, KeepCluster, SetSuspend, SetWorkloadActive
 from retool_operator.attempts import RELEASE_POLL_SECONDS, STATUS_CHECK_TIMEOUT, blocking_pods, claim_permission_hint, failed_attempt, status_check_timeout, waiting_text
 from retool_operator.builders import queued, run_namespace, uses_sandbox
 from retool_operator.claims import ClaimCheck, ClaimObservation, check_claim, check_extra_claims, storage_status
@@ -214,6 +214,11 @@ class Observed:
     milliseconds), so they are not yet taken for deleted behind the operator's back."""
     unschedulable: dict[str, str] = field(default_factory=dict)
     """Running child name -> the scheduler's words for a pod of it it cannot place (``below.unschedulable``)."""
+    ray_clusters: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    """RayClusters by name (None: gone) read this pass: the kept ones, and that of a Ray attempt whose job
+    failed (``cluster_reuse``)."""
+    same_cluster_spec: dict[str, bool] = field(default_factory=dict)
+    """RayCluster name -> whether the run still renders what it runs (``builders.stages.cluster_fingerprint``)."""
 
 
 @dataclass
@@ -225,6 +230,9 @@ class Decision:
     workloads: list[SetWorkloadActive] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     requeue_after: float | None = None
+    keep: list[KeepCluster] = field(default_factory=list)
+    delete: list[str] = field(default_factory=list)
+    """RayJobs to delete: an attempt on a kept cluster that spec.suspend stopped (KubeRay cannot suspend it)."""
 
 
 def enabled_stages(run: RetoolRun) -> dict[str, bool]:
@@ -400,6 +408,42 @@ class Step:
     """The stage finished this pass: the next one may start in the same pass."""
     findings: tuple[str, str] | None = None
     """(reason, message) of the preflight's findings, when it finished this pass."""
+    keep: list[KeepCluster] = field(default_factory=list)
+    delete: list[str] = field(default_factory=list)
+
+
+def _cluster_health(run: RetoolRun, cluster: str, observed: Observed, stage: str, failed_attempt: int) -> str | None:
+    """None when the Ray cluster ``cluster`` may run the next attempt of ``stage`` (``cluster_reuse``), else why not."""
+    if cluster not in observed.ray_clusters or observed.stage_pods is None:
+        return "it was not read this pass"
+    if observed.ray_clusters[cluster] is not None and not observed.same_cluster_spec.get(cluster, False):
+        return "the run renders a different cluster now: an edit of its spec or an operator upgrade"
+    return cluster_reuse.cluster_health(
+        observed.ray_clusters[cluster],
+        cluster_reuse.cluster_pods(observed.stage_pods, cluster),
+        observed.nodes,
+        expected_pods=run.spec.hardware.nodes,
+        submitted=cluster_reuse.submitted_time(observed.stage_pods, stage, failed_attempt),
+    )
+
+
+def _keep_for_retry(
+    run: RetoolRun, entry: StageStatus, updated: StageStatus, obj: dict[str, Any] | None, observed: Observed, now: dt.datetime
+) -> tuple[StageStatus, str, list[KeepCluster]]:
+    """A Ray attempt failed and the stage retries: whether its cluster is kept for the next attempt
+    (``cluster_reuse``). Returns the entry, a note for the messages, and the keep action."""
+    if updated.state != "Retrying" or not cluster_reuse.enabled(run, entry.name) or not cluster_reuse.job_failed(obj):
+        return updated, "", []
+    following = entry.attempt + 1
+    cluster = ((obj or {}).get("status") or {}).get("rayClusterName")
+    why = "this attempt already ran on a kept one" if entry.ray_cluster is not None else None
+    why = why or (_cluster_health(run, cluster, observed, entry.name, entry.attempt) if cluster else "KubeRay names no cluster")
+    if why is not None:
+        note = f"; attempt {following} gets a fresh Ray cluster ({why})"
+        return updated.model_copy(update={"message": (updated.message or "") + note}), note, []
+    kept = KeptCluster(name=cluster, owner=entry.job or "", attempt=following, kept_time=rfc3339(now))
+    note = f"; attempt {following} will run on the same Ray cluster {cluster} (the job failed; the cluster is healthy)"
+    return updated.model_copy(update={"ray_cluster": kept, "message": (updated.message or "") + note}), note, [KeepCluster(entry.name, entry.job or "", cluster)]
 
 
 def _next_attempt(run: RetoolRun, entry: StageStatus, observed: Observed, now: dt.datetime, claim_check: ClaimCheck | None) -> Step:
@@ -419,11 +463,23 @@ def _next_attempt(run: RetoolRun, entry: StageStatus, observed: Observed, now: d
     attempt = entry.attempt + 1
     child = stage_child_name(run.metadata.name, name, attempt)
     blocking = blocking_pods(observed.active_pods, observed.submitter_pods, child)
+    kept, on_cluster, gave_up = cluster_reuse.kept_for(entry), None, []
+    if kept is not None:
+        why = _cluster_health(run, kept.name, observed, name, entry.attempt)
+        if why is None:
+            on_cluster = kept.name
+            handed = {(p.get("metadata") or {}).get("name") for p in cluster_reuse.cluster_pods(observed.stage_pods, kept.name)}
+            blocking = {owner: left for owner, pods in blocking.items() if (left := [p for p in pods if p not in handed])}
+        else:
+            text = f"the Ray cluster {kept.name} kept for attempt {attempt} cannot run it ({why}): it is deleted and attempt {attempt} gets a fresh one"
+            entry = entry.model_copy(update={"ray_cluster": kept.model_copy(update={"released": why}), "message": text})
+            gave_up = [Event("Warning", c.REASON_CLUSTER_NOT_REUSED, f"stage {name}: {text}")]
+            blocking = blocking or {kept.owner: [kept.name]}  # its pods are deleted next: wait for them
     if blocking:
         waiting = waiting_text(blocking)
         text = f"attempt {attempt} {waiting}"
         events = [] if first or entry.message == text else [Event("Normal", c.REASON_WAITING_FOR_PODS, f"stage {name}: {text}")]
-        return Step(entry.model_copy(update={"message": text}), events=events, requeue=RELEASE_POLL_SECONDS, waiting=waiting)
+        return Step(entry.model_copy(update={"message": text}), events=gave_up + events, requeue=RELEASE_POLL_SECONDS, waiting=waiting)
     sandbox_wait = _sandbox_wait(run, entry, observed, stamp)
     if sandbox_wait is not None:
         updated, message, sandbox_event, requeue = sandbox_wait
@@ -441,8 +497,10 @@ def _next_attempt(run: RetoolRun, entry: StageStatus, observed: Observed, now: d
     else:
         update["next_attempt_time"] = None
         message = f"stage {name} retry: attempt {attempt} created ({child})" + (", resuming from its last checkpoint" if name == "rl" else "")
+        if on_cluster is not None:
+            message += f", on the Ray cluster {on_cluster} kept from attempt {entry.attempt}"
         event = Event("Normal", c.REASON_RETRY_STARTED, message)
-    return Step(entry.model_copy(update=update), message, [event], create=[CreateChild(name, attempt)])
+    return Step(entry.model_copy(update=update), message, [event], create=[CreateChild(name, attempt, on_cluster=on_cluster)])
 
 
 def _pods_started(step: Step, child: str, observed: Observed, now: dt.datetime) -> Step:
@@ -509,13 +567,32 @@ def _follow_child(run: RetoolRun, entry: StageStatus, observed: Observed, now: d
         if detail:
             reason = f"{reason}; {detail}{claim_permission_hint(run, detail)}"
         updated, message, event, requeue = failed_attempt(run, entry, reason, now, permanent=outcome.permanent)
+        updated, note, keep = _keep_for_retry(run, entry, updated, obj, observed, now)
+        if note:
+            message, event = message + note, replace(event, message=event.message + note)
         findings = (c.REASON_PREFLIGHT_FAILED, detail) if detail and name == "preflight" else None
-        return Step(updated, message, [event], requeue=requeue, findings=findings)
+        return Step(updated, message, [event], requeue=requeue, findings=findings, keep=keep)
     deactivation = kueue_deactivation(workloads) if kueue and not run.spec.suspend else None
     if deactivation is not None:
         reason = f"Kueue deactivated its workload {deactivation.workload} ({deactivation.reason}: {deactivation.message}); it will not be admitted again"
         updated, message, event, requeue = failed_attempt(run, entry, reason, now)
         return Step(updated, message, [event], requeue=requeue)
+    kept = cluster_reuse.kept_for(entry)
+    if run.spec.suspend and kept is not None and kept.attempt == entry.attempt and outcome.state == "running":
+        # KubeRay cannot suspend a RayJob with a clusterSelector (ValidateRayJobSpec): the attempt ends instead.
+        text = (
+            f"attempt {entry.attempt} stopped by spec.suspend: it ran on the kept Ray cluster {kept.name}, which cannot be suspended; "
+            f"resuming starts attempt {entry.attempt + 1} on a fresh cluster" + (" from the last checkpoint" if name == "rl" else "") + " (no retry used)"
+        )
+        update = {
+            "state": "Retrying",
+            "next_attempt_time": rfc3339(now),
+            "message": text,
+            "preempted_attempts": (entry.preempted_attempts or 0) + 1,
+            "ray_cluster": kept.model_copy(update={"released": "spec.suspend"}),
+        }
+        message = f"stage {name} {text}"
+        return Step(entry.model_copy(update=update), message, [Event("Normal", c.REASON_SUSPENDED, message)], delete=[child])
     if kueue:
         updated, actions, events, text = _queued_child(run, entry, child, obj, observed.workloads.get(child, []))
         return _pods_started(Step(updated, text, events, workloads=actions), child, observed, now)
@@ -538,6 +615,8 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
     message = status.message
     waiting: str | None = None
     findings: tuple[str, str] | None = None  # (reason, message) of the preflight's findings, when it finished this pass
+    keep: list[KeepCluster] = []
+    delete: list[str] = []
     # The claim is checked until the first stage starts: a multi-node run on a claim that cannot be
     # shared fails here, before anything requests an accelerator.
     claim_check: ClaimCheck | None = None
@@ -573,8 +652,15 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
         requeue = step.requeue if step.requeue is not None else requeue
         waiting = step.waiting or waiting
         findings = step.findings or findings
+        keep += step.keep
+        delete += step.delete
         if not step.go_on:
             break
+    for i, entry in enumerate(stages):
+        # A kept cluster no attempt needs is deleted by the runner each pass until a read finds it gone.
+        kept = entry.ray_cluster
+        if kept is not None and cluster_reuse.kept_for(entry) is None and kept.name in observed.ray_clusters and observed.ray_clusters[kept.name] is None:
+            stages[i] = entry.model_copy(update={"ray_cluster": None})
 
     phase = phase_of(stages, suspended=suspend)
     finished = phase in ("Succeeded", "Failed")
@@ -635,7 +721,17 @@ def decide(run: RetoolRun, status: RetoolRunStatus, observed: Observed, now: dt.
     )
     if phase == "Succeeded" and status.phase != "Succeeded":
         events.append(Event("Normal", c.REASON_COMPLETED, "all stages succeeded"))
-    return Decision(status=next_status, sandbox_replicas=replicas, create=create, suspend=suspend_actions, workloads=workload_actions, events=events, requeue_after=requeue)
+    return Decision(
+        status=next_status,
+        sandbox_replicas=replicas,
+        create=create,
+        suspend=suspend_actions,
+        workloads=workload_actions,
+        events=events,
+        requeue_after=requeue,
+        keep=keep,
+        delete=delete,
+    )
 
 
 def stalls_below(status: RetoolRunStatus, observed: Observed, now: dt.datetime) -> tuple[RetoolRunStatus, list[str]]:

@@ -22,7 +22,7 @@ from retool.spec.names import RAY_STAGES, sandbox_name, stage_child_name
 from retool.spec.status import MLflowStatus, ResumePoint, RetoolRunStatus, SaveRequest, StageStatus
 from retool.spec.validate import document_warnings, parse_run
 from retool.tracking.naming import RESUMED_FROM_TAG, SAVED_ON_NOTICE_TAG
-from retool_operator import below, cost, immutability, logcontext, notice
+from retool_operator import below, cluster_reuse, cost, immutability, logcontext, notice
 from retool_operator import constants as c
 from retool_operator.builders import (
     Tracking,
@@ -38,7 +38,7 @@ from retool_operator.builders import (
     scheduling_problems,
     uses_sandbox,
 )
-from retool_operator.builders.stages import STAGE_CONTAINER
+from retool_operator.builders.stages import STAGE_CONTAINER, cluster_fingerprint
 from retool_operator.claims import ClaimObservation, extra_claim_names
 from retool_operator.config import OperatorConfig
 from retool_operator.isolation import IsolationObservation
@@ -72,6 +72,8 @@ DEPLOYMENTS = KINDS[("apps/v1", "Deployment")]
 PODS = KINDS[("v1", "Pod")]
 NODES = KINDS[("v1", "Node")]
 JOBS = KINDS[("batch/v1", "Job")]
+RAYJOBS = KINDS[("ray.io/v1", "RayJob")]
+RAYCLUSTERS = KINDS[("ray.io/v1", "RayCluster")]
 HPAS = KINDS[("autoscaling/v2", "HorizontalPodAutoscaler")]
 TERMINATED_POD_PHASES = frozenset({"Succeeded", "Failed"})
 CLAIMS = KINDS[("v1", "PersistentVolumeClaim")]
@@ -352,7 +354,7 @@ class Reconciler:
         refusals: list[str] = []
         tracking, mlflow_status, wait = await self._tracking(run, current, refusals)
         await self._ensure_claim(run, current, refusals)
-        observed, autoscaled = await self._observe(run, current, mlflow_status)
+        observed, autoscaled = await self._observe(run, current, mlflow_status, tracking)
         results = await self._results(current, tracking)
         if results:
             observed = replace(observed, results=results)
@@ -419,9 +421,14 @@ class Reconciler:
                 decision.events.append(Event("Warning", held_reason, decision.status.message or "spec edit not applied"))
         for obj in build_sandbox(run, config=self.config, replicas=decision.sandbox_replicas):
             await self._ensure(self._owned(obj, run), refusals)
+        await self._act_on_clusters(run, decision, current, observed)
         for action in decision.create:
-            child = build_stage_child(run, action.stage, action.attempt, config=self.config, tracking=tracking)
+            child = build_stage_child(run, action.stage, action.attempt, config=self.config, tracking=tracking, on_cluster=action.on_cluster)
             try:
+                if action.on_cluster is not None:
+                    # The kept cluster's pods become the new attempt's (cost, notice, its start), as of now.
+                    for pod in cluster_reuse.cluster_pods(observed.stage_pods, action.on_cluster):
+                        await self.client.patch(PODS, namespace, pod["metadata"]["name"], cluster_reuse.handover_patch(action.attempt, rfc3339(now)))
                 # The attempt's spec snapshot first (never patched afterwards), then the child that mounts it.
                 await self.client.create(self._owned(build_spec_configmap(run, child["metadata"]["name"]), run))
                 created = await self.client.create(self._owned(child, run))
@@ -680,7 +687,7 @@ class Reconciler:
         if created:
             log.info("%s/%s: created PersistentVolumeClaim %s", claim["metadata"]["namespace"], run.metadata.name, claim["metadata"]["name"])
 
-    async def _observe(self, run: RetoolRun, status: RetoolRunStatus, mlflow: MLflowStatus | None) -> tuple[Observed, bool]:
+    async def _observe(self, run: RetoolRun, status: RetoolRunStatus, mlflow: MLflowStatus | None, tracking: Tracking) -> tuple[Observed, bool]:
         """(what decide needs, whether an HPA manages the sandbox's replicas)."""
         namespace = run.metadata.namespace or "default"
         children: dict[str, dict[str, Any]] = {}
@@ -725,6 +732,7 @@ class Reconciler:
         if rl is not None:
             for node in notice.nodes_of(notice.attempt_pods(stage_pods, "rl", rl.attempt)):
                 nodes[node] = await self.client.get(NODES, "", node)
+        ray_clusters, same_spec = await self._ray_clusters(run, status, children, stage_pods, nodes, tracking)
         ready, autoscaled, isolation, refused, settling = 0, False, None, None, False
         hpa_min: int | None = None
         spec_replicas: int | None = None
@@ -782,8 +790,77 @@ class Reconciler:
             submitter_events=stalls.submitter_events,
             unschedulable=stalls.unschedulable,
             missing_unconfirmed=unconfirmed,
+            ray_clusters=ray_clusters,
+            same_cluster_spec=same_spec,
         )
         return observed, autoscaled
+
+    async def _ray_clusters(
+        self,
+        run: RetoolRun,
+        status: RetoolRunStatus,
+        children: dict[str, dict[str, Any]],
+        stage_pods: list[dict[str, Any]] | None,
+        nodes: dict[str, dict[str, Any] | None],
+        tracking: Tracking,
+    ) -> tuple[dict[str, dict[str, Any] | None], dict[str, bool]]:
+        """The Ray clusters ``cluster_reuse`` decides on: each one a stage keeps, and that of a running attempt
+        whose job failed; whether the run still renders what each runs; and the nodes under their pods (added
+        to ``nodes``)."""
+        namespace = run.metadata.namespace or "default"
+        clusters: dict[str, dict[str, Any] | None] = {}
+        same: dict[str, bool] = {}
+        for entry in status.stages:
+            owner: dict[str, Any] | None = None
+            if entry.ray_cluster is not None:
+                name, owner_attempt = entry.ray_cluster.name, entry.ray_cluster.attempt - 1
+                if cluster_reuse.kept_for(entry) is not None:
+                    owner = await self.client.get(RAYJOBS, namespace, entry.ray_cluster.owner)
+            elif entry.state == "Running" and entry.job and cluster_reuse.enabled(run, entry.name) and cluster_reuse.job_failed(children.get(entry.job)):
+                owner, owner_attempt = children[entry.job], entry.attempt
+                name = ((owner.get("status") or {}).get("rayClusterName")) or ""
+            else:
+                continue
+            if not name:
+                continue
+            clusters[name] = await self.client.get(RAYCLUSTERS, namespace, name)
+            if owner is not None and clusters[name] is not None:
+                recorded = ((owner.get("metadata") or {}).get("annotations") or {}).get(cluster_reuse.ANNOTATION_FINGERPRINT)
+                same[name] = recorded == cluster_fingerprint(run, entry.name, owner_attempt, config=self.config, tracking=tracking)
+                for node in notice.nodes_of(cluster_reuse.cluster_pods(stage_pods, name)):
+                    if node not in nodes:
+                        nodes[node] = await self.client.get(NODES, "", node)
+        return clusters, same
+
+    async def _act_on_clusters(self, run: RetoolRun, decision: Decision, current: RetoolRunStatus, observed: Observed) -> None:
+        """Keep failed attempts' clusters, delete the kept ones no attempt needs, stop the attempts spec.suspend
+        ended on a kept cluster, and delete at once a cluster KubeRay would keep for the reuse window only
+        (``cluster_reuse``)."""
+        namespace = run.metadata.namespace or "default"
+        for keep in decision.keep:
+            try:
+                await self.client.patch(RAYJOBS, namespace, keep.rayjob, cluster_reuse.keep_patch())
+                log.info("%s/%s: kept Ray cluster %s of %s for the retry", namespace, run.metadata.name, keep.cluster, keep.rayjob)
+            except ApiError as err:
+                if not (err.refused or err.status == 404):
+                    raise
+                self._give_up(decision, keep.stage, f"its RayJob {keep.rayjob} could not be patched: {err.reason}")
+        for kept in cluster_reuse.to_release(decision.status.stages):
+            seen = observed.ray_clusters.get(kept.name, {})
+            if seen is not None and not ((seen.get("metadata") or {}).get("deletionTimestamp")):
+                await self.client.delete(RAYCLUSTERS, namespace, kept.name)
+        for rayjob in decision.delete:
+            await self.client.delete(RAYJOBS, namespace, rayjob)
+        for cluster in cluster_reuse.ended_unkept(run, current.stages, decision.status.stages, observed.children):
+            await self.client.delete(RAYCLUSTERS, namespace, cluster)
+
+    @staticmethod
+    def _give_up(decision: Decision, stage: str, why: str) -> None:
+        stages = list(decision.status.stages)
+        for i, entry in enumerate(stages):
+            if entry.name == stage and entry.ray_cluster is not None:
+                stages[i] = entry.model_copy(update={"ray_cluster": entry.ray_cluster.model_copy(update={"released": why})})
+        decision.status = decision.status.model_copy(update={"stages": stages})
 
     async def _observe_start(self, namespace: str, run_name: str, entry: StageStatus, obj: dict[str, Any], stalls: _Stalls) -> None:
         """Whether a running stage's pods can start: KubeRay's submitter Job, and the scheduler's verdict on

@@ -490,6 +490,15 @@ class FailurePolicy(SpecModel):
             "0 releases the devices at once. The RayJob, the job submitter's log and the stage's MLflow run stay either way."
         ),
     )
+    retry_on_same_cluster: bool = Field(
+        True,
+        description=(
+            "Retry a Ray stage whose job failed (the driver exited with an error, Ray says FAILED) on the Ray cluster already up, "
+            "when that cluster is healthy (every pod it started still running, none restarted, no node going) and the run "
+            "is not queued by Kueue: no new pods, scheduling or image pulls. A second failure, or any failure of the cluster "
+            "itself, gets a fresh cluster. false: every retry gets a fresh cluster."
+        ),
+    )
 
 
 VerlLine = Literal["0.6.1", "0.9.1"]

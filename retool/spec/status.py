@@ -40,6 +40,14 @@ class ResumePoint(SpecModel):
     step: int = Field(..., ge=0, description="The global step it continued after (its trainer's last checkpoint; 0: it started afresh).")
 
 
+class KeptCluster(SpecModel):
+    name: str = Field(..., description="The RayCluster the operator keeps up for the stage.")
+    owner: str = Field(..., description="The RayJob that created it (KubeRay deletes the cluster with it).")
+    attempt: int = Field(..., ge=1, description="The attempt that runs (or will run) on it, with a RayJob whose clusterSelector names it.")
+    kept_time: str = Field(..., description="When the failed attempt's cluster was kept (RFC 3339).")
+    released: str | None = Field(None, description="Why the operator gave it up before or after its attempt (it deletes it then).")
+
+
 class StageStatus(SpecModel):
     name: Literal["prepare", "preflight", "sft", "merge", "rl", "eval"] = Field(..., description="Stage name.")
     state: StageState = Field(
@@ -58,6 +66,13 @@ class StageStatus(SpecModel):
     preemptions: int | None = Field(None, ge=0, description="Times the queue preempted the stage (re-suspended it); preemptions are waits, never failed attempts.")
     preempted_attempts: int | None = Field(
         None, ge=0, description="Attempts that a preemption ended (a batch Job cannot resume) and a new attempt replaced; they use no retry."
+    )
+    ray_cluster: KeptCluster | None = Field(
+        None,
+        description=(
+            "A Ray cluster kept after its attempt's job failed, for the next attempt (failurePolicy.retryOnSameCluster); "
+            "the operator, not KubeRay, deletes it once that attempt ends."
+        ),
     )
     save_request: SaveRequest | None = Field(None, description="rl: the last request to save on notice, and what came of it.")
     resumed_from: ResumePoint | None = Field(None, description="rl: the step the current attempt's trainer resumed after, once it says.")
@@ -133,6 +148,9 @@ class PodDeviceUse(SpecModel):
     devices: int = Field(..., ge=1, description="Devices the pod requests (the hardware profile's device resource, all containers).")
     scheduled_time: str = Field(..., description="When the scheduler bound the pod to a node (its PodScheduled condition, RFC 3339).")
     end_time: str | None = Field(None, description="When its last container terminated (RFC 3339); empty while it runs.")
+    since_time: str | None = Field(
+        None, description="When this attempt took the pod over from an earlier one (a retry on the same Ray cluster, RFC 3339); it counts from then."
+    )
 
 
 class AttemptCost(SpecModel):

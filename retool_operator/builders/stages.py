@@ -15,6 +15,7 @@ lives only in the head pod and is deleted with the cluster.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from typing import Any
@@ -22,13 +23,15 @@ from typing import Any
 from retool.preflight.checks import PERMANENT_EXIT_CODES
 from retool.recipe.render.common import CPU_ONLY_MODULE
 from retool.recipe.render.profiles import model_size_billions
-from retool.runtime.context import ENV_HF_TOKEN, SPEC_MOUNT_PATH, StageContext
+from retool.runtime.context import ENV_ATTEMPT, ENV_HF_TOKEN, SPEC_MOUNT_PATH, StageContext
 from retool.runtime.paths import cache_env, run_paths
 from retool.spec.model import RetoolRun
 from retool.spec.names import RAY_STAGES, sandbox_url, stage_child_name
+from retool_operator import cluster_reuse
 from retool_operator import constants as c
 from retool_operator.builders.meta import Tracking, experiment_name, labels, object_meta, run_namespace
 from retool_operator.builders.pods import SUBMITTER, RunPodSettings, pod_template, run_pod_settings, stage_pod_settings
+from retool_operator.builders.run_spec import run_document
 from retool_operator.builders.sandbox import uses_sandbox
 from retool_operator.builders.scheduling import queued, scheduling_labels
 from retool_operator.builders.storage import stage_volumes
@@ -250,11 +253,18 @@ def entrypoint_devices(run: RetoolRun, stage: str, profile: HardwareProfile) -> 
     return {"entrypointResources": json.dumps({profile.ray_device_resource: devices})}
 
 
-def build_stage_rayjob(run: RetoolRun, stage: str, attempt: int, *, config: OperatorConfig, tracking: Tracking) -> dict[str, Any]:
+def build_stage_rayjob(
+    run: RetoolRun, stage: str, attempt: int, *, config: OperatorConfig, tracking: Tracking, on_cluster: str | None = None
+) -> dict[str, Any]:
     """A Ray stage (sft, rl, eval): a RayJob whose cluster is head + nodes-1 workers, all trainer nodes.
 
     The head is a trainer node too (one-node runs have only the head). The entrypoint runs on the
     head as the Ray driver and inherits its environment (sandbox URL, MLflow, attempt).
+
+    ``on_cluster``: a retry on the cluster an earlier attempt kept (``cluster_reuse``): a clusterSelector
+    instead of a cluster spec, and the attempt number given to the driver on its command line (the pods'
+    environment is the earlier attempt's; only ``retool.stage`` in the driver reads it, and
+    ``cluster_fingerprint`` equal means the rest is the same).
     """
     profile = hardware_profile(run.spec.hardware, config, run.spec.trainer.verl)
     name = stage_child_name(run.metadata.name, stage, attempt)
@@ -294,23 +304,43 @@ def build_stage_rayjob(run: RetoolRun, stage: str, attempt: int, *, config: Oper
         **entrypoint_devices(run, stage, profile),
         "submissionMode": "K8sJobMode",
         "shutdownAfterJobFinishes": True,
-        "ttlSecondsAfterFinished": run.spec.failure_policy.cluster_grace_seconds,
+        "ttlSecondsAfterFinished": cluster_reuse.cluster_ttl(run, stage),
         "backoffLimit": 0,
         "submitterPodTemplate": submitter_template,
         "submitterConfig": submitter_config,
         "rayClusterSpec": cluster,
     }
-    if queued(run):
+    if on_cluster is not None:
+        del spec["rayClusterSpec"], spec["ttlSecondsAfterFinished"]
+        spec.update(entrypoint=f"{ENV_ATTEMPT}={attempt} {spec['entrypoint']}", shutdownAfterJobFinishes=False, clusterSelector={cluster_reuse.CLUSTER_LABEL: on_cluster})
+    elif queued(run):
         spec["suspend"] = True  # Kueue unsuspends it on admission (shutdownAfterJobFinishes is required for that)
     if run.spec.failure_policy.stage_deadline_seconds:
         spec["activeDeadlineSeconds"] = run.spec.failure_policy.stage_deadline_seconds
     # Held until the run's status records the outcome (constants.FINALIZER_OUTCOME): KubeRay may delete it once finished.
     meta = {**_child_meta(run, name, lbls, config=config, ray=True), "finalizers": [c.FINALIZER_OUTCOME]}
+    if on_cluster is None:
+        meta["annotations"] = {**(meta.get("annotations") or {}), cluster_reuse.ANNOTATION_FINGERPRINT: _fingerprint(cluster, run)}
     return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": meta, "spec": spec}
 
 
-def build_stage_child(run: RetoolRun, stage: str, attempt: int, *, config: OperatorConfig, tracking: Tracking) -> dict[str, Any]:
-    """The Job or RayJob of one attempt of a stage."""
+def _fingerprint(cluster_spec: dict[str, Any], run: RetoolRun) -> str:
+    return hashlib.sha256(json.dumps({"cluster": cluster_spec, "run": run_document(run)}, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def cluster_fingerprint(run: RetoolRun, stage: str, attempt: int, *, config: OperatorConfig, tracking: Tracking) -> str:
+    """What the cluster of ``attempt`` would run if the run made it now: its cluster spec (image, devices,
+    environment, volumes) and the spec snapshot its pods mount. A kept cluster serves the next attempt only
+    while the run still renders the same (``cluster_reuse``): an edit or an operator upgrade in between gets a
+    fresh one."""
+    rayjob = build_stage_rayjob(run, stage, attempt, config=config, tracking=tracking)
+    return rayjob["metadata"]["annotations"][cluster_reuse.ANNOTATION_FINGERPRINT]
+
+
+def build_stage_child(
+    run: RetoolRun, stage: str, attempt: int, *, config: OperatorConfig, tracking: Tracking, on_cluster: str | None = None
+) -> dict[str, Any]:
+    """The Job or RayJob of one attempt of a stage (``on_cluster``: the kept Ray cluster it runs on)."""
     if stage in RAY_STAGES:
-        return build_stage_rayjob(run, stage, attempt, config=config, tracking=tracking)
+        return build_stage_rayjob(run, stage, attempt, config=config, tracking=tracking, on_cluster=on_cluster)
     return build_stage_job(run, stage, attempt, config=config, tracking=tracking)

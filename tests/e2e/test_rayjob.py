@@ -57,9 +57,10 @@ def ray_dashboard(control_plane: ControlPlane, tmp_path_factory: pytest.TempPath
         yield head
 
 
-def _rayjob_at_sft(kube: Cluster, run: str, namespace: str) -> dict[str, Any]:
-    """Apply the run, drive its batch stages to success; the sft RayJob once KubeRay has made its submitter Job."""
-    assert kube.apply(run_manifest(run, namespace)).returncode == 0
+def _rayjob_at_sft(kube: Cluster, run: str, namespace: str, **spec: Any) -> dict[str, Any]:
+    """Apply the run (``spec`` over ``run_manifest``'s), drive its batch stages to success; the sft RayJob once
+    KubeRay has made its submitter Job."""
+    assert kube.apply(run_manifest(run, namespace, **spec)).returncode == 0
     for stage in ("prepare", "preflight"):
         kube.wait_stage(run, namespace, stage, "Running")
         kube.finish_pods(f"{run}-{stage}-1", namespace, 0)
@@ -138,7 +139,7 @@ def test_kuberay_completes_the_rayjob_from_the_ray_dashboard_deletes_its_cluster
 def test_a_ray_job_that_fails_in_ray_fails_the_rayjob_and_the_stage_retries_on_a_new_cluster(
     kube: Cluster, namespace: str, ray_dashboard: RayHead
 ) -> None:
-    rayjob = _rayjob_at_sft(kube, "ray-bad", namespace)
+    rayjob = _rayjob_at_sft(kube, "ray-bad", namespace, failurePolicy={"retryOnSameCluster": False})
     name, cluster_name = rayjob["metadata"]["name"], rayjob["status"]["rayClusterName"]
     devices = _device_pods(kube, namespace, cluster_name)
     ledger = eventually("the run's cost ledger holding the Ray cluster's device pods",
@@ -224,3 +225,76 @@ def test_a_rayjob_deleted_after_success_while_the_operator_is_down_still_counts_
     merge = kube.wait_stage("ray-held", namespace, "merge", "Running", timeout=60)
     assert merge["job"] == "ray-held-merge-1"
     assert kube.get("rayjob", "ray-held-sft-2", namespace) is None
+
+
+def _cluster_pods(kube: Cluster, namespace: str, cluster_name: str) -> dict[str, dict[str, Any]]:
+    """uid -> pod, of the Ray cluster's head and workers the API server has."""
+    return {p["metadata"]["uid"]: p for p in kube.items("pods", namespace, "-l", f"ray.io/cluster={cluster_name}")}
+
+
+def test_a_driver_failure_retries_on_the_same_ray_cluster_and_its_end_releases_it(kube: Cluster, namespace: str, ray_dashboard: RayHead) -> None:
+    """Attempt 1's job fails in Ray on a healthy cluster: attempt 2 is a RayJob whose clusterSelector names that
+    cluster, KubeRay runs its job there (its own submitter and job id), the pods are the same (uids) and are now
+    attempt 2's, and when attempt 2 succeeds the operator deletes the cluster KubeRay leaves up."""
+    rayjob = _rayjob_at_sft(kube, "ray-again", namespace)
+    name, cluster_name = rayjob["metadata"]["name"], rayjob["status"]["rayClusterName"]
+    before = eventually("the Ray cluster's running pods", lambda: (p := _cluster_pods(kube, namespace, cluster_name)) and all(
+        x["status"].get("phase") == "Running" for x in p.values()) and p, timeout=60)
+    assert _play_submitter(kube, ray_dashboard, rayjob, "raise SystemExit(3)") == "FAILED"
+    _kuberay_reads(kube, name, namespace, "FAILED")
+    kube.finish_pods(name, namespace, 0)
+    eventually("KubeRay marking attempt 1 Failed", lambda: _deployment_status(kube, name, namespace) == "Failed", timeout=90)
+    again = eventually("attempt 2's RayJob", lambda: kube.get("rayjob", "ray-again-sft-2", namespace), timeout=90,
+                       show=lambda: kube.stage("ray-again", namespace, "sft"))
+    assert again["spec"]["clusterSelector"] == {"ray.io/cluster": cluster_name} and "rayClusterSpec" not in again["spec"], again["spec"]
+    assert again["spec"]["entrypoint"].startswith("RETOOL_ATTEMPT=2 "), again["spec"]["entrypoint"]
+    first = kube.get("rayjob", name, namespace)["spec"]
+    assert (first["shutdownAfterJobFinishes"], first.get("ttlSecondsAfterFinished", 0)) == (False, 0), first  # kept: KubeRay leaves it up
+    sft = kube.stage("ray-again", namespace, "sft")
+    assert sft["attempt"] == 2 and sft["rayCluster"]["name"] == cluster_name and sft["rayCluster"]["attempt"] == 2, sft
+    events = " ".join(e["message"] for e in kube.events(namespace, "ray-again"))
+    assert f"on the same Ray cluster {cluster_name}" in events and f"kept from attempt 1" in events, events
+    # KubeRay runs attempt 2 on the cluster: its own submitter Job and job id, the same dashboard.
+    second = eventually("KubeRay's jobId and dashboardURL on attempt 2", lambda: (r := kube.get("rayjob", "ray-again-sft-2", namespace))
+                        and r["status"].get("jobId") and r["status"].get("dashboardURL") and r, timeout=90)
+    assert second["status"]["rayClusterName"] == cluster_name and second["status"]["jobId"] != rayjob["status"]["jobId"]
+    after = _cluster_pods(kube, namespace, cluster_name)
+    assert after.keys() == before.keys(), (sorted(before), sorted(after))  # the same pods, none made again
+    assert {p["metadata"]["labels"]["retool.dev/attempt"] for p in after.values()} == {"2"}
+    assert all(p["metadata"]["annotations"].get("retool.dev/attempt-since") for p in after.values())
+    assert _play_submitter(kube, ray_dashboard, second, "print('sft done on the same cluster')") == "SUCCEEDED"
+    _kuberay_reads(kube, "ray-again-sft-2", namespace, "SUCCEEDED")
+    kube.finish_pods("ray-again-sft-2", namespace, 0)
+    kube.wait_stage("ray-again", namespace, "sft", "Succeeded", timeout=90)
+    eventually("the operator deleting the kept cluster (KubeRay leaves it: clusterSelector)", lambda: kube.get("raycluster", cluster_name, namespace) is None, timeout=90)
+    eventually("the stage forgetting the deleted cluster", lambda: "rayCluster" not in kube.stage("ray-again", namespace, "sft"), timeout=60)
+    assert kube.wait_stage("ray-again", namespace, "merge", "Running", timeout=60)["job"] == "ray-again-merge-1"
+    cost = eventually("both sft attempts in the run's cost", lambda: (c := kube.run_status("ray-again", namespace).get("cost")) and {
+        (a["stage"], a["attempt"]) for a in c["attempts"]} >= {("sft", 1), ("sft", 2)} and c, timeout=60)
+    by_attempt = {a["attempt"]: a for a in cost["attempts"] if a["stage"] == "sft"}
+    assert by_attempt[1]["lost"] and not by_attempt[2]["lost"] and by_attempt[2]["deviceHours"] > 0, cost["attempts"]
+
+
+def test_a_lost_head_gets_the_retry_a_fresh_cluster(kube: Cluster, namespace: str, ray_dashboard: RayHead) -> None:
+    """The head pod is lost while the job runs (KubeRay makes a new one) and Ray then says the job FAILED:
+    the failure may be the cluster's, so attempt 2 gets a cluster of its own and the old one is deleted."""
+    rayjob = _rayjob_at_sft(kube, "ray-headless", namespace)
+    name, cluster_name = rayjob["metadata"]["name"], rayjob["status"]["rayClusterName"]
+    head = eventually("the head pod", lambda: next((p for p in _cluster_pods(kube, namespace, cluster_name).values()
+                                                    if p["metadata"]["labels"].get("ray.io/node-type") == "head"), None))
+    kube.kubectl("delete", "pod", head["metadata"]["name"], "-n", namespace, "--wait=false")
+    eventually("KubeRay's new head pod", lambda: any(p["metadata"]["labels"].get("ray.io/node-type") == "head" and uid != head["metadata"]["uid"]
+                                                     for uid, p in _cluster_pods(kube, namespace, cluster_name).items()), timeout=90)
+    assert _play_submitter(kube, ray_dashboard, rayjob, "raise SystemExit(3)") == "FAILED"
+    _kuberay_reads(kube, name, namespace, "FAILED")
+    kube.finish_pods(name, namespace, 0)
+    eventually("KubeRay marking attempt 1 Failed", lambda: _deployment_status(kube, name, namespace) == "Failed", timeout=90)
+    fresh = eventually("attempt 2's RayJob", lambda: kube.get("rayjob", "ray-headless-sft-2", namespace), timeout=120,
+                       show=lambda: kube.stage("ray-headless", namespace, "sft"))
+    assert "clusterSelector" not in fresh["spec"] and "rayClusterSpec" in fresh["spec"], fresh["spec"]
+    assert "rayCluster" not in kube.stage("ray-headless", namespace, "sft")
+    events = " ".join(e["message"] for e in kube.events(namespace, "ray-headless"))
+    assert "attempt 2 gets a fresh Ray cluster" in events and "replaced one the failed job ran on" in events, events
+    eventually("the failed attempt's cluster deleted", lambda: kube.get("raycluster", cluster_name, namespace) is None, timeout=90)
+    renamed = eventually("attempt 2's own cluster", lambda: (kube.get("rayjob", "ray-headless-sft-2", namespace) or {}).get("status", {}).get("rayClusterName"), timeout=90)
+    assert renamed != cluster_name

@@ -93,10 +93,19 @@ def test_the_kuberay_check_can_fail() -> None:
     assert "not allowed to be suspended" in " ".join(kuberay_problems(rules))
 
 
-@pytest.mark.parametrize(("grace", "expected"), [(None, 0), (120, 120)], ids=["default-releases-at-once", "configured-grace"])
-def test_the_cluster_is_deleted_when_the_job_ends(grace: int | None, expected: int) -> None:
-    policy = {} if grace is None else {"clusterGraceSeconds": grace}
-    for rayjob in rayjobs_of(document(failurePolicy=policy)):
+TTL_CASES = {
+    # The operator deletes an unkept cluster itself at once; KubeRay's TTL is the window to keep it for a
+    # retry, and frees the devices when the operator is down (cluster_reuse.KEEP_WINDOW_SECONDS).
+    "default: the reuse window, the operator releases at once": ({}, {}, 30),
+    "a grace above the window": ({"clusterGraceSeconds": 120}, {}, 120),
+    "no retry on the same cluster: released at once by KubeRay": ({"retryOnSameCluster": False}, {}, 0),
+    "queued by Kueue: never reused, released at once by KubeRay": ({}, {"queueName": "team"}, 0),
+}
+
+
+@pytest.mark.parametrize(("policy", "scheduling", "expected"), TTL_CASES.values(), ids=TTL_CASES.keys())
+def test_the_cluster_is_deleted_when_the_job_ends(policy: dict, scheduling: dict, expected: int) -> None:
+    for rayjob in rayjobs_of(document(failurePolicy=policy, scheduling=scheduling)):
         assert rayjob["spec"]["shutdownAfterJobFinishes"] is True
         assert rayjob["spec"]["ttlSecondsAfterFinished"] == expected
         # K8sJobMode: the submitter Job follows the driver's log and outlives the cluster.

@@ -2,8 +2,10 @@
 The operator's permissions: one list of namespaced rules shared by the ClusterRole (cluster-wide
 mode) and every Role (namespaced mode). tests/chart/test_rbac.py checks that the rendered rules
 grant exactly retool_operator.permissions.RULES, the operator's record of the API calls it makes.
-No delete verb: children carry owner references, so the garbage collector removes them with
-their run, and checkpoints on the PVC are never the operator's to delete. update on
+Children carry owner references, so the garbage collector removes them with their run, and
+checkpoints on the PVC are never the operator's to delete. The one delete verb is on Ray objects:
+a Ray cluster kept for a retry on the same cluster (KubeRay leaves it up), and the RayJob of an
+attempt on such a cluster that spec.suspend stops. update on
 retoolruns/finalizers is what the OwnerReferencesPermissionEnforcement admission plugin requires
 to set blockOwnerDeletion on those references.
 */}}
@@ -37,10 +39,13 @@ to set blockOwnerDeletion on those references.
   verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: ["ray.io"]
   resources: ["rayjobs"]
-  verbs: ["get", "list", "watch", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: ["ray.io"]
+  resources: ["rayclusters"]
+  verbs: ["get", "delete"]
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list"]
+  verbs: ["list", "patch"]
 - apiGroups: ["autoscaling"]
   resources: ["horizontalpodautoscalers"]
   verbs: ["get"]
