@@ -43,6 +43,7 @@ RESOURCES: dict[str, tuple[str, bool, set[str]]] = {
     "policy/v1/poddisruptionbudgets": ("PodDisruptionBudget", True, {"status"}),
     "batch/v1/jobs": ("Job", True, {"status"}),
     "ray.io/v1/rayjobs": ("RayJob", True, {"status"}),
+    "ray.io/v1/rayclusters": ("RayCluster", True, {"status"}),
     "apiextensions.k8s.io/v1/customresourcedefinitions": ("CustomResourceDefinition", False, {"status"}),
     "scheduling.k8s.io/v1/priorityclasses": ("PriorityClass", False, set()),
     "kueue.x-k8s.io/v1beta2/workloads": ("Workload", True, {"status"}),

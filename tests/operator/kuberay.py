@@ -18,6 +18,13 @@ Each method does once what the controller does at one step, as written in
   head's GCS (common/job.go v1.7.0), so it stays Running;
 - ``delete_finished``: ``DELETE_RAYJOB_CR_AFTER_JOB_FINISHES=true`` deletes the RayJob itself
   instead of only its cluster.
+
+The RayCluster (v1.6.1): ``start`` makes one named ``<rayjob>-raycluster`` (``status.state`` ready) whose pods carry
+``ray.io/cluster``, or, for a RayJob with a ``clusterSelector``, runs on the cluster it names
+(``getOrCreateRayClusterInstance``); ``end(..., ttl_passed=False)`` leaves the cluster for
+``ttl_passes``, which deletes it only while the RayJob still says ``shutdownAfterJobFinishes`` and has no
+clusterSelector (``handleShutdownAfterJobFinishes``); ``collect`` plays the garbage collector for the pods of a
+deleted RayCluster.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ from retool_operator.kube import KINDS
 from tests.operator.emulator import JOBS, RAYJOBS, ObserverClient
 
 PODS = KINDS[("v1", "Pod")]
+RAYCLUSTERS = KINDS[("ray.io/v1", "RayCluster")]
+READY = [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]
 DEFAULT_SUBMITTER_BACKOFF_LIMIT = 2
 
 
@@ -36,21 +45,30 @@ class FakeKubeRay:
         self.api = api
         self.namespace = namespace
 
-    async def _pod(self, name: str, template: dict[str, Any], extra_labels: dict[str, str], phase: str) -> None:
+    async def _pod(self, name: str, template: dict[str, Any], extra_labels: dict[str, str], phase: str, conditions: list[dict[str, str]] | None = None) -> None:
         labels = {**(template.get("metadata") or {}).get("labels", {}), **extra_labels}
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": self.namespace, "labels": labels}, "spec": template["spec"]}
         await self.api.create(pod)
-        await self.api.patch(PODS, self.namespace, name, {"status": {"phase": phase}}, subresource="status")
+        status: dict[str, Any] = {"phase": phase}
+        if conditions:
+            status["conditions"] = conditions
+        await self.api.patch(PODS, self.namespace, name, {"status": status}, subresource="status")
 
     async def start(self, name: str) -> None:
         rayjob = await self.api.get(RAYJOBS, self.namespace, name)
         assert rayjob is not None, name
         spec = rayjob["spec"]
-        cluster = spec["rayClusterSpec"]
-        await self._pod(f"{name}-head-x1", cluster["headGroupSpec"]["template"], {"ray.io/node-type": "head"}, "Running")
-        for group in cluster.get("workerGroupSpecs") or []:
-            for i in range(group.get("replicas", 0)):
-                await self._pod(f"{name}-{group['groupName']}-w{i}", group["template"], {"ray.io/node-type": "worker"}, "Running")
+        cluster_name = (spec.get("clusterSelector") or {}).get("ray.io/cluster") or f"{name}-raycluster"
+        if "clusterSelector" not in spec:
+            cluster = spec["rayClusterSpec"]
+            await self.api.create({"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": cluster_name, "namespace": self.namespace}, "spec": cluster})
+            on = {"ray.io/cluster": cluster_name}
+            await self._pod(f"{name}-head-x1", cluster["headGroupSpec"]["template"], {"ray.io/node-type": "head", **on}, "Running", READY)
+            for group in cluster.get("workerGroupSpecs") or []:
+                for i in range(group.get("replicas", 0)):
+                    await self._pod(f"{name}-{group['groupName']}-w{i}", group["template"], {"ray.io/node-type": "worker", **on}, "Running", READY)
+            await self.api.patch(RAYCLUSTERS, self.namespace, cluster_name, {"status": {"state": "ready"}}, subresource="status")
+        await self.api.patch(RAYJOBS, self.namespace, name, {"status": {"rayClusterName": cluster_name}}, subresource="status")
         limit = (spec.get("submitterConfig") or {}).get("backoffLimit", DEFAULT_SUBMITTER_BACKOFF_LIMIT)
         job = {
             "apiVersion": "batch/v1",
@@ -67,17 +85,19 @@ class FakeKubeRay:
         await self._pod(f"{name}-submit-0", spec["submitterPodTemplate"], {"batch.kubernetes.io/job-name": name, "job-name": name}, "Running")
         await self.api.patch(RAYJOBS, self.namespace, name, {"status": {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}}, subresource="status")
 
-    async def end(self, name: str, deployment: str, job_status: str | None, *, hung_submitter: bool = False, message: str | None = None) -> None:
+    async def end(
+        self, name: str, deployment: str, job_status: str | None, *, hung_submitter: bool = False, message: str | None = None, reason: str | None = None, ttl_passed: bool = True
+    ) -> None:
         status: dict[str, Any] = {"jobDeploymentStatus": deployment}
         if job_status:
             status["jobStatus"] = job_status
         if message:
             status["message"] = message
+        if reason:
+            status["reason"] = reason
         await self.api.patch(RAYJOBS, self.namespace, name, {"status": status}, subresource="status")
-        for pod in await self.api.list(PODS, self.namespace):
-            labels = pod["metadata"].get("labels") or {}
-            if pod["metadata"]["name"].startswith(f"{name}-") and "ray.io/node-type" in labels:
-                await self.api._request("DELETE", PODS.path(self.namespace, pod["metadata"]["name"]))  # the RayCluster goes
+        if ttl_passed:
+            await self.ttl_passes(name)
         if not hung_submitter:
             await self.api.patch(PODS, self.namespace, f"{name}-submit-0", {"status": {"phase": "Succeeded"}}, subresource="status")
 
@@ -98,3 +118,24 @@ class FakeKubeRay:
 
     async def delete_finished(self, name: str) -> None:
         await self.api._request("DELETE", RAYJOBS.path(self.namespace, name))
+
+    async def ttl_passes(self, name: str) -> None:
+        """``handleShutdownAfterJobFinishes`` once ``ttlSecondsAfterFinished`` has passed: the cluster goes only while
+        the RayJob still asks for it and did not select an existing cluster."""
+        rayjob = await self.api.get(RAYJOBS, self.namespace, name)
+        assert rayjob is not None, name
+        spec = rayjob["spec"]
+        if not spec.get("shutdownAfterJobFinishes") or spec.get("clusterSelector"):
+            return
+        cluster = (rayjob.get("status") or {}).get("rayClusterName") or f"{name}-raycluster"
+        if await self.api.get(RAYCLUSTERS, self.namespace, cluster) is not None:
+            await self.api._request("DELETE", RAYCLUSTERS.path(self.namespace, cluster))
+        await self.collect(cluster, legacy_prefix=name)
+
+    async def collect(self, cluster: str, *, legacy_prefix: str | None = None) -> None:
+        """The garbage collector: the pods of a deleted RayCluster go."""
+        for pod in await self.api.list(PODS, self.namespace):
+            labels = pod["metadata"].get("labels") or {}
+            ours = labels.get("ray.io/cluster") == cluster or (legacy_prefix is not None and pod["metadata"]["name"].startswith(f"{legacy_prefix}-"))
+            if ours and "ray.io/node-type" in labels:
+                await self.api._request("DELETE", PODS.path(self.namespace, pod["metadata"]["name"]))

@@ -16,7 +16,7 @@ from retool_operator import constants as c
 from retool_operator.kube import KINDS
 from tests.operator.emulator import JOBS, RAYJOBS, RUNS, TEST_AGENT, eventually, running_operator
 from tests.operator.helpers import job_status
-from tests.operator.kuberay import PODS, FakeKubeRay
+from tests.operator.kuberay import PODS, RAYCLUSTERS, FakeKubeRay
 from tests.operator.test_integration import NS, Cluster, cluster, spec_doc, stage_of  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.slow
@@ -522,3 +522,46 @@ async def test_a_kueue_without_workload_v1beta2_is_served_through_v1beta1(cluste
             return current is not None and current["spec"]["active"] is False
 
         await eventually(deactivated, what="the v1beta1 workload deactivated")
+
+
+async def test_a_driver_failure_keeps_the_cluster_for_the_retry_and_spec_suspend_then_releases_it(cluster: Cluster) -> None:
+    """KubeRay v1.6.1 as ``FakeKubeRay`` plays it: the failed RayJob (AppFailed, Ray's FAILED) would delete its
+    cluster at its TTL; the operator keeps it first (shutdownAfterJobFinishes false), attempt 2 selects it and takes
+    its pods over; spec.suspend then ends attempt 2 (KubeRay cannot suspend a clusterSelector RayJob): the operator
+    deletes its RayJob and the cluster, and the resumed run's attempt 3 makes a cluster of its own."""
+    async with running_operator(cluster.config):
+        kuberay = await _to_sft(cluster, "again", failurePolicy={"maxRetries": 2, "backoffSeconds": 1})
+        cluster_name = "again-sft-1-raycluster"
+        await kuberay.end("again-sft-1", "Failed", "FAILED", reason="AppFailed", ttl_passed=False)
+
+        async def kept() -> dict[str, Any] | None:
+            rayjob = await cluster.api.get(RAYJOBS, NS, "again-sft-1")
+            return rayjob if rayjob and rayjob["spec"]["shutdownAfterJobFinishes"] is False else None
+
+        await eventually(kept, what="the failed RayJob patched to leave its cluster up")
+        await kuberay.ttl_passes("again-sft-1")
+        assert await cluster.api.get(RAYCLUSTERS, NS, cluster_name) is not None
+        second = await cluster.child(RAYJOBS, "again-sft-2", timeout=15)
+        assert second["spec"]["clusterSelector"] == {"ray.io/cluster": cluster_name} and "rayClusterSpec" not in second["spec"]
+        head = await cluster.api.get(PODS, NS, "again-sft-1-head-x1")
+        assert head is not None and head["metadata"]["labels"][c.LABEL_ATTEMPT] == "2" and head["metadata"]["annotations"]["retool.dev/attempt-since"]
+        await kuberay.start("again-sft-2")
+        await cluster.api.patch(RUNS, NS, "again", {"spec": {"suspend": True}})
+
+        async def released() -> bool | None:
+            rayjob = await cluster.api.get(RAYJOBS, NS, "again-sft-2")
+            gone = rayjob is None or bool(rayjob["metadata"].get("deletionTimestamp"))
+            return gone and await cluster.api.get(RAYCLUSTERS, NS, cluster_name) is None or None
+
+        await eventually(released, what="attempt 2's RayJob and the kept cluster deleted")
+        sft = stage_of(await cluster.status("again"), "sft")
+        assert sft["state"] == "Retrying" and sft["preemptedAttempts"] == 1 and "cannot be suspended" in sft["message"]
+        await kuberay.collect(cluster_name)
+        await cluster.api.patch(RUNS, NS, "again", {"spec": {"suspend": False}})
+        third = await cluster.child(RAYJOBS, "again-sft-3", timeout=20)
+        assert "rayClusterSpec" in third["spec"] and "clusterSelector" not in third["spec"]
+        await eventually(lambda: _forgot(cluster, "again"), what="the stage forgetting the deleted cluster")
+
+
+async def _forgot(cluster: Cluster, name: str) -> bool | None:
+    return "rayCluster" not in stage_of(await cluster.status(name), "sft") or None
