@@ -253,7 +253,7 @@ def test_a_driver_failure_retries_on_the_same_ray_cluster_and_its_end_releases_i
     sft = kube.stage("ray-again", namespace, "sft")
     assert sft["attempt"] == 2 and sft["rayCluster"]["name"] == cluster_name and sft["rayCluster"]["attempt"] == 2, sft
     events = " ".join(e["message"] for e in kube.events(namespace, "ray-again"))
-    assert f"on the same Ray cluster {cluster_name}" in events and f"kept from attempt 1" in events, events
+    assert f"on the same Ray cluster {cluster_name}" in events and "kept from attempt 1" in events, events
     # KubeRay runs attempt 2 on the cluster: its own submitter Job and job id, the same dashboard.
     second = eventually("KubeRay's jobId and dashboardURL on attempt 2", lambda: (r := kube.get("rayjob", "ray-again-sft-2", namespace))
                         and r["status"].get("jobId") and r["status"].get("dashboardURL") and r, timeout=90)

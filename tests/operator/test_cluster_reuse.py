@@ -187,7 +187,7 @@ def test_spec_suspend_ends_an_attempt_on_a_kept_cluster_without_using_a_retry() 
     assert resumed.create == [CreateChild("sft", 3)] and "2 retries left" not in (sft_of(resumed.status).message or "")
 
 
-def test_the_retry_rayjob_names_the_cluster_and_passes_kubeRays_validation_for_that_mode() -> None:
+def test_the_retry_rayjob_names_the_cluster_and_passes_kuberays_validation_for_that_mode() -> None:
     run = run_of()
     tracking = Tracking(uri="http://mlflow:5000", experiment="e", parent_run_id="p")
     own = build_stage_rayjob(run, "sft", 1, config=CONFIG, tracking=tracking)

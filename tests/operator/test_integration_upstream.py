@@ -551,7 +551,7 @@ async def test_a_driver_failure_keeps_the_cluster_for_the_retry_and_spec_suspend
         async def released() -> bool | None:
             rayjob = await cluster.api.get(RAYJOBS, NS, "again-sft-2")
             gone = rayjob is None or bool(rayjob["metadata"].get("deletionTimestamp"))
-            return gone and await cluster.api.get(RAYCLUSTERS, NS, cluster_name) is None or None
+            return (gone and await cluster.api.get(RAYCLUSTERS, NS, cluster_name) is None) or None
 
         await eventually(released, what="attempt 2's RayJob and the kept cluster deleted")
         sft = stage_of(await cluster.status("again"), "sft")
