@@ -198,6 +198,11 @@ def test_the_retry_rayjob_names_the_cluster_and_passes_kuberays_validation_for_t
     assert (spec["shutdownAfterJobFinishes"], spec.get("ttlSecondsAfterFinished", 0), spec["backoffLimit"]) == (False, 0, 0)
     assert spec["entrypoint"] == f"RETOOL_ATTEMPT=2 {own['spec']['entrypoint']}"
     assert spec["submitterPodTemplate"]["metadata"]["labels"]["retool.dev/attempt"] == "2"
+    # The kept RayJob after the operator's patch: validateDeletionConfiguration (utils/validation.go v1.6.1) runs on
+    # every reconcile and refuses a TTL above 0 without shutdownAfterJobFinishes (the RayJob would turn ValidationFailed).
+    kept = {**own["spec"], **cluster_reuse.keep_patch()["spec"]}
+    assert own["spec"]["ttlSecondsAfterFinished"] == cluster_reuse.KEEP_WINDOW_SECONDS > 0
+    assert kept["shutdownAfterJobFinishes"] is False and kept["ttlSecondsAfterFinished"] == 0
     assert cluster_reuse.ANNOTATION_FINGERPRINT not in (retry["metadata"].get("annotations") or {})
     recorded = own["metadata"]["annotations"][cluster_reuse.ANNOTATION_FINGERPRINT]
     assert cluster_fingerprint(run, "sft", 1, config=CONFIG, tracking=tracking) == recorded
