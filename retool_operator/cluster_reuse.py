@@ -25,8 +25,8 @@ job was submitted, no node under it going (``notice``), and the run renders the 
 snapshot as when it was made (``builders.stages.cluster_fingerprint``). Once per cluster: an attempt that fails on a kept cluster
 gets a fresh one (the failure may be the hardware's).
 
-Never for a run queued by Kueue: Kueue's RayJob integration (v0.19.2, pkg/controller/jobs/rayjob) does not
-manage a RayJob with a clusterSelector, so the retry would run outside the queue's quota while the kept
+Never for a run queued by Kueue: Kueue's RayJob integration does not manage a RayJob with a clusterSelector
+(v0.19.2, pkg/controller/jobs/rayjob/rayjob_controller.go, ``RayJob.Skip``: "These jobs are not managed by Kueue"), so the retry would run outside the queue's quota while the kept
 cluster, whose Workload Kueue has finished, holds devices the queue counts as free.
 """
 
