@@ -941,6 +941,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         "return runs[0]",
         ("tests/tracking/test_compare.py",),
     ),
+    Mutation(
+        "sandbox: fetch_files follows a symlink swapped in for a directory of the path",
+        "retool/sandbox/scratch.py",
+        "inner = os.open(part, _DIR_FLAGS, dir_fd=fd)",
+        "inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)",
+        ("tests/sandbox/test_scratch.py",),
+    ),
     # -- retry on the same Ray cluster (issue 51)
     Mutation(
         "cluster reuse: KubeRay's AppFailed without Ray's FAILED (a restarted head's lost job) keeps the cluster",

@@ -127,3 +127,18 @@ def remove_path(path: str) -> int:
         return 1
     finally:
         os.close(parent_fd)
+
+
+def open_beneath(directory: str, relative: str) -> int:
+    """A descriptor of the regular file or other non-directory ``relative`` (normalised, inside) under
+    ``directory``, opened without following a symlink at any component: OSError (ELOOP, ENOTDIR) when one is."""
+    parts = relative.split("/")
+    fd = os.open(directory, _DIR_FLAGS)
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        return os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+    finally:
+        os.close(fd)

@@ -484,17 +484,18 @@ class Worker:
                 _chown_up_to(path, workdir, self.uid, self.gid)
 
     def _fetch(self, workdir: str, paths: list[str]) -> dict[str, str]:
-        """Files the request asked back; symlinks, anything outside the directory and bad names are skipped."""
+        """Files the request asked back; symlinks, anything outside the directory and bad names are skipped.
+
+        Each path is opened one component at a time from the directory's own descriptor, every component
+        with O_NOFOLLOW (``scratch.open_beneath``): a process that outlived its execution may swap a directory for a
+        symlink while this runs (issue 49), and a check of the path followed by an open of it would then read
+        whatever the symlink names. (openat2's RESOLVE_BENEATH does the same in one call, but the kernels
+        the chart supports include ones without it.)"""
         fetched: dict[str, str] = {}
         budget = self.config.max_fetch_bytes
-        root = os.path.realpath(workdir)
         for raw_path in paths:
             try:
-                relative = checked_relative_path(raw_path)
-                full = os.path.join(root, relative)
-                if os.path.realpath(full) != full:
-                    continue
-                fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+                fd = scratch.open_beneath(workdir, checked_relative_path(raw_path))
             except (OSError, ValueError):  # UnicodeEncodeError is a ValueError
                 continue
             with os.fdopen(fd, "rb") as f:

@@ -70,8 +70,10 @@ def _rayjob_at_sft(kube: Cluster, run: str, namespace: str, **spec: Any) -> dict
                       lambda: (r := kube.get("rayjob", sft["job"], namespace)) and r["status"].get("jobId") and r["status"].get("dashboardURL") and r)
 
 
-def _play_submitter(kube: Cluster, head: RayHead, rayjob: dict[str, Any], code: str) -> str:
-    """Submit the job as the submitter pod does (KubeRay's submission id) and wait for Ray's verdict."""
+def _play_submitter(kube: Cluster, head: RayHead, rayjob: dict[str, Any], code: str, prefix: tuple[str, ...] = ()) -> str:
+    """Submit the job as the submitter pod does (KubeRay's submission id) and wait for Ray's verdict.
+    ``prefix``: words of the RayJob's entrypoint before its command (KubeRay passes the entrypoint after
+    ``--``, common/job.go v1.6.1; Ray's CLI joins the words and its job supervisor runs them in a shell)."""
     status = rayjob["status"]
     host, _, port = status["dashboardURL"].rpartition(":")
     assert int(port) == DASHBOARD_PORT, status["dashboardURL"]
@@ -79,7 +81,7 @@ def _play_submitter(kube: Cluster, head: RayHead, rayjob: dict[str, Any], code: 
     job_id = status["jobId"]
     submit = subprocess.run(
         [sys.executable, "-m", "ray.scripts.scripts", "job", "submit", "--address", head.url, "--submission-id", job_id, "--no-wait",
-         "--", sys.executable, "-c", code],
+         "--", *prefix, sys.executable, "-c", code],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert submit.returncode == 0, submit.stdout + submit.stderr
@@ -262,7 +264,10 @@ def test_a_driver_failure_retries_on_the_same_ray_cluster_and_its_end_releases_i
     assert after.keys() == before.keys(), (sorted(before), sorted(after))  # the same pods, none made again
     assert {p["metadata"]["labels"]["retool.dev/attempt"] for p in after.values()} == {"2"}
     assert all(p["metadata"]["annotations"].get("retool.dev/attempt-since") for p in after.values())
-    assert _play_submitter(kube, ray_dashboard, second, "print('sft done on the same cluster')") == "SUCCEEDED"
+    # The driver is told its attempt by the entrypoint (the pods' environment says attempt 1), through Ray's own path.
+    prefix = second["spec"]["entrypoint"].split()[0]
+    sees = "import os, sys; sys.exit(0 if os.environ['RETOOL_ATTEMPT'] == '2' else 5)"
+    assert _play_submitter(kube, ray_dashboard, second, sees, prefix=(prefix,)) == "SUCCEEDED"
     _kuberay_reads(kube, "ray-again-sft-2", namespace, "SUCCEEDED")
     kube.finish_pods("ray-again-sft-2", namespace, 0)
     kube.wait_stage("ray-again", namespace, "sft", "Succeeded", timeout=90)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -135,3 +137,47 @@ def test_a_fork_keeps_the_warm_stack_and_an_exec_gets_a_new_one() -> None:
     assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
     other = subprocess.run([sys.executable, "-c", "from retool.sandbox import accounting; print(accounting.start_stack('self'))"], capture_output=True, text=True, check=True)
     assert mine and int(other.stdout) not in (0, mine)
+
+
+def test_open_beneath_never_follows_a_symlink_swapped_in_at_any_component(tmp_path: Path) -> None:
+    """A thread swaps ``d`` for a symlink to a directory outside while files under it are opened (issue 49's
+    fetch_files race, in-process: the old realpath check then open leaked ~2 % of opens). Symlinks at any
+    component, the last included, are refused; the real file opens."""
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    (work / "d").mkdir(parents=True)
+    outside.mkdir()
+    (work / "d" / "x.txt").write_text("mine")
+    (outside / "x.txt").write_text("NOT-MINE")
+    (work / "link").symlink_to(outside / "x.txt")
+    for bad in ("link", "dlink/x.txt"):
+        if bad == "dlink/x.txt":
+            (work / "dlink").symlink_to(outside)
+        with pytest.raises(OSError):
+            scratch.open_beneath(str(work), bad)
+    stop = threading.Event()
+
+    def swap() -> None:
+        d = work / "d"
+        while not stop.is_set():
+            d.rename(work / "d.real")
+            d.symlink_to(outside)
+            d.unlink()
+            (work / "d.real").rename(d)
+
+    swapper = threading.Thread(target=swap)
+    swapper.start()
+    read: dict[str, int] = {}
+    try:
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            try:
+                fd = scratch.open_beneath(str(work), "d/x.txt")
+            except OSError:
+                continue
+            with os.fdopen(fd) as f:
+                text = f.read()
+            read[text] = read.get(text, 0) + 1
+    finally:
+        stop.set()
+        swapper.join()
+    assert "NOT-MINE" not in read and read.get("mine"), read
