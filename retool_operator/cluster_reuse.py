@@ -99,8 +99,9 @@ def cluster_health(
 ) -> str | None:
     """None when the cluster can run the next attempt, else why not (one line).
 
-    ``pods``: the cluster's (``cluster_pods``); ``submitted``: when the failed attempt's job was submitted
-    (its submitter pod's creation): a pod made after it replaced one the job ran on."""
+    ``pods``: the cluster's (``cluster_pods``); ``submitted``: when the failed attempt's job started (Ray's
+    start time, else its submitter pod's creation), or, once the cluster is kept, when it was kept: a pod made
+    after it replaced one the job ran on or the retry would run on."""
     if cluster is None:
         return "the RayCluster is gone"
     name = (cluster.get("metadata") or {}).get("name", "?")
@@ -127,6 +128,11 @@ def cluster_health(
     if going is not None:
         return going
     return None
+
+
+def job_started(rayjob: Mapping[str, Any] | None) -> str | None:
+    """When Ray started the RayJob's job, as KubeRay copied it from the dashboard (``status.rayJobInfo.startTime``)."""
+    return (((rayjob or {}).get("status") or {}).get("rayJobInfo") or {}).get("startTime")
 
 
 def submitted_time(pods: Iterable[Mapping[str, Any]] | None, stage: str, attempt: int) -> str | None:

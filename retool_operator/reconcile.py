@@ -412,8 +412,9 @@ class Step:
     delete: list[str] = field(default_factory=list)
 
 
-def _cluster_health(run: RetoolRun, cluster: str, observed: Observed, stage: str, failed_attempt: int) -> str | None:
-    """None when the Ray cluster ``cluster`` may run the next attempt of ``stage`` (``cluster_reuse``), else why not."""
+def _cluster_health(run: RetoolRun, cluster: str, observed: Observed, since: str | None) -> str | None:
+    """None when the Ray cluster ``cluster`` may run the next attempt (``cluster_reuse``), else why not; a pod made
+    after ``since`` is a replacement."""
     if cluster not in observed.ray_clusters or observed.stage_pods is None:
         return "it was not read this pass"
     if observed.ray_clusters[cluster] is not None and not observed.same_cluster_spec.get(cluster, False):
@@ -423,7 +424,7 @@ def _cluster_health(run: RetoolRun, cluster: str, observed: Observed, stage: str
         cluster_reuse.cluster_pods(observed.stage_pods, cluster),
         observed.nodes,
         expected_pods=run.spec.hardware.nodes,
-        submitted=cluster_reuse.submitted_time(observed.stage_pods, stage, failed_attempt),
+        submitted=since,
     )
 
 
@@ -437,7 +438,8 @@ def _keep_for_retry(
     following = entry.attempt + 1
     cluster = ((obj or {}).get("status") or {}).get("rayClusterName")
     why = "this attempt already ran on a kept one" if entry.ray_cluster is not None else None
-    why = why or (_cluster_health(run, cluster, observed, entry.name, entry.attempt) if cluster else "KubeRay names no cluster")
+    started = cluster_reuse.job_started(obj) or cluster_reuse.submitted_time(observed.stage_pods, entry.name, entry.attempt)
+    why = why or (_cluster_health(run, cluster, observed, started) if cluster else "KubeRay names no cluster")
     if why is not None:
         note = f"; attempt {following} gets a fresh Ray cluster ({why})"
         return updated.model_copy(update={"message": (updated.message or "") + note}), note, []
@@ -465,7 +467,7 @@ def _next_attempt(run: RetoolRun, entry: StageStatus, observed: Observed, now: d
     blocking = blocking_pods(observed.active_pods, observed.submitter_pods, child)
     kept, on_cluster, gave_up = cluster_reuse.kept_for(entry), None, []
     if kept is not None:
-        why = _cluster_health(run, kept.name, observed, name, entry.attempt)
+        why = _cluster_health(run, kept.name, observed, kept.kept_time)
         if why is None:
             on_cluster = kept.name
             handed = {(p.get("metadata") or {}).get("name") for p in cluster_reuse.cluster_pods(observed.stage_pods, kept.name)}

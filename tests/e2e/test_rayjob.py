@@ -22,6 +22,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -70,8 +71,8 @@ def _rayjob_at_sft(kube: Cluster, run: str, namespace: str, **spec: Any) -> dict
                       lambda: (r := kube.get("rayjob", sft["job"], namespace)) and r["status"].get("jobId") and r["status"].get("dashboardURL") and r)
 
 
-def _play_submitter(kube: Cluster, head: RayHead, rayjob: dict[str, Any], code: str, prefix: tuple[str, ...] = ()) -> str:
-    """Submit the job as the submitter pod does (KubeRay's submission id) and wait for Ray's verdict.
+def _submit(kube: Cluster, head: RayHead, rayjob: dict[str, Any], code: str, prefix: tuple[str, ...] = ()) -> str:
+    """Submit the job as the submitter pod does (KubeRay's submission id); its job id.
     ``prefix``: words of the RayJob's entrypoint before its command (KubeRay passes the entrypoint after
     ``--``, common/job.go v1.6.1; Ray's CLI joins the words and its job supervisor runs them in a shell)."""
     status = rayjob["status"]
@@ -85,6 +86,11 @@ def _play_submitter(kube: Cluster, head: RayHead, rayjob: dict[str, Any], code: 
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert submit.returncode == 0, submit.stdout + submit.stderr
+    return job_id
+
+
+def _verdict(head: RayHead, job_id: str) -> str:
+    """Ray's verdict on the job, once it has one."""
 
     def verdict() -> str | None:
         with urllib.request.urlopen(f"{head.url}/api/jobs/{job_id}", timeout=5) as answer:
@@ -92,6 +98,11 @@ def _play_submitter(kube: Cluster, head: RayHead, rayjob: dict[str, Any], code: 
         return state if state in ("SUCCEEDED", "FAILED", "STOPPED") else None
 
     return eventually(f"Ray's verdict on {job_id}", verdict, timeout=120, interval=1)
+
+
+def _play_submitter(kube: Cluster, head: RayHead, rayjob: dict[str, Any], code: str, prefix: tuple[str, ...] = ()) -> str:
+    """Submit the job as the submitter pod does and wait for Ray's verdict (``_submit``)."""
+    return _verdict(head, _submit(kube, head, rayjob, code, prefix))
 
 
 def _kuberay_reads(kube: Cluster, name: str, namespace: str, verdict: str) -> None:
@@ -280,17 +291,26 @@ def test_a_driver_failure_retries_on_the_same_ray_cluster_and_its_end_releases_i
     assert by_attempt[1]["lost"] and not by_attempt[2]["lost"] and by_attempt[2]["deviceHours"] > 0, cost["attempts"]
 
 
-def test_a_lost_head_gets_the_retry_a_fresh_cluster(kube: Cluster, namespace: str, ray_dashboard: RayHead) -> None:
-    """The head pod is lost while the job runs (KubeRay makes a new one) and Ray then says the job FAILED:
-    the failure may be the cluster's, so attempt 2 gets a cluster of its own and the old one is deleted."""
+def test_a_head_replaced_while_the_job_ran_gets_the_retry_a_fresh_cluster(kube: Cluster, namespace: str, ray_dashboard: RayHead, tmp_path: Path) -> None:
+    """The head pod is lost while the job runs (KubeRay makes a new one), then Ray says the job FAILED: the
+    failure may be the cluster's, so attempt 2 gets a cluster of its own and the old one is deleted. (On a
+    cluster a lost head usually takes the job with it, which KubeRay reports without Ray's FAILED: that path
+    never keeps the cluster either; tests/operator/test_cluster_reuse.py.)"""
     rayjob = _rayjob_at_sft(kube, "ray-headless", namespace)
     name, cluster_name = rayjob["metadata"]["name"], rayjob["status"]["rayClusterName"]
-    head = eventually("the head pod", lambda: next((p for p in _cluster_pods(kube, namespace, cluster_name).values()
-                                                    if p["metadata"]["labels"].get("ray.io/node-type") == "head"), None))
+    release = tmp_path / "fail-now"
+    job_id = _submit(kube, ray_dashboard, rayjob, f"import os, time\nwhile not os.path.exists({str(release)!r}):\n    time.sleep(0.05)\nraise SystemExit(3)")
+    _kuberay_reads(kube, name, namespace, "RUNNING")
+    started = eventually("KubeRay recording when Ray started the job",
+                         lambda: ((kube.get("rayjob", name, namespace) or {}).get("status") or {}).get("rayJobInfo", {}).get("startTime"))
+    # The API server's times have one-second resolution: the replacement must be made in a later second.
+    eventually("a second past the job's start", lambda: time.time() >= _epoch(started) + 1.0, timeout=5, interval=0.05)
+    head = next(p for p in _cluster_pods(kube, namespace, cluster_name).values() if p["metadata"]["labels"].get("ray.io/node-type") == "head")
     kube.kubectl("delete", "pod", head["metadata"]["name"], "-n", namespace, "--wait=false")
     eventually("KubeRay's new head pod", lambda: any(p["metadata"]["labels"].get("ray.io/node-type") == "head" and uid != head["metadata"]["uid"]
                                                      for uid, p in _cluster_pods(kube, namespace, cluster_name).items()), timeout=90)
-    assert _play_submitter(kube, ray_dashboard, rayjob, "raise SystemExit(3)") == "FAILED"
+    release.touch()
+    assert _verdict(ray_dashboard, job_id) == "FAILED"
     _kuberay_reads(kube, name, namespace, "FAILED")
     kube.finish_pods(name, namespace, 0)
     eventually("KubeRay marking attempt 1 Failed", lambda: _deployment_status(kube, name, namespace) == "Failed", timeout=90)

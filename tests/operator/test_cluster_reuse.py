@@ -50,6 +50,13 @@ def failed_rayjob(reason: str = "AppFailed", job: str = "FAILED") -> dict[str, A
             "status": {"jobDeploymentStatus": "Failed", "reason": reason, "jobStatus": job, "rayClusterName": CLUSTER}}  # fmt: skip
 
 
+def started(at: dt.datetime) -> dict[str, Any]:
+    """A failed RayJob whose job Ray started at ``at`` (KubeRay copies it to ``status.rayJobInfo``)."""
+    obj = failed_rayjob()
+    obj["status"]["rayJobInfo"] = {"startTime": rfc3339(at)}
+    return obj
+
+
 def ray_cluster(state: str = "ready", deleting: bool = False) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": CLUSTER}
     if deleting:
@@ -110,6 +117,10 @@ NOT_KEPT = {
     "a cluster KubeRay no longer calls ready": ({"cluster": ray_cluster("suspended")}, "is suspended"),
     "a restarted head": ({"pods": [submitter(), pod("head", "head", containerStatuses=[{"name": "ray-head", "restartCount": 1}])]}, "restarted 1 time"),
     "a head made after the job was submitted": ({"pods": [submitter(), pod("head", "head", created=SUBMITTED + dt.timedelta(minutes=1))]}, "replaced one"),
+    "a head made after Ray started the job (KubeRay's rayJobInfo.startTime)": (
+        {"rayjob": started(SUBMITTED + dt.timedelta(minutes=1)), "pods": [submitter(), pod("head", "head", created=SUBMITTED + dt.timedelta(minutes=2))]},
+        "replaced one",
+    ),
     "a pod that is not ready": ({"pods": [submitter(), pod("head", "head", conditions=[{"type": "Ready", "status": "False"}])]}, "not running and ready"),
     "a lost pod": ({"pods": [submitter()]}, "0 of its 1 pods"),
     "a cordoned node": ({"nodes": {"gpu-node-1": {"metadata": {"name": "gpu-node-1"}, "spec": {"unschedulable": True}}}}, "node gpu-node-1 is going"),
@@ -164,6 +175,15 @@ def test_a_kept_cluster_that_fails_before_the_retry_is_given_up_and_the_retry_wa
     # Once a read finds it gone, the stage forgets it and the retry gets its own cluster.
     gone = decide(run_of(), decision.status, Observed(ray_clusters={CLUSTER: None}, stage_pods=[]), T0 + dt.timedelta(seconds=5))
     assert sft_of(gone.status).ray_cluster is None and gone.create == [CreateChild("sft", 2)]
+
+
+def test_a_pod_replaced_while_the_cluster_waits_for_the_retry_gives_it_up() -> None:
+    kept = KeptCluster(name=CLUSTER, owner="demo-sft-1", attempt=2, kept_time=rfc3339(T0 - dt.timedelta(seconds=30)))
+    retrying = running_sft(1, ray_cluster=kept)
+    retrying.stages[1] = retrying.stages[1].model_copy(update={"state": "Retrying", "next_attempt_time": rfc3339(T0)})
+    replaced = [submitter(), pod("head", "head", created=T0 - dt.timedelta(seconds=10))]  # after it was kept
+    decision = decide(run_of(), retrying, observed(pods=replaced), T0)
+    assert decision.create == [] and "replaced one" in (sft_of(decision.status).ray_cluster.released or "")
 
 
 def test_the_kept_cluster_is_deleted_once_its_attempt_succeeds_and_forgotten_once_gone() -> None:
