@@ -49,6 +49,9 @@ def ray_dashboard(control_plane: ControlPlane, tmp_path_factory: pytest.TempPath
     if not control_plane.kuberay_resolves_names:
         pytest.skip("KubeRay could not be given a private /etc/hosts on this machine (needs root and unshare): no Ray dashboard is reachable")
     with socket.socket() as probe:
+        # SO_REUSEADDR, as the dashboard's server binds: only a listener takes the port, not the TIME_WAIT
+        # connections a run just before this one left on it.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("127.0.0.1", DASHBOARD_PORT))
         except OSError as err:
