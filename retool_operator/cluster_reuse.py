@@ -185,11 +185,11 @@ FOLLOWED = ("Running", "Queued", "Suspended")
 
 
 def ended_unkept(run: RetoolRun, before: Iterable[StageStatus], after: Iterable[StageStatus], children: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """Clusters to delete now: those of Ray attempts that ended this pass with their own cluster, not kept,
-    whose RayJob's TTL is the reuse window only (``clusterGraceSeconds`` 0): KubeRay would hold their devices
-    ``KEEP_WINDOW_SECONDS`` longer. (With a grace above 0 KubeRay deletes them at its TTL.)"""
-    if run.spec.failure_policy.cluster_grace_seconds:
-        return []
+    """Clusters to delete now: those of Ray attempts that ended this pass with their own cluster, not kept, whose
+    RayJob's TTL is the reuse window only (``clusterGraceSeconds`` 0: KubeRay would hold their devices
+    ``KEEP_WINDOW_SECONDS`` longer), or whose RayJob was patched to keep it (KubeRay will not delete it at all:
+    a keep whose status write was lost, then not renewed). With a grace above 0 KubeRay deletes the others."""
+    grace = run.spec.failure_policy.cluster_grace_seconds
     out = []
     now_by_name = {s.name: s for s in after}
     for old in before:
@@ -198,10 +198,11 @@ def ended_unkept(run: RetoolRun, before: Iterable[StageStatus], after: Iterable[
             continue
         obj = children.get(old.job) or {}
         spec, st = obj.get("spec") or {}, obj.get("status") or {}
-        if st.get("jobDeploymentStatus") not in ("Complete", "Failed") or "rayClusterSpec" not in spec or not spec.get("shutdownAfterJobFinishes"):
+        if st.get("jobDeploymentStatus") not in ("Complete", "Failed") or "rayClusterSpec" not in spec:
             continue
         cluster = st.get("rayClusterName")
         kept = new.ray_cluster is not None and new.ray_cluster.name == cluster and not new.ray_cluster.released
-        if cluster and not kept and enabled(run, old.name):
+        left_up = not spec.get("shutdownAfterJobFinishes")
+        if cluster and not kept and (left_up or (not grace and enabled(run, old.name))):
             out.append(str(cluster))
     return out

@@ -994,8 +994,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "cluster reuse: an unkept cluster is deleted at once even with a grace period",
         "retool_operator/cluster_reuse.py",
-        "if run.spec.failure_policy.cluster_grace_seconds:",
-        "if False:",
+        "if cluster and not kept and (left_up or (not grace and enabled(run, old.name))):",
+        "if cluster and not kept and (left_up or enabled(run, old.name)):",
         ("tests/operator/test_cluster_reuse.py",),
     ),
     Mutation(

@@ -239,6 +239,9 @@ def test_an_unkept_cluster_is_deleted_at_once_only_when_kuberay_would_hold_it_fo
     kept = after.stages[1].model_copy(update={"ray_cluster": KeptCluster(name=CLUSTER, owner="demo-sft-1", attempt=2, kept_time=rfc3339(T0))})
     assert cluster_reuse.ended_unkept(run_of(), ended.stages, [after.stages[0], kept], children) == []
     assert cluster_reuse.ended_unkept(run_of(), ended.stages, ended.stages, children) == []  # still followed
+    # Patched to keep (KubeRay will never delete it) but not kept after all: deleted whatever the grace.
+    patched = {"demo-sft-1": {**failed_rayjob(), "spec": {"rayClusterSpec": {}, "shutdownAfterJobFinishes": False}}}
+    assert cluster_reuse.ended_unkept(run_of(failurePolicy={"clusterGraceSeconds": 60}), ended.stages, after.stages, patched) == [CLUSTER]
 
 
 def test_a_handed_over_pod_splits_its_device_hours_between_the_attempts() -> None:
