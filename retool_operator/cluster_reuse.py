@@ -32,13 +32,13 @@ cluster, whose Workload Kueue has finished, holds devices the queue counts as fr
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from retool.spec.model import RetoolRun
 from retool.spec.names import RAY_STAGES
 from retool.spec.status import KeptCluster, StageStatus
+from retool_operator import constants as c
 from retool_operator import notice
 from retool_operator.builders.scheduling import queued
 from retool_operator.status import parse_time
@@ -142,10 +142,10 @@ def submitted_time(pods: Iterable[Mapping[str, Any]] | None, stage: str, attempt
     for pod in pods or []:
         meta = pod.get("metadata") or {}
         labels = meta.get("labels") or {}
-        ours = labels.get("retool.dev/pod-role") == "submitter" and labels.get("retool.dev/stage") == stage and labels.get("retool.dev/attempt") == str(attempt)
+        ours = labels.get(c.LABEL_POD_ROLE) == "submitter" and labels.get(c.LABEL_STAGE) == stage and labels.get(c.LABEL_ATTEMPT) == str(attempt)
         if ours and meta.get("creationTimestamp"):
             times.append(meta["creationTimestamp"])
-    return min(times, key=lambda t: parse_time(t) or dt.datetime.max.replace(tzinfo=dt.timezone.utc)) if times else None
+    return min(times, key=parse_time) if times else None
 
 
 def keep_patch() -> dict[str, Any]:
@@ -157,7 +157,7 @@ def keep_patch() -> dict[str, Any]:
 def handover_patch(attempt: int, now: str) -> dict[str, Any]:
     """The patch of a kept cluster's pod that hands it to ``attempt``: every reader of "the attempt's pods"
     (cost, notice, the stage's start) then counts it there, from ``now``."""
-    return {"metadata": {"labels": {"retool.dev/attempt": str(attempt)}, "annotations": {ANNOTATION_ATTEMPT_SINCE: now}}}
+    return {"metadata": {"labels": {c.LABEL_ATTEMPT: str(attempt)}, "annotations": {ANNOTATION_ATTEMPT_SINCE: now}}}
 
 
 def kept_for(entry: StageStatus) -> KeptCluster | None:

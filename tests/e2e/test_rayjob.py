@@ -302,7 +302,9 @@ def test_a_head_replaced_while_the_job_ran_gets_the_retry_a_fresh_cluster(kube: 
     rayjob = _rayjob_at_sft(kube, "ray-headless", namespace)
     name, cluster_name = rayjob["metadata"]["name"], rayjob["status"]["rayClusterName"]
     release = tmp_path / "fail-now"
-    job_id = _submit(kube, ray_dashboard, rayjob, f"import os, time\nwhile not os.path.exists({str(release)!r}):\n    time.sleep(0.05)\nraise SystemExit(3)")
+    # The job waits for the test's word (a file), at most 120 s, then fails: Ray's FAILED after the head's loss.
+    waits = f"import os, time\nend = time.time() + 120\nwhile not os.path.exists({str(release)!r}) and time.time() < end:\n    time.sleep(0.05)\nraise SystemExit(3)"
+    job_id = _submit(kube, ray_dashboard, rayjob, waits)
     _kuberay_reads(kube, name, namespace, "RUNNING")
     started = eventually("KubeRay recording when Ray started the job",
                          lambda: ((kube.get("rayjob", name, namespace) or {}).get("status") or {}).get("rayJobInfo", {}).get("startTime"))
