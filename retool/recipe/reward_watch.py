@@ -153,13 +153,17 @@ def _off_the_main_thread(exc: Exception) -> bool:
     return isinstance(exc, ValueError) and "threaded environment" in str(exc)
 
 
-def _parse(text: str) -> list[Any]:
+VERIFY_STEP_TIMEOUT_S = 5
+"""math-verify's default bound on one parse and one comparison (``parsing_timeout``, ``timeout_seconds``; math-verify 0.9.0)."""
+
+
+def _parse(text: str, timeout_s: int) -> list[Any]:
     """math-verify's parse, with its timeout told apart from finding nothing (it returns [] for both)."""
     from math_verify import parse
     from math_verify.errors import TimeoutException
 
     try:
-        return parse(text, raise_on_error=True)
+        return parse(text, parsing_timeout=timeout_s, raise_on_error=True)
     except TimeoutException as exc:  # a BaseException in math-verify, so that its own except Exception passes it on
         raise _NoVerdictError from exc
     except Exception as exc:  # what parse answers [] for without raise_on_error
@@ -168,7 +172,7 @@ def _parse(text: str) -> list[Any]:
         return []
 
 
-def _verify(gold: list[Any], answer: list[Any]) -> bool:
+def _verify(gold: list[Any], answer: list[Any], timeout_s: int) -> bool:
     """math-verify's verify (any pair of extractions equal), a timed-out pair making the whole verdict unknown
     unless another pair is equal: without raise_on_error, verify answers False for a timeout."""
     from math_verify import verify
@@ -177,7 +181,7 @@ def _verify(gold: list[Any], answer: list[Any]) -> bool:
     timed_out = False
     for g, t in itertools.product(gold, answer):
         try:
-            if verify(g, t, raise_on_error=True):
+            if verify(g, t, timeout_seconds=timeout_s, raise_on_error=True):
                 return True
         except TimeoutException:
             timed_out = True
@@ -189,26 +193,27 @@ def _verify(gold: list[Any], answer: list[Any]) -> bool:
     return False
 
 
-def second_verdict(response: str, ground_truth: str) -> Verdict:
+def second_verdict(response: str, ground_truth: str, timeout_s: int = VERIFY_STEP_TIMEOUT_S) -> Verdict:
     """math-verify's verdict on the answer region the reward grades (see :func:`answer_region`).
 
     ``unknown`` when math-verify cannot parse the ground truth, cannot read the reward's extracted
-    answer, runs out of its time (5 s per parse and per comparison) or fails; ``wrong`` when neither
-    the reward nor math-verify finds any answer in the model's prose. Run it in a process's main
-    thread: math-verify bounds parsing and comparison with ``SIGALRM``.
+    answer, runs out of its time (``timeout_s`` wall-clock seconds per parse and per comparison,
+    math-verify's own default) or fails; ``wrong`` when neither the reward nor math-verify finds any
+    answer in the model's prose. Run it in a process's main thread: math-verify bounds parsing and
+    comparison with ``SIGALRM``.
     """
     if not isinstance(response, str) or not isinstance(ground_truth, str):
         return "unknown"
     truth = (last_boxed(ground_truth) or ground_truth) if "\\boxed" in ground_truth or "\\fbox" in ground_truth else ground_truth
     try:
-        gold = _parse(f"${truth}$") or _parse(truth)
+        gold = _parse(f"${truth}$", timeout_s) or _parse(truth, timeout_s)
         if not _read(gold):
             return "unknown"
         region, extracted = answer_region(response)
-        answer = _parse(f"\\boxed{{{region}}}") if extracted else _parse(region)
+        answer = _parse(f"\\boxed{{{region}}}", timeout_s) if extracted else _parse(region, timeout_s)
         if not _read(answer):
             return "unknown" if extracted else "wrong"
-        return "correct" if _verify(gold, answer) else "wrong"
+        return "correct" if _verify(gold, answer, timeout_s) else "wrong"
     except Exception:  # math-verify out of its time (_NoVerdictError) or failing (a sympy error): no verdict
         return "unknown"
 

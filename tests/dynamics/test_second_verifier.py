@@ -8,12 +8,14 @@ rates ("Second verifier: benign disagreement rate"), and the test checks that fi
 
 from __future__ import annotations
 
+import concurrent.futures
+import multiprocessing
 from pathlib import Path
 
 import pytest
 
-from retool.recipe.reward.score import compute_score
-from retool.recipe.reward_watch import WatchSettings, answer_region, second_verdict
+from retool.recipe.reward.score import MAX_TIMEOUT_S, compute_score
+from retool.recipe.reward_watch import VERIFY_STEP_TIMEOUT_S, WatchSettings, answer_region, second_verdict
 from retool.recipe.verl_plugins.watch import BatchWatcher, Sample
 from retool.spec.model import RewardWatchSpec
 from tests.recipe_reward.cases import ALL
@@ -73,20 +75,40 @@ VERIFIER_UNKNOWN = {
 }
 
 
+# The cases math-verify gets no verdict on in any time; the others are graded with a budget no busy
+# machine runs out of, so that what is measured is math-verify's verdict, not the machine's load (its
+# own 5 s, wall-clock, ran out on CI with a training run beside the suite).
+TIMED_OUT = {"power tower of nines", "power tower of tens", "huge literal exponent", "deep nesting of braces", "huge answer is only compared verbatim"}
+UNHURRIED_S = 120
+
+
 @pytest.fixture(scope="module")
 def verdicts() -> dict[str, str]:
-    """Every case through the watcher's verifier process, as a training step's sample is re-graded."""
-    watcher = BatchWatcher(tokenizer=None, response_length=1, settings=WatchSettings(share=1.0, max_per_step=len(ALL)), use_mlflow=False)
-    try:
-        raw = watcher._verdicts([(case.response, case.truth) for case in ALL])
-    finally:
-        watcher.close()
-    return {case.id: ("unknown" if v is None else "correct" if v else "wrong") for case, v in zip(ALL, raw, strict=True)}
+    """Every case through a spawned process's main thread, as the watcher's verifier process grades a step's samples."""
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=2, mp_context=context) as pool:
+        futures = {
+            case.id: pool.submit(second_verdict, case.response, case.truth, VERIFY_STEP_TIMEOUT_S if case.id in TIMED_OUT else UNHURRIED_S) for case in ALL
+        }
+        return {case_id: future.result() for case_id, future in futures.items()}
 
 
 def test_the_reward_matches_every_label_of_its_table() -> None:
-    """The premise of the measurement: a verifier verdict against a label is the verifier's error, not the reward's."""
-    assert [c.id for c in ALL if (compute_score("dapo_math", c.response, c.truth)["acc"] == 1.0) != c.correct] == []
+    """The premise of the measurement: a verifier verdict against a label is the verifier's error, not the reward's.
+    The reward's symbolic budget is its largest: labels are checked here, not speed under load."""
+    assert [c.id for c in ALL if (compute_score("dapo_math", c.response, c.truth, timeout_s=MAX_TIMEOUT_S)["acc"] == 1.0) != c.correct] == []
+
+
+def test_the_watchers_verifier_process_grades_as_second_verdict_does() -> None:
+    """The watcher's own process (math-verify's SIGALRM needs a main thread) gives the verdicts the table measures."""
+    cases = [c for c in ALL if c.id in {"last boxed wins over an earlier one", "thin-space thousands separator", "percent sign"}]
+    watcher = BatchWatcher(tokenizer=None, response_length=1, settings=WatchSettings(share=1.0, max_per_step=len(cases)), use_mlflow=False)
+    try:
+        raw = watcher._verdicts([(case.response, case.truth) for case in cases])
+    finally:
+        watcher.close()
+    assert raw == [{"correct": True, "wrong": False, "unknown": None}[second_verdict(c.response, c.truth)] for c in cases]
+    assert raw == [True, False, None]
 
 
 def test_the_verifiers_own_errors_on_the_case_table_are_exactly_the_known_ones(verdicts: dict[str, str]) -> None:

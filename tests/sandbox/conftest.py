@@ -46,14 +46,16 @@ class RunningServer:
     def readyz(self) -> dict:
         return httpx.get(f"{self.url}/readyz", timeout=10).json()
 
-    def metric(self, name: str) -> float:
-        """Sum of a Prometheus sample over its labels (0 when absent)."""
+    def metric(self, name: str, **labels: str) -> float:
+        """Sum of a Prometheus sample over the series carrying ``labels`` (all of them when none; 0 when absent)."""
         text = httpx.get(f"{self.url}/metrics", timeout=10).text
+        wanted = {f'{key}="{value}"' for key, value in labels.items()}
         total = 0.0
         for line in text.splitlines():
             if line.startswith(name) and not line.startswith("#"):
-                key = line.split(" ")[0].split("{")[0]
-                if key == name:
+                series = line.rsplit(" ", 1)[0]
+                key, _, rest = series.partition("{")
+                if key == name and wanted <= set(rest.rstrip("}").split(",")):
                     total += float(line.rsplit(" ", 1)[1])
         return total
 
