@@ -87,9 +87,7 @@ def verdicts() -> dict[str, str]:
     """Every case through a spawned process's main thread, as the watcher's verifier process grades a step's samples."""
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(max_workers=2, mp_context=context) as pool:
-        futures = {
-            case.id: pool.submit(second_verdict, case.response, case.truth, VERIFY_STEP_TIMEOUT_S if case.id in TIMED_OUT else UNHURRIED_S) for case in ALL
-        }
+        futures = {case.id: pool.submit(second_verdict, case.response, case.truth, VERIFY_STEP_TIMEOUT_S if case.id in TIMED_OUT else UNHURRIED_S) for case in ALL}
         return {case_id: future.result() for case_id, future in futures.items()}
 
 
