@@ -6,6 +6,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from retool.data_check.chart import write_check_chart
 from retool.data_check.check import CheckReport
 
 
@@ -52,9 +53,11 @@ def report_markdown(report: CheckReport, max_problems: int = 50) -> str:
 
 
 def write_report(report: CheckReport, out_dir: Path) -> tuple[Path, Path]:
-    """``report.json`` and ``report.md`` in ``out_dir``; returns both paths."""
+    """``report.json``, ``report.md`` and the chart (``blocks.png``, :mod:`retool.data_check.chart`) in
+    ``out_dir``; returns the first two paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out_dir / "report.json", out_dir / "report.md"
     json_path.write_text(json.dumps(report_json(report), indent=2, ensure_ascii=False) + "\n")
     md_path.write_text(report_markdown(report))
+    write_check_chart(report, out_dir)
     return json_path, md_path

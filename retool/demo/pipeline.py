@@ -23,7 +23,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +34,8 @@ from retool.data_check.app import CheckConfig, CheckOutcome, run_check
 from retool.demo.prepare import prepare_samples
 from retool.demo.render import render_run
 from retool.demo.samples import EVAL_FILE, SFT_FILE
+from retool.demo.timings import CHART_PATH as TIMINGS_CHART
+from retool.demo.timings import timings_chart
 from retool.embedded.process import ManagedServer, free_port, group_alive
 from retool.embedded.servers import mlflow_server, sandbox_server
 from retool.evaluate.app import EvalConfig, EvalOutcome, run_eval
@@ -41,6 +43,7 @@ from retool.evaluate.chat import EndpointError, check_served
 from retool.evaluate.mlflow_log import log_run
 from retool.rehearsal.pipeline import RehearsalConfig, StageFailedError, set_up
 from retool.rehearsal.summary import RehearsalSummary, summarize, summary_lines
+from retool.tracking.bar_chart import write_png
 
 logger = logging.getLogger(__name__)
 
@@ -164,7 +167,7 @@ def keep_hint_port(configured: int) -> int:
     return configured if not port_in_use(configured) else free_port()
 
 
-PREVIOUS_OUTPUTS = ("data", "data-check", "data-check-prepared", "render", "eval", "logs", "train")
+PREVIOUS_OUTPUTS = ("data", "data-check", "data-check-prepared", "render", "eval", "logs", "train", "charts")
 """What a demo replaces of the last one's outputs. Not ``mlflow``: its database and artifacts stay, so
 every demo's runs accumulate under the ``retool-demo`` experiment (compare one demo with the last in
 MLflow's UI) and the server starts on a database that exists instead of creating and migrating one."""
@@ -252,6 +255,7 @@ def run_demo(config: DemoConfig) -> DemoSummary:
         training, training_failure = None, None
         if config.train:
             training, training_failure = _timed(seconds, "train", lambda: _train(config, out / "train", sandbox.base_url, mlflow.base_url))
+        _log_timings(mlflow.base_url, logged.run_id, seconds, out / "charts")
         if config.keep:
             pid_file.write_text(str(mlflow.pid))
             kept_pid = mlflow.pid
@@ -275,6 +279,20 @@ def run_demo(config: DemoConfig) -> DemoSummary:
         sandbox.stop()
         if kept_pid is None:
             mlflow.stop()
+
+
+def _log_timings(tracking_uri: str, run_id: str, seconds: Mapping[str, float], out_dir: Path) -> None:
+    """Every step's time, training included, as a chart on the demo's run, and the figures of the steps that
+    ended after the run was logged (``demo/seconds/mlflow``, ``demo/seconds/train``) beside the others."""
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    logged = client.get_run(run_id).data.metrics
+    now = int(time.time() * 1000)
+    client.log_batch(run_id, metrics=[Metric(f"demo/seconds/{step}", value, now, 0) for step, value in seconds.items() if f"demo/seconds/{step}" not in logged])
+    path = write_png(timings_chart(seconds), out_dir / Path(TIMINGS_CHART).name)
+    client.log_artifact(run_id, str(path), str(Path(TIMINGS_CHART).parent))
 
 
 def _train(config: DemoConfig, out: Path, sandbox_url: str, mlflow_uri: str) -> tuple[RehearsalSummary | None, str | None]:

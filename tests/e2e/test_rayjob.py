@@ -36,9 +36,14 @@ DASHBOARD_PORT = 8265
 controllers/ray/utils/constant.go, v1.6.1); the operator's RayJobs do not change it."""
 
 
-def _dashboard_answers(url: str) -> bool:
+SUBMITTER_TRIES = 3
+"""KubeRay's submitter Job runs its pod up to three times (backoffLimit 2, rayjob_controller.go v1.6.1),
+each checking whether the job is already there before submitting it."""
+
+
+def _dashboard_answers(url: str, path: str = "/api/version") -> bool:
     try:
-        with urllib.request.urlopen(f"{url}/api/version", timeout=5) as answer:
+        with urllib.request.urlopen(f"{url}{path}", timeout=5) as answer:
             return answer.status == 200
     except OSError:
         return False
@@ -57,7 +62,9 @@ def ray_dashboard(control_plane: ControlPlane, tmp_path_factory: pytest.TempPath
         except OSError as err:
             pytest.fail(f"127.0.0.1:{DASHBOARD_PORT} (the head Service's dashboard port) is taken on this machine: {err}")
     with ray_head(tmp_path_factory.mktemp("ray-head"), dashboard_port=DASHBOARD_PORT) as head:
-        eventually("the Ray head's dashboard", lambda: _dashboard_answers(head.url), timeout=180, interval=1)
+        # The job API (Ray 2.60 serves it from the JobHead module, a subprocess of the dashboard), not only the
+        # dashboard's own /api/version: on a busy machine the module comes up later.
+        eventually("the Ray head's job API", lambda: _dashboard_answers(head.url, "/api/jobs/"), timeout=180, interval=1)
         yield head
 
 
@@ -83,13 +90,27 @@ def _submit(kube: Cluster, head: RayHead, rayjob: dict[str, Any], code: str, pre
     assert int(port) == DASHBOARD_PORT, status["dashboardURL"]
     kube.plane.resolve_for_kuberay(host)
     job_id = status["jobId"]
-    submit = subprocess.run(
-        [sys.executable, "-m", "ray.scripts.scripts", "job", "submit", "--address", head.url, "--submission-id", job_id, "--no-wait",
-         "--", *prefix, sys.executable, "-c", code],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert submit.returncode == 0, submit.stdout + submit.stderr
-    return job_id
+    failures = []
+    for _ in range(SUBMITTER_TRIES):
+        if _job_known(head, job_id):  # what the submitter checks first (`ray job status`, common/job.go v1.6.1)
+            return job_id
+        submit = subprocess.run(
+            [sys.executable, "-m", "ray.scripts.scripts", "job", "submit", "--address", head.url, "--submission-id", job_id, "--no-wait",
+             "--", *prefix, sys.executable, "-c", code],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        if submit.returncode == 0:
+            return job_id
+        failures.append(submit.stdout + submit.stderr)
+    pytest.fail(f"{SUBMITTER_TRIES} submissions failed, as the submitter Job's would:\n" + failures[-1][-3000:] + "\n" + head.log_tail())
+
+
+def _job_known(head: RayHead, job_id: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{head.url}/api/jobs/{job_id}", timeout=10) as answer:
+            return answer.status == 200
+    except OSError:  # 404 (HTTPError) or the job server not answering
+        return False
 
 
 def _verdict(head: RayHead, job_id: str) -> str:

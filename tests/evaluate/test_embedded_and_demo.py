@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from retool.demo.timings import timings_chart
 from retool.embedded.process import ManagedServer, ServerStartError, free_port
+from retool.tracking.bar_chart import png_size, render_png
 from tests.conftest import REPO, repo_env
 from tests.evaluate.scripted_endpoint import ScriptedEndpoint, ServerThread, build_app, demo_scripts
 
@@ -146,7 +148,14 @@ def test_demo_runs_for_real_keeps_mlflow_on_request_and_stops_it(tmp_path):
     assert run.data.metrics["data_check/answer_accuracy"] == 1.0
     assert run.data.params["example"] == "retoolrun-qwen32b-h200.yaml"
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert artifacts == {"data-check", "data-check-prepared", "manifests.yaml", "commands"}
+    assert artifacts == {"data-check", "data-check-prepared", "manifests.yaml", "commands", "charts"}
+    # The pictures (previewed by MLflow's artifact view): the check per trajectory, and every step's time.
+    assert {a.path for a in client.list_artifacts(run.info.run_id, "data-check")} >= {"data-check/blocks.png", "data-check/report.json"}
+    timings = Path(client.download_artifacts(run.info.run_id, "charts/timings.png", str(tmp_path / "downloaded")))
+    assert png_size(timings.read_bytes())[0] > 0
+    steps = ("start_stack", "prepare", "data_check", "render", "eval", "mlflow")  # the order they ran; no training here
+    logged_seconds = {step: client.get_run(run.info.run_id).data.metrics[f"demo/seconds/{step}"] for step in steps}
+    assert timings.read_bytes() == render_png(timings_chart(logged_seconds)), "the chart draws the run's own step timings"
     assert run.data.metrics["data_check_prepared/output_agreement"] == 1.0
     assert "data_check_prepared/answer_accuracy" not in run.data.metrics, "the prepared parquet has no answers: nothing was scored, so no 0 is logged"
 

@@ -22,6 +22,18 @@ class RayHead:
     """The dashboard (job server): what KubeRay's submitter talks to."""
     gcs: str
     """The GCS address, for reading what the job server stored."""
+    logs: Path | None = None
+    """The head's log folder (the dashboard's and its modules' logs), for a failing test's message."""
+
+    def log_tail(self, name: str = "dashboard", lines: int = 40) -> str:
+        """The last ``lines`` of each log file whose name starts with ``name`` (none when the head has no log folder)."""
+        if self.logs is None or not self.logs.is_dir():
+            return ""
+        tails = []
+        for path in sorted(self.logs.glob(f"{name}*.log")):
+            text = path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
+            tails.append(f"--- {path.name}\n" + "\n".join(text))
+        return "\n".join(tails)
 
 
 @contextlib.contextmanager
@@ -48,7 +60,7 @@ def ray_head(
     with open(tmp_path / "ray.log", "wb") as log:
         head = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=head_env, start_new_session=True)
     try:
-        yield RayHead(f"http://127.0.0.1:{dashboard}", f"127.0.0.1:{gcs}")
+        yield RayHead(f"http://127.0.0.1:{dashboard}", f"127.0.0.1:{gcs}", temp / "session_latest" / "logs")
     finally:
         # SIGKILL at once: on SIGTERM ``ray start --block`` stops its processes one by one with their
         # grace periods and took 32-60 s here (Ray 2.60); a test head has nothing to save. Its
