@@ -1026,6 +1026,55 @@ MUTATIONS: tuple[Mutation, ...] = (
         '"model.fsdp_config.cpu_offload": "engine.param_offload",',
         ("tests/render/test_verl_lines.py",),
     ),
+    Mutation(
+        "charts: a legend swatch for every series, a red one on a clean check",
+        "retool/tracking/bar_chart.py",
+        "shown = any(series.values)  # a legend entry only for what the bars hold: no red swatch on a clean check",
+        "shown = True",
+        ("tests/evaluate/test_charts.py",),
+    ),
+    Mutation(
+        "charts: past the limit, the first trajectories by row, those with a problem not first",
+        "retool/data_check/chart.py",
+        "shown = sorted((flagged + rest)[:max_bars], key=lambda t: t.index)",
+        "shown = trajectories[:max_bars]",
+        ("tests/evaluate/test_charts.py",),
+    ),
+    Mutation(
+        "charts: a mismatched block drawn as reproduced",
+        "retool/data_check/chart.py",
+        "counts = [(sum(s.verdict in AGREEING for s in t.steps), sum(s.verdict == MISMATCH for s in t.steps), sum(s.verdict == NOT_RECORDED for s in t.steps)) for t in shown]",
+        "counts = [(sum(s.verdict != NOT_RECORDED for s in t.steps), 0, sum(s.verdict == NOT_RECORDED for s in t.steps)) for t in shown]",
+        ("tests/evaluate/test_charts.py",),
+    ),
+    Mutation(
+        "demo: the timings chart drawn before training and logging ended (their steps missing)",
+        "retool/demo/pipeline.py",
+        "path = write_png(timings_chart(seconds), out_dir / Path(TIMINGS_CHART).name)",
+        'path = write_png(timings_chart({k: v for k, v in seconds.items() if k not in ("mlflow", "train")}), out_dir / Path(TIMINGS_CHART).name)',
+        ("tests/evaluate/test_embedded_and_demo.py::test_demo_runs_for_real_keeps_mlflow_on_request_and_stops_it",),
+    ),
+    Mutation(
+        "reward watch: math-verify's comparison ignores the verdict's time budget (its own 5 s always)",
+        "retool/recipe/reward_watch.py",
+        "if verify(g, t, timeout_seconds=timeout_s, raise_on_error=True):",
+        "if verify(g, t, raise_on_error=True):",
+        ("tests/dynamics/test_second_verifier.py",),
+    ),
+    Mutation(
+        "sandbox: the memory watch leaves the execution's open pipes out of its figure",
+        "retool/sandbox/accounting.py",
+        "cheap = self.inspect(cheap_pass) + self.pipes_kib",
+        "cheap = self.inspect(cheap_pass)",
+        ("tests/sandbox/test_shared_uid_accounting.py",),
+    ),
+    Mutation(
+        "sandbox: a pipe counted once per descriptor that holds it, not once",
+        "retool/sandbox/accounting.py",
+        "seen.add(target)",
+        'seen.add(f"{pid}/{fd}")',
+        ("tests/sandbox/test_shared_uid_accounting.py",),
+    ),
 )
 
 

@@ -179,6 +179,33 @@ def unlinked_open_bytes(pids: Iterable[int]) -> int:
     return total
 
 
+PIPE_CHARGE_KIB = 64
+"""What one open pipe counts against the memory limit: its default capacity, PIPE_DEF_BUFFERS (16)
+pages of 4 KiB (include/linux/pipe_fs_i.h), the most a pipe holds here since the filter refuses
+``F_SETPIPE_SZ``. Kernel memory no resident size shows (issue 49: processes x open files / 2 x 64 KiB,
+150-175 MB per execution). A bound, not a reading: an empty pipe holds no page yet, and past its uid's
+``pipe-user-pages-soft`` the kernel gives a new pipe 2 pages (fs/pipe.c, ``alloc_pipe_info``)."""
+
+
+def open_pipes(pids: Iterable[int]) -> int:
+    """Distinct pipes the processes hold open (one held by several of them, or at both ends, counts once).
+    A readdir of /proc/<pid>/fd and a readlink per descriptor: ~2 us each."""
+    seen: set[str] = set()
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:  # gone, or not readable
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("pipe:["):
+                seen.add(target)
+    return len(seen)
+
+
 class UidProcesses:
     """How many processes of ``uid`` /proc lists (RLIMIT_NPROC counts them, see ``outcome.rlimits``).
 
@@ -234,6 +261,10 @@ class MemoryWatch:
     switches the worker to the execution's uid for the read when it has one. The processes that
     still cannot be read count with the cheap bound of their resident memory re-read at that moment
     (an exited one counts nothing).
+
+    Both figures add the pipes the processes hold open, each at ``PIPE_CHARGE_KIB``: counted on a
+    cadence of their own (a descriptor walk, every ``exact_every_s`` or ten times its last cost), and
+    between two counts the last one stands.
     """
 
     limit_kib: int
@@ -247,6 +278,9 @@ class MemoryWatch:
     exact_cost_factor: float = 10.0
     """The next exact pass waits at least this many times what the last one took."""
     _next_exact: float = 0.0
+    _next_pipes: float = 0.0
+    pipes_kib: int = 0
+    """The pipes' share of the last figure (their count times ``PIPE_CHARGE_KIB``)."""
     peak_kib: int = 0
 
     def over(self, pids: list[int], now: float | None = None) -> int | None:
@@ -261,7 +295,11 @@ class MemoryWatch:
                 forked[pid] = self.warm_stack != 0 and start_stack(pid) == self.warm_stack
             return estimate(resident.values(), self.baseline_kib, forked.values())
 
-        cheap = self.inspect(cheap_pass)
+        if now >= self._next_pipes:
+            started = time.monotonic()
+            self.pipes_kib = self.inspect(lambda: open_pipes(pids)) * PIPE_CHARGE_KIB
+            self._next_pipes = now + max(self.exact_every_s, self.exact_cost_factor * (time.monotonic() - started))
+        cheap = self.inspect(cheap_pass) + self.pipes_kib
         if cheap <= self.limit_kib + self.slack_kib or now < self._next_exact:
             return None
 
@@ -280,7 +318,7 @@ class MemoryWatch:
             return total + estimate([unread], self.baseline_kib, [unread_forked])
 
         started = time.monotonic()
-        exact = self.inspect(read)
+        exact = self.inspect(read) + self.pipes_kib
         self.peak_kib = max(self.peak_kib, exact)
         self._next_exact = now + max(self.exact_every_s, self.exact_cost_factor * (time.monotonic() - started))
         return exact if exact > self.limit_kib + self.slack_kib else None

@@ -9,6 +9,7 @@ import resource
 import signal
 from dataclasses import dataclass
 
+from retool.sandbox.accounting import PIPE_CHARGE_KIB
 from retool.sandbox.api import CommandStatus, RunStatus
 
 MIB = 1 << 20
@@ -85,16 +86,15 @@ def signal_note(term_signal: int | None, timed_out: bool) -> str:
     return f"Killed by {name}"
 
 
-def limit_note(limit: str, amount_bytes: int, limits: Limits, scratch_mb: int) -> str:
+def limit_note(limit: str, amount_bytes: int, limits: Limits, scratch_mb: int, pipes_bytes: int = 0) -> str:
     """The stderr line of an execution ended by the worker's watch (all its processes together);
-    for ``processes`` the amount is the tasks (processes and threads) it had, not bytes."""
+    for ``processes`` the amount is the tasks (processes and threads) it had, not bytes; for ``memory``
+    ``pipes_bytes`` is the part the open pipes were counted for (named when it is 1 MB or more)."""
     if limit == "processes":
         return f"Killed: the program had {amount_bytes} processes and threads, over the sandbox's limit of {limits.max_processes} (MAX_PROCESSES)"
     if limit == "memory":
-        return (
-            f"Killed: the program's processes together used {amount_bytes // MIB} MB, "
-            f"over memory_limit_MB={limits.memory_limit_mb}"
-        )
+        in_pipes = f" ({pipes_bytes // MIB} MB of it for {pipes_bytes // (PIPE_CHARGE_KIB * 1024)} open pipes)" if pipes_bytes >= MIB else ""
+        return f"Killed: the program's processes together used {amount_bytes // MIB} MB{in_pipes}, over memory_limit_MB={limits.memory_limit_mb}"
     return f"Killed: the program wrote {amount_bytes // MIB} MB or too many files in its directory, over the scratch quota of {scratch_mb} MB"
 
 

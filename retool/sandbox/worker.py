@@ -396,7 +396,7 @@ class Worker:
         if killed_for is not None and killed_for[0] == "memory-cgroup":
             note = f"Killed: the program's processes reached memory_limit_MB={limits.memory_limit_mb} (the kernel's memory cgroup of the execution stopped them)"
         else:
-            note = limit_note(*killed_for, limits, self.config.tmp_size_mb) if killed_for else signal_note(term_signal, timed_out)
+            note = limit_note(*killed_for, limits, self.config.tmp_size_mb, memory.pipes_kib * 1024) if killed_for else signal_note(term_signal, timed_out)
         if note:
             stderr += ("" if not stderr or stderr.endswith("\n") else "\n") + note + "\n"
         memory_error = (killed_for is not None and killed_for[0] in ("memory", "memory-cgroup")) or (exit_code == 1 and b"MemoryError" in bytes(err.kept[-300:]))

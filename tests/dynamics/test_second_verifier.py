@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import multiprocessing
+import time
 from pathlib import Path
 
 import pytest
@@ -177,3 +178,10 @@ def test_unknown_is_its_own_count_never_a_disagreement() -> None:
     assert metrics["reward-watch/disagreement_rate"] == 0.0
     assert metrics["reward-watch/unknown"] == 0.5
     assert table == {}
+
+
+def test_the_verdicts_budget_bounds_math_verifys_comparison() -> None:
+    """A power tower parses at once and then never compares: the budget given, not math-verify's own 5 s, ends it."""
+    started = time.monotonic()
+    assert second_verdict("\\boxed{2^{1000000000}}", "2", timeout_s=1) == "unknown"
+    assert time.monotonic() - started < 4.0, "math-verify's comparison ran past the 1 s it was given"
