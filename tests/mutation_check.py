@@ -1075,6 +1075,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         'seen.add(f"{pid}/{fd}")',
         ("tests/sandbox/test_shared_uid_accounting.py",),
     ),
+    Mutation(
+        "sandbox: the exact memory read on every tick the cheap bound is over, not at its cadence",
+        "retool/sandbox/accounting.py",
+        "self._next_exact = now + max(self.exact_every_s, self.exact_cost_factor * (time.monotonic() - started))",
+        "self._next_exact = now",
+        ("tests/sandbox/test_layers.py",),
+    ),
 )
 
 

@@ -290,15 +290,15 @@ class MemoryWatch:
         forked: dict[int, bool] = {}
 
         def cheap_pass() -> int:
+            if now >= self._next_pipes:
+                started = time.monotonic()
+                self.pipes_kib = open_pipes(pids) * PIPE_CHARGE_KIB
+                self._next_pipes = now + max(self.exact_every_s, self.exact_cost_factor * (time.monotonic() - started))
             for pid in pids:
                 resident[pid] = resident_kib(pid)
                 forked[pid] = self.warm_stack != 0 and start_stack(pid) == self.warm_stack
             return estimate(resident.values(), self.baseline_kib, forked.values())
 
-        if now >= self._next_pipes:
-            started = time.monotonic()
-            self.pipes_kib = self.inspect(lambda: open_pipes(pids)) * PIPE_CHARGE_KIB
-            self._next_pipes = now + max(self.exact_every_s, self.exact_cost_factor * (time.monotonic() - started))
         cheap = self.inspect(cheap_pass) + self.pipes_kib
         if cheap <= self.limit_kib + self.slack_kib or now < self._next_exact:
             return None

@@ -272,18 +272,52 @@ def test_the_memory_watch_counts_what_each_process_holds_when_it_reads(exits_bef
     try:
         assert child.stdout is not None and child.stdout.readline() == "held\n"
 
+        passes: list[int] = []
+
         def inspect(read: Callable[[], int]) -> int:
-            if exits_before_the_exact_read:
+            passes.append(len(passes) + 1)
+            if exits_before_the_exact_read and len(passes) == 2:  # the first pass is the cheap one, the second the exact read
                 child.kill()
                 child.wait()
             return read()
 
         watch = accounting.MemoryWatch(limit_kib=100 * 1024, baseline_kib=0, inspect=inspect)
         over = watch.over([child.pid], now=1.0)
+        assert passes == [1, 2], "the cheap pass saw the 200 MB over the limit and asked for the exact read"
         if exits_before_the_exact_read:
             assert over is None
         else:
             assert over is not None and over >= 200 * 1024
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_the_exact_read_and_the_pipe_count_keep_their_cadence(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over the limit by the cheap bound, the exact read (smaps_rollup) comes at most every
+    ``exact_every_s``, and the pipe walk on the same cadence; between them the last figures stand."""
+    import subprocess
+
+    walks: list[float] = []
+    real_open_pipes = accounting.open_pipes
+    monkeypatch.setattr(accounting, "open_pipes", lambda pids: walks.append(1.0) or real_open_pipes(pids))
+    child = subprocess.Popen([sys.executable, "-c", HOLD_200_MB], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "held\n"
+        passes: list[str] = []
+
+        def inspect(read: Callable[[], int]) -> int:
+            passes.append(read.__name__)
+            return read()
+
+        watch = accounting.MemoryWatch(limit_kib=100 * 1024, baseline_kib=0, inspect=inspect, exact_every_s=0.1, exact_cost_factor=0.0)
+        assert watch.over([child.pid], now=1.0) is not None
+        assert passes == ["cheap_pass", "read"] and len(walks) == 1
+        assert watch.over([child.pid], now=1.05) is None, "within the interval the exact read waits"
+        assert passes[2:] == ["cheap_pass"] and len(walks) == 1
+        assert watch.over([child.pid], now=1.11) is not None
+        assert passes[3:] == ["cheap_pass", "read"] and len(walks) == 2
+        assert watch.pipes_kib >= 2 * accounting.PIPE_CHARGE_KIB, "the child's stdin and stdout pipes"
     finally:
         child.kill()
         child.wait()
