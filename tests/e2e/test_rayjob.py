@@ -102,6 +102,11 @@ def _submit(kube: Cluster, head: RayHead, rayjob: dict[str, Any], code: str, pre
         if submit.returncode == 0:
             return job_id
         failures.append(submit.stdout + submit.stderr)
+        # The Job's next pod comes after a backoff (10 s, then 20 s); here, once the job API answers again
+        # (at most 60 s: the next try then says what the job server answers).
+        deadline = time.monotonic() + 60
+        while not _dashboard_answers(head.url, "/api/jobs/") and time.monotonic() < deadline:
+            time.sleep(1)
     pytest.fail(f"{SUBMITTER_TRIES} submissions failed, as the submitter Job's would:\n" + failures[-1][-3000:] + "\n" + head.log_tail())
 
 
