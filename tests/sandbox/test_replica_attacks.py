@@ -224,12 +224,18 @@ LIST_SHAPED = b'{"code": "print(1)", "language": "python", "extra": [' + b"[]," 
 MANY_FILES = b'{"code": "print(1)", "language": "python", "files": {' + b",".join(b'"f%d": ""' % i for i in range(1_500_000)) + b"}}"
 
 
+HEALTHZ_BOUND_S = 4.0
+"""Tells a blocked event loop (13-25 s with the parse on it) from a busy machine: ~10 ms idle, 1.12 s in a
+fresh-clone `make test` at load 13 on 2 cores (the training rehearsal beside the suite)."""
+
+
 @pytest.mark.parametrize("body", [LIST_SHAPED, MANY_FILES], ids=["list-shaped extra field", "1.5M files"])
 def test_a_body_shaped_to_expand_is_refused_before_it_is_parsed(body: bytes) -> None:
     """Item 4: two ~29 MB bodies whose extra field is ``[[],[],...]`` took the server from 58 MB to
     1.6 GB and blocked its event loop (/healthz after 25 s); a 1.5M-file body was refused only after
-    a 13 s parse. Now both are 413 as their bytes arrive, /healthz keeps answering within 1 s, and
-    the server's peak memory grows by the bodies' bytes, not by the objects they would expand to."""
+    a 13 s parse. Now both are 413 as their bytes arrive, /healthz keeps answering (within
+    ``HEALTHZ_BOUND_S``), and the server's peak memory grows by the bodies' bytes, not by the objects
+    they would expand to."""
     assert len(body) < 32 << 20
     server = start_server(1, kind="pod")
     try:
@@ -250,7 +256,7 @@ def test_a_body_shaped_to_expand_is_refused_before_it_is_parsed(body: bytes) -> 
         for thread in attackers:
             thread.join()
         assert statuses == [413, 413]
-        assert worst < 1.0, f"/healthz took {worst:.2f} s while the bodies were refused"
+        assert worst < HEALTHZ_BOUND_S, f"/healthz took {worst:.2f} s while the bodies were refused"
         assert _peak_rss_mb(server.pid) - before < 200, (before, _peak_rss_mb(server.pid))
         assert stdout(run(server, "print(6 * 7)")) == "42\n"
     finally:
