@@ -41,14 +41,6 @@ SUBMITTER_TRIES = 3
 each checking whether the job is already there before submitting it."""
 
 
-def _dashboard_answers(url: str, path: str = "/api/version") -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}{path}", timeout=5) as answer:
-            return answer.status == 200
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def ray_dashboard(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayHead]:
     if not control_plane.kuberay_resolves_names:
@@ -61,10 +53,7 @@ def ray_dashboard(control_plane: ControlPlane, tmp_path_factory: pytest.TempPath
             probe.bind(("127.0.0.1", DASHBOARD_PORT))
         except OSError as err:
             pytest.fail(f"127.0.0.1:{DASHBOARD_PORT} (the head Service's dashboard port) is taken on this machine: {err}")
-    with ray_head(tmp_path_factory.mktemp("ray-head"), dashboard_port=DASHBOARD_PORT) as head:
-        # The job API (Ray 2.60 serves it from the JobHead module, a subprocess of the dashboard), not only the
-        # dashboard's own /api/version: on a busy machine the module comes up later.
-        eventually("the Ray head's job API", lambda: _dashboard_answers(head.url, "/api/jobs/"), timeout=180, interval=1)
+    with ray_head(tmp_path_factory.mktemp("ray-head"), dashboard_port=DASHBOARD_PORT) as head:  # its job API answers
         yield head
 
 
@@ -105,7 +94,7 @@ def _submit(kube: Cluster, head: RayHead, rayjob: dict[str, Any], code: str, pre
         # The Job's next pod comes after a backoff (10 s, then 20 s); here, once the job API answers again
         # (at most 60 s: the next try then says what the job server answers).
         deadline = time.monotonic() + 60
-        while not _dashboard_answers(head.url, "/api/jobs/") and time.monotonic() < deadline:
+        while not head.answers("/api/jobs/") and time.monotonic() < deadline:
             time.sleep(1)
     pytest.fail(f"{SUBMITTER_TRIES} submissions failed, as the submitter Job's would:\n" + failures[-1][-3000:] + "\n" + head.log_tail())
 

@@ -9,6 +9,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
+import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +27,26 @@ class RayHead:
     logs: Path | None = None
     """The head's log folder (the dashboard's and its modules' logs), for a failing test's message."""
 
+    def answers(self, path: str = "/api/jobs/") -> bool:
+        """Whether the dashboard answers ``path`` with 200. Ray 2.60 serves ``/api/version`` itself but the job
+        API from its JobHead module, a subprocess the dashboard proxies to and restarts when its health check
+        fails (``ray/dashboard/subprocesses/handle.py``): on a busy machine the job API answers later."""
+        try:
+            with urllib.request.urlopen(f"{self.url}{path}", timeout=5) as answer:
+                return answer.status == 200
+        except OSError:
+            return False
+
+    def wait_for_jobs_api(self, timeout_s: float = 180, process: subprocess.Popen | None = None) -> None:
+        """Poll until the job API answers; fail naming the dashboard's log tail (or the head's exit)."""
+        deadline = time.monotonic() + timeout_s
+        while not self.answers():
+            if process is not None and process.poll() is not None:
+                raise RuntimeError(f"the Ray head exited ({process.returncode}) before its job API answered\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the Ray head's job API did not answer within {timeout_s:.0f} s\n{self.log_tail()}")
+            time.sleep(1)
+
     def log_tail(self, name: str = "dashboard", lines: int = 40) -> str:
         """The last ``lines`` of each log file whose name starts with ``name`` (none when the head has no log folder)."""
         if self.logs is None or not self.logs.is_dir():
@@ -40,7 +62,7 @@ class RayHead:
 def ray_head(
     tmp_path: Path, *, resources: Mapping[str, int] | None = None, num_gpus: int = 0, env: Mapping[str, str] | None = None, dashboard_port: int | None = None
 ) -> Iterator[RayHead]:
-    """A head on 127.0.0.1 with its own ports and temp dir; yields its addresses.
+    """A head on 127.0.0.1 with its own ports and temp dir; yields its addresses once its job API answers.
 
     ``env`` is the head container's environment (the driver inherits it); default: this process's.
     GPUs are declared, not used: Ray hands out their IDs without touching a device.
@@ -60,7 +82,9 @@ def ray_head(
     with open(tmp_path / "ray.log", "wb") as log:
         head = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=head_env, start_new_session=True)
     try:
-        yield RayHead(f"http://127.0.0.1:{dashboard}", f"127.0.0.1:{gcs}", temp / "session_latest" / "logs")
+        ray = RayHead(f"http://127.0.0.1:{dashboard}", f"127.0.0.1:{gcs}", temp / "session_latest" / "logs")
+        ray.wait_for_jobs_api(process=head)  # what KubeRay's submitter waits for too (its health loop)
+        yield ray
     finally:
         # SIGKILL at once: on SIGTERM ``ray start --block`` stops its processes one by one with their
         # grace periods and took 32-60 s here (Ray 2.60); a test head has nothing to save. Its

@@ -2,8 +2,11 @@
 
 Texts are built from the pieces the reward's regexes and brace matcher react to (unclosed tags,
 boxes, braces, answer lines and statements, fences, LaTeX commands, invisible characters) and
-repeated into long inputs, where any quadratic pass would take seconds to minutes. The time bound
-is loose (a loaded CI machine); bench/bench_reward.py records the real worst case.
+repeated into long inputs, where any quadratic pass would take seconds to minutes. The bounds are on
+this thread's CPU time (``time.thread_time``), not the wall clock: a linear pass over 300k characters
+takes 0.04 s here, and the wall clock of a busy CI worker read 3.5 s for it (the process waiting for a
+core). Where the reward waits on its symbolic worker, the wall clock is bounded too, loosely: that
+bound catches a timeout not kept, not slowness. bench/bench_reward.py records the real worst case.
 """
 
 from __future__ import annotations
@@ -54,22 +57,23 @@ def warm_pool() -> None:
 @given(unit=unit)
 def test_extraction_stays_linear_on_repeated_adversarial_text(unit: str) -> None:
     text = unit * (TARGET_CHARS // len(unit) + 1)
-    started = time.perf_counter()
+    started = time.thread_time()
     answer = extract_answer(text)
     if answer is not None:
         normalize_answer(answer[:4000])
-    elapsed = time.perf_counter() - started
-    assert elapsed < 1.5, f"{elapsed:.2f}s extracting from {len(text)} chars of {unit!r} repeated"
+    cpu = time.thread_time() - started
+    assert cpu < 1.5, f"{cpu:.2f} s of CPU extracting from {len(text)} chars of {unit!r} repeated"
 
 
 @SETTINGS
 @given(head=unit, repeats=st.integers(1, 20_000), tail=st.text(max_size=200), truth=ground_truth, info=extra_info, shaping=odd_value)
 def test_compute_score_is_bounded_and_well_formed_on_anything(head: str, repeats: int, tail: str, truth: Any, info: Any, shaping: Any) -> None:
     text = (head * repeats)[:TARGET_CHARS] + tail
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.thread_time()
     result = compute_score("dapo", text, truth, info, tool_turn_shaping=shaping, timeout_s=0.5)
-    elapsed = time.perf_counter() - started
-    assert elapsed < 3.0, f"{elapsed:.2f}s scoring {len(text)} chars"
+    elapsed, cpu = time.perf_counter() - started, time.thread_time() - cpu_started
+    assert cpu < 3.0, f"{cpu:.2f} s of CPU scoring {len(text)} chars"
+    assert elapsed < 30.0, f"{elapsed:.2f} s scoring {len(text)} chars with a 0.5 s symbolic budget"
     assert set(result) == {"score", "acc", "pred", "source", "reward_note"}
     assert type(result["score"]) is float and type(result["acc"]) is float
     assert type(result["pred"]) is str and len(result["pred"]) <= MAX_PRED_CHARS
