@@ -43,10 +43,8 @@ from retool_operator import notice
 from retool_operator.builders.scheduling import queued
 from retool_operator.status import parse_time
 
-CLUSTER_LABEL = "ray.io/cluster"
-"""KubeRay's label on a RayCluster's pods (``RayClusterLabelKey``, utils/constant.go v1.6.1) and the key of a
-RayJob's clusterSelector (``RayJobClusterSelectorKey``)."""
-NODE_TYPE_LABEL = "ray.io/node-type"
+CLUSTER_LABEL = c.RAY_CLUSTER_LABEL
+NODE_TYPE_LABEL = c.RAY_NODE_TYPE_LABEL
 KEEP_WINDOW_SECONDS = 30
 """The least ttlSecondsAfterFinished of a RayJob whose cluster a retry may reuse: how long the operator has to
 keep it after KubeRay marks the job Failed (it acts on the watch event, normally within a second)."""
@@ -181,9 +179,6 @@ def to_release(stages: Iterable[StageStatus]) -> list[KeptCluster]:
     return [s.ray_cluster for s in stages if s.ray_cluster is not None and kept_for(s) is None]
 
 
-FOLLOWED = ("Running", "Queued", "Suspended")
-
-
 def ended_unkept(run: RetoolRun, before: Iterable[StageStatus], after: Iterable[StageStatus], children: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """Clusters to delete now: those of Ray attempts that ended this pass with their own cluster, not kept, whose
     RayJob's TTL is the reuse window only (``clusterGraceSeconds`` 0: KubeRay would hold their devices
@@ -194,7 +189,7 @@ def ended_unkept(run: RetoolRun, before: Iterable[StageStatus], after: Iterable[
     now_by_name = {s.name: s for s in after}
     for old in before:
         new = now_by_name.get(old.name)
-        if new is None or old.state not in FOLLOWED or not old.job or (new.job == old.job and new.state in FOLLOWED):
+        if new is None or old.state not in c.FOLLOWED_STATES or not old.job or (new.job == old.job and new.state in c.FOLLOWED_STATES):
             continue
         obj = children.get(old.job) or {}
         spec, st = obj.get("spec") or {}, obj.get("status") or {}

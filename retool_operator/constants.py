@@ -23,6 +23,14 @@ LABEL_STAGE = "retool.dev/stage"
 LABEL_ATTEMPT = "retool.dev/attempt"
 LABEL_POD_ROLE = "retool.dev/pod-role"  # "submitter" on the Ray job submitter's pods
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # set by the Job controller on its pods (k8s >= 1.27)
+RAY_CLUSTER_LABEL = "ray.io/cluster"
+"""KubeRay's label on a RayCluster's pods (``RayClusterLabelKey``, utils/constant.go v1.6.1) and the key of a
+RayJob's clusterSelector (``RayJobClusterSelectorKey``)."""
+RAY_NODE_TYPE_LABEL = "ray.io/node-type"
+"""KubeRay's label on a RayCluster's head and worker pods (``RayNodeTypeLabelKey``); the submitter pod has none."""
+
+FOLLOWED_STATES = ("Running", "Queued", "Suspended")
+"""Stage states whose child the operator reads each pass to learn what happened to it."""
 
 PART_OF = "retool"
 MANAGED_BY = "retool-operator"

@@ -77,7 +77,7 @@ def attempt_pods(pods: Iterable[Mapping[str, Any]] | None, stage: str, attempt: 
     for pod in pods or []:
         labels = (pod.get("metadata") or {}).get("labels") or {}
         ours = labels.get(c.LABEL_STAGE) == stage and labels.get(c.LABEL_ATTEMPT) == str(attempt)
-        if ours and labels.get("ray.io/node-type") in ("head", "worker") and (pod.get("spec") or {}).get("nodeName"):
+        if ours and labels.get(c.RAY_NODE_TYPE_LABEL) in ("head", "worker") and (pod.get("spec") or {}).get("nodeName"):
             found.append(pod)
     return found
 

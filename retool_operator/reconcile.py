@@ -114,10 +114,6 @@ def job_outcome(obj: dict[str, Any] | None) -> ChildOutcome:
     return ChildOutcome("running", "Job running")
 
 
-FOLLOWED_STATES = ("Running", "Queued", "Suspended")
-"""Stage states whose child the operator reads each pass to learn what happened to it."""
-
-
 def being_deleted(obj: dict[str, Any] | None) -> bool:
     """The API server has marked it for deletion (``deletionTimestamp``); finalizers may still hold it."""
     return bool(((obj or {}).get("metadata") or {}).get("deletionTimestamp"))
@@ -134,7 +130,7 @@ def outcome_recorded(status: RetoolRunStatus, child: dict[str, Any]) -> bool:
     labels = (child.get("metadata") or {}).get("labels") or {}
     name = (child.get("metadata") or {}).get("name")
     entry = next((e for e in status.stages if e.name == labels.get(c.LABEL_STAGE)), None)
-    return entry is None or entry.job != name or entry.state not in FOLLOWED_STATES
+    return entry is None or entry.job != name or entry.state not in c.FOLLOWED_STATES
 
 
 def child_outcome(stage: str, obj: dict[str, Any] | None) -> ChildOutcome:

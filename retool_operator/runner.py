@@ -48,7 +48,6 @@ from retool_operator.profiles import hardware_profile
 from retool_operator.queueing import ANNOTATION_SUSPENDED, SUSPENDED_BY, child_queue, queue_message
 from retool_operator.readyz import IsolationReader
 from retool_operator.reconcile import (
-    FOLLOWED_STATES,
     MISSING_CONFIRM_SECONDS,
     Decision,
     Event,
@@ -695,7 +694,7 @@ class Reconciler:
         workloads: dict[str, list[dict[str, Any]] | None] = {}
         stalls = _Stalls()
         finished = self._finished.get((namespace, run.metadata.name), {})
-        current_jobs = {entry.job for entry in status.stages if entry.state in FOLLOWED_STATES and entry.job}
+        current_jobs = {entry.job for entry in status.stages if entry.state in c.FOLLOWED_STATES and entry.job}
         for gone in set(finished) - current_jobs:
             finished.pop(gone, None)  # recorded in status by an earlier pass
         missing = self._missing.setdefault((namespace, run.metadata.name), {})
@@ -703,7 +702,7 @@ class Reconciler:
             missing.pop(gone, None)
         unconfirmed: set[str] = set()
         for entry in status.stages:
-            if entry.state in FOLLOWED_STATES and entry.job:
+            if entry.state in c.FOLLOWED_STATES and entry.job:
                 obj = await self.client.get(stage_kind(entry.name), namespace, entry.job) or finished.get(entry.job)
                 if obj is None and time.monotonic() - missing.setdefault(entry.job, time.monotonic()) < MISSING_CONFIRM_SECONDS:
                     unconfirmed.add(entry.job)

@@ -838,8 +838,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "the previous attempt's RayJob, deleted while the next attempt runs, is never released",
         "retool_operator/reconcile.py",
-        "return entry is None or entry.job != name or entry.state not in FOLLOWED_STATES",
-        "return entry is None or entry.state not in FOLLOWED_STATES",
+        "return entry is None or entry.job != name or entry.state not in c.FOLLOWED_STATES",
+        "return entry is None or entry.state not in c.FOLLOWED_STATES",
         (
             "tests/operator/test_finalizers.py",
             "tests/operator/test_integration_upstream.py::test_the_previous_attempts_rayjob_deleted_during_the_next_attempt_is_let_go",
