@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Container, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -44,11 +45,36 @@ class RunningServer:
         return int(self.url.rsplit(":", 1)[1])
 
     def readyz(self) -> dict:
-        return httpx.get(f"{self.url}/readyz", timeout=10).json()
+        return self._get("/readyz").json()
+
+    def _get(self, path: str) -> httpx.Response:
+        """An idempotent GET, tried again (up to 3 times) when the server closed the connection unanswered:
+        a server with a short idle timeout (1 s in test_server_limits) closes a fresh connection whose
+        request the client, starved on a busy machine, sent later than that."""
+        for attempt in range(3):
+            try:
+                return httpx.get(f"{self.url}{path}", timeout=10)
+            except httpx.RemoteProtocolError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """``httpx.request`` on this server, tried again (up to 3 times) only when the server itself counts an
+        idle connection closed (``retool_sandbox_http_rejected_total{reason="idle_timeout"}``) across a
+        disconnect: then it never read the request (see ``_get``). Any other disconnect fails the test."""
+        for attempt in range(3):
+            idle_before = self.metric("retool_sandbox_http_rejected_total", reason="idle_timeout")
+            try:
+                return httpx.request(method, f"{self.url}{path}", **kwargs)
+            except httpx.RemoteProtocolError:
+                if attempt == 2 or self.metric("retool_sandbox_http_rejected_total", reason="idle_timeout") == idle_before:
+                    raise
+        raise AssertionError("unreachable")
 
     def metric(self, name: str, **labels: str) -> float:
         """Sum of a Prometheus sample over the series carrying ``labels`` (all of them when none; 0 when absent)."""
-        text = httpx.get(f"{self.url}/metrics", timeout=10).text
+        text = self._get("/metrics").text
         wanted = {f'{key}="{value}"' for key, value in labels.items()}
         total = 0.0
         for line in text.splitlines():

@@ -155,7 +155,7 @@ def test_idle_slow_and_surplus_connections_are_closed(limited: RunningServer) ->
     assert made_room >= 390, f"the oldest connections were not closed to make room for new ones ({made_room:g} evicted)"
     assert b"HTTP/1.1 408 Request Timeout" in answers, "slow headers were not timed out"
     assert max(closed_at["idle"]) < 3.0 and max(closed_at["slow"]) < 3.5
-    response = httpx.post(f"{limited.url}/run_code", json={"code": "print('still serving')"}, timeout=10)
+    response = limited.request("POST", "/run_code", json={"code": "print('still serving')"}, timeout=10)
     assert response.json()["run_result"]["stdout"] == "still serving\n"
     wait_until(lambda: len(os.listdir(f"/proc/{limited.pid}/fd")) <= fds_before + 5, what="the server closing the flood's descriptors")
     assert limited.metric("retool_sandbox_http_rejected_total") >= 500
@@ -228,16 +228,16 @@ def test_the_connection_cap_exactly_at_its_value() -> None:
 )
 def test_a_lone_surrogate_is_a_400_and_costs_no_worker(limited: RunningServer, field: str, body: str) -> None:
     restarts = limited.readyz()["worker_restarts"]
-    reply = httpx.post(f"{limited.url}/run_code", content=body.encode(), headers={"content-type": "application/json"}, timeout=10)
+    reply = limited.request("POST", "/run_code", content=body.encode(), headers={"content-type": "application/json"}, timeout=10)
     assert reply.status_code == 400, reply.text
     assert reply.json()["status"] == "SandboxError" and field in reply.json()["message"] and "surrogate" in reply.json()["message"]
     assert limited.readyz()["worker_restarts"] == restarts
-    assert httpx.post(f"{limited.url}/run_code", json={"code": "print(2)"}, timeout=10).json()["run_result"]["stdout"] == "2\n"
+    assert limited.request("POST", "/run_code", json={"code": "print(2)"}, timeout=10).json()["run_result"]["stdout"] == "2\n"
 
 
 def test_files_over_the_scratch_quota_are_reported_as_too_large(limited: RunningServer) -> None:
     files = {"big.bin": base64.b64encode(b"\0" * (9 << 20)).decode()}
-    reply = httpx.post(f"{limited.url}/run_code", json={"code": "print(1)", "files": files}, timeout=30)
+    reply = limited.request("POST", "/run_code", json={"code": "print(1)", "files": files}, timeout=30)
     assert reply.status_code == 413 and "scratch quota of 8 MB" in reply.json()["message"], reply.text
 
 
@@ -268,19 +268,19 @@ def test_a_deep_files_path_is_refused_before_any_worker_and_a_failed_write_leaks
     """Issue 49: a path 1000 directories deep made a worker hit the recursion limit and leak three pipes per
     request; now it is a 4xx at the door, and a write that fails in the worker (a file where a directory
     is asked for) closes every pipe of its execution."""
-    deep = httpx.post(f"{limited.url}/run_code", json={"code": "print(1)", "files": {"d/" * 1000 + "f": "YQ=="}}, timeout=10)
+    deep = limited.request("POST", "/run_code", json={"code": "print(1)", "files": {"d/" * 1000 + "f": "YQ=="}}, timeout=10)
     assert deep.status_code in (400, 422) and "components" in deep.json()["message"], deep.text
     clash = {"a": "YQ==", "a/b": "YQ=="}  # "a" is written as a file, then "a/b" needs it as a directory
-    first = httpx.post(f"{limited.url}/run_code", json={"code": "print(1)", "files": clash}, timeout=30).json()
+    first = limited.request("POST", "/run_code", json={"code": "print(1)", "files": clash}, timeout=30).json()
     assert first["status"] == "SandboxError" and "could not write the request's files" in first["message"], first
     before = pipe_descriptors(limited.pid)
     for _ in range(20):
-        httpx.post(f"{limited.url}/run_code", json={"code": "print(1)", "files": clash}, timeout=30)
+        limited.request("POST", "/run_code", json={"code": "print(1)", "files": clash}, timeout=30)
     # A leak is 2-3 pipes per failed request (60 here); the slack is both ends of one pre-forked execution's four pipes per worker (2 workers),
     # which a worker may hold or not at either count depending on where it is between two executions.
     slack = 16
     wait_until(lambda: pipe_descriptors(limited.pid) <= before + slack, what=f"the workers holding at most {slack} more pipes than before 20 failed writes", timeout_s=30)
-    assert httpx.post(f"{limited.url}/run_code", json={"code": "print(2)"}, timeout=10).json()["run_result"]["stdout"] == "2\n"
+    assert limited.request("POST", "/run_code", json={"code": "print(2)"}, timeout=10).json()["run_result"]["stdout"] == "2\n"
 
 
 def test_zz_sigterm_drains_running_requests_within_the_bound(limited: RunningServer) -> None:
@@ -290,7 +290,7 @@ def test_zz_sigterm_drains_running_requests_within_the_bound(limited: RunningSer
 
     def call(name: str, code: str) -> None:
         try:
-            reply = httpx.post(f"{limited.url}/run_code", json={"code": code, "run_timeout": 60}, timeout=30)
+            reply = limited.request("POST", "/run_code", json={"code": code, "run_timeout": 60}, timeout=30)
             results[name] = (reply.status_code, reply.json())
         except httpx.HTTPError as exc:
             results[name] = exc
