@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from retool_operator.kube import KINDS
+from retool_operator.kube import KINDS, ApiError
 from tests.operator.emulator import JOBS, RAYJOBS, ObserverClient
 
 PODS = KINDS[("v1", "Pod")]
@@ -129,8 +129,19 @@ class FakeKubeRay:
             return
         cluster = (rayjob.get("status") or {}).get("rayClusterName") or f"{name}-raycluster"
         if await self.api.get(RAYCLUSTERS, self.namespace, cluster) is not None:
-            await self.api._request("DELETE", RAYCLUSTERS.path(self.namespace, cluster))
+            await self._delete(RAYCLUSTERS.path(self.namespace, cluster))
         await self.collect(cluster, legacy_prefix=name)
+
+    async def _delete(self, path: str) -> None:
+        """DELETE, an object already gone included: the operator may delete an ended attempt's cluster itself
+        (``cluster_reuse.ended_unkept``) between KubeRay's read and its delete. KubeRay's
+        ``deleteClusterResources`` (rayjob_controller.go v1.6.1) then returns the delete's error, and its next
+        pass reads NotFound as deleted: the same end state, one requeue later."""
+        try:
+            await self.api._request("DELETE", path)
+        except ApiError as err:
+            if err.status != 404:
+                raise
 
     async def collect(self, cluster: str, *, legacy_prefix: str | None = None) -> None:
         """The garbage collector: the pods of a deleted RayCluster go."""
@@ -138,4 +149,4 @@ class FakeKubeRay:
             labels = pod["metadata"].get("labels") or {}
             ours = labels.get("ray.io/cluster") == cluster or (legacy_prefix is not None and pod["metadata"]["name"].startswith(f"{legacy_prefix}-"))
             if ours and "ray.io/node-type" in labels:
-                await self.api._request("DELETE", PODS.path(self.namespace, pod["metadata"]["name"]))
+                await self._delete(PODS.path(self.namespace, pod["metadata"]["name"]))
