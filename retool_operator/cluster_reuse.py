@@ -43,8 +43,6 @@ from retool_operator import notice
 from retool_operator.builders.scheduling import queued
 from retool_operator.status import parse_time
 
-CLUSTER_LABEL = c.RAY_CLUSTER_LABEL
-NODE_TYPE_LABEL = c.RAY_NODE_TYPE_LABEL
 KEEP_WINDOW_SECONDS = 30
 """The least ttlSecondsAfterFinished of a RayJob whose cluster a retry may reuse: how long the operator has to
 keep it after KubeRay marks the job Failed (it acts on the watch event, normally within a second)."""
@@ -77,7 +75,7 @@ def cluster_pods(pods: Iterable[Mapping[str, Any]] | None, cluster: str) -> list
     out = []
     for pod in pods or []:
         labels = (pod.get("metadata") or {}).get("labels") or {}
-        if labels.get(CLUSTER_LABEL) == cluster and labels.get(NODE_TYPE_LABEL) in ("head", "worker"):
+        if labels.get(c.RAY_CLUSTER_LABEL) == cluster and labels.get(c.RAY_NODE_TYPE_LABEL) in ("head", "worker"):
             out.append(pod)
     return out
 
@@ -109,7 +107,7 @@ def cluster_health(
     if state != "ready":
         return f"RayCluster {name} is {state or 'not ready'}"
     live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
-    if len(live) != expected_pods or sum(1 for p in live if ((p.get("metadata") or {}).get("labels") or {}).get(NODE_TYPE_LABEL) == "head") != 1:
+    if len(live) != expected_pods or sum(1 for p in live if ((p.get("metadata") or {}).get("labels") or {}).get(c.RAY_NODE_TYPE_LABEL) == "head") != 1:
         return f"RayCluster {name} has {len(live)} of its {expected_pods} pods"
     since = parse_time(submitted) if submitted else None
     for pod in live:

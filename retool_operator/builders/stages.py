@@ -312,7 +312,7 @@ def build_stage_rayjob(
     }
     if on_cluster is not None:
         del spec["rayClusterSpec"], spec["ttlSecondsAfterFinished"]
-        spec.update(entrypoint=f"{ENV_ATTEMPT}={attempt} {spec['entrypoint']}", shutdownAfterJobFinishes=False, clusterSelector={cluster_reuse.CLUSTER_LABEL: on_cluster})
+        spec.update(entrypoint=f"{ENV_ATTEMPT}={attempt} {spec['entrypoint']}", shutdownAfterJobFinishes=False, clusterSelector={c.RAY_CLUSTER_LABEL: on_cluster})
     elif queued(run):
         spec["suspend"] = True  # Kueue unsuspends it on admission (shutdownAfterJobFinishes is required for that)
     if run.spec.failure_policy.stage_deadline_seconds:

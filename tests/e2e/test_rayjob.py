@@ -14,6 +14,7 @@ ends the pod with the exit code its ``ray job logs --follow`` would give.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import socket
@@ -93,9 +94,8 @@ def _submit(kube: Cluster, head: RayHead, rayjob: dict[str, Any], code: str, pre
         failures.append(submit.stdout + submit.stderr)
         # The Job's next pod comes after a backoff (10 s, then 20 s); here, once the job API answers again
         # (at most 60 s: the next try then says what the job server answers).
-        deadline = time.monotonic() + 60
-        while not head.answers("/api/jobs/") and time.monotonic() < deadline:
-            time.sleep(1)
+        with contextlib.suppress(TimeoutError):
+            head.wait_for_jobs_api(timeout_s=60)
     pytest.fail(f"{SUBMITTER_TRIES} submissions failed, as the submitter Job's would:\n" + failures[-1][-3000:] + "\n" + head.log_tail())
 
 

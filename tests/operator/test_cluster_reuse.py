@@ -26,7 +26,7 @@ SUBMITTED = T0 - dt.timedelta(minutes=30)
 
 
 def pod(name: str, node_type: str, *, attempt: int = 1, created: dt.datetime = SUBMITTED - dt.timedelta(minutes=2), **status: Any) -> dict[str, Any]:
-    labels = {"retool.dev/run": "demo", "retool.dev/stage": "sft", "retool.dev/attempt": str(attempt), cluster_reuse.CLUSTER_LABEL: CLUSTER, "ray.io/node-type": node_type}
+    labels = {"retool.dev/run": "demo", "retool.dev/stage": "sft", "retool.dev/attempt": str(attempt), "ray.io/cluster": CLUSTER, "ray.io/node-type": node_type}
     st: dict[str, Any] = {
         "phase": "Running",
         "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": rfc3339(created)}, {"type": "Ready", "status": "True"}],
@@ -197,7 +197,7 @@ def test_the_kept_cluster_is_deleted_once_its_attempt_succeeds_and_forgotten_onc
 
 def test_spec_suspend_ends_an_attempt_on_a_kept_cluster_without_using_a_retry() -> None:
     kept = KeptCluster(name=CLUSTER, owner="demo-sft-1", attempt=2, kept_time=rfc3339(T0))
-    running = {"spec": {"clusterSelector": {cluster_reuse.CLUSTER_LABEL: CLUSTER}}, "status": {"jobDeploymentStatus": "Running", "rayClusterName": CLUSTER}}
+    running = {"spec": {"clusterSelector": {"ray.io/cluster": CLUSTER}}, "status": {"jobDeploymentStatus": "Running", "rayClusterName": CLUSTER}}
     decision = decide(run_of(suspend=True), running_sft(2, ray_cluster=kept), Observed(children={"demo-sft-2": running}), T0)
     sft = sft_of(decision.status)
     assert (sft.state, sft.preempted_attempts, decision.delete, decision.suspend) == ("Retrying", 1, ["demo-sft-2"], [])

@@ -27,12 +27,12 @@ class RayHead:
     logs: Path | None = None
     """The head's log folder (the dashboard's and its modules' logs), for a failing test's message."""
 
-    def answers(self, path: str = "/api/jobs/") -> bool:
-        """Whether the dashboard answers ``path`` with 200. Ray 2.60 serves ``/api/version`` itself but the job
+    def jobs_api_answers(self) -> bool:
+        """Whether the job API answers (200 on ``/api/jobs/``). Ray 2.60 serves ``/api/version`` itself but the job
         API from its JobHead module, a subprocess the dashboard proxies to and restarts when its health check
         fails (``ray/dashboard/subprocesses/handle.py``): on a busy machine the job API answers later."""
         try:
-            with urllib.request.urlopen(f"{self.url}{path}", timeout=5) as answer:
+            with urllib.request.urlopen(f"{self.url}/api/jobs/", timeout=5) as answer:
                 return answer.status == 200
         except OSError:
             return False
@@ -40,7 +40,7 @@ class RayHead:
     def wait_for_jobs_api(self, timeout_s: float = 180, process: subprocess.Popen | None = None) -> None:
         """Poll until the job API answers; fail naming the dashboard's log tail (or the head's exit)."""
         deadline = time.monotonic() + timeout_s
-        while not self.answers():
+        while not self.jobs_api_answers():
             if process is not None and process.poll() is not None:
                 raise RuntimeError(f"the Ray head exited ({process.returncode}) before its job API answered\n{self.log_tail()}")
             if time.monotonic() > deadline:
