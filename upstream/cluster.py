@@ -347,6 +347,12 @@ def webhook_to_service(doc: dict[str, Any], service: dict[str, Any], name_prefix
 _CONVERSION_PATCH = re.compile(r"^-\s*path:\s*patches/webhook_in_([a-z]+)\.yaml\s*$", re.M)
 
 
+def crd_established(crd: dict[str, Any]) -> bool:
+    """Whether the API server has set the CRD's Established condition to True (no conditions yet: not yet)."""
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+
+
 def conversion_webhook_crds(kustomization: str) -> set[str]:
     """Plural names of the CRDs whose kustomization enables the conversion webhook (uncommented
     ``patches/webhook_in_<plural>.yaml`` lines in Kueue's config/components/crd/kustomization.yaml)."""
@@ -645,7 +651,7 @@ class ControlPlane:
         crds = sorted((module / "config" / "crd" / "bases").glob("*.yaml"))
         self.log(f"KubeRay {pins['KUBERAY_VERSION']}: {len(crds)} CRDs and the operator")
         self.apply_files(crds)
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *[a for f in crds for a in ("-f", str(f))], timeout=90)
+        self._wait_crds([d["metadata"]["name"] for f in crds for d in yaml.load_all(f.read_text(), Loader=_LOADER) if d])
         health = self.ports["kuberay-health"] = free_port()
         args = [
             str(self.programs["kuberay-operator"]), f"--health-probe-bind-address=127.0.0.1:{health}",
@@ -680,8 +686,19 @@ class ControlPlane:
 
         threading.Thread(target=sync, name=f"secret-volume-{name}", daemon=True).start()
 
-    def _wait_crds(self, names: list[str]) -> None:
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{n}" for n in names], timeout=90)
+    def _wait_crds(self, names: list[str], timeout: float = 90) -> None:
+        """Poll until every CRD named is Established. Not ``kubectl wait --for=condition=Established``: kubectl
+        v1.36 fails at once, instead of waiting, on a CRD whose status has no conditions yet (".status.conditions
+        accessor error: <nil> is of the type <nil>"), which is what a just-created CRD has on a busy machine."""
+        pending = set(names)
+
+        def established() -> bool:
+            answer = json.loads(self.kubectl("get", "crd", *sorted(pending), "-o", "json", timeout=30).stdout)
+            listed = answer.get("items", [answer])  # one name asked: the object itself, not a List
+            pending.difference_update(crd["metadata"]["name"] for crd in listed if crd_established(crd))
+            return not pending
+
+        self.wait(f"{len(names)} CRDs to be Established", None, established, timeout=timeout)
 
     def _start_kueue(self) -> None:
         """Kueue as its manifests install it, with its own certificate management (it signs its webhook

@@ -133,3 +133,18 @@ def test_fake_nodes_carry_gpu_feature_discovery_and_ascend_labels_and_devices() 
     npu = manifests["ascend-0"]
     assert npu["metadata"]["labels"]["accelerator"] == "huawei-Ascend910"
     assert npu["status"]["capacity"]["huawei.com/Ascend910"] == "8"
+
+
+@pytest.mark.parametrize(
+    ("status", "established"),
+    [
+        (None, False),  # just created: the API server has not written a status yet
+        ({"acceptedNames": {}, "storedVersions": ["v1"], "conditions": None}, False),  # what kubectl v1.36's wait fails on
+        ({"conditions": [{"type": "NamesAccepted", "status": "True"}]}, False),
+        ({"conditions": [{"type": "NamesAccepted", "status": "True"}, {"type": "Established", "status": "False"}]}, False),
+        ({"conditions": [{"type": "NamesAccepted", "status": "True"}, {"type": "Established", "status": "True"}]}, True),
+    ],
+)
+def test_a_crd_counts_as_established_only_once_its_condition_says_so(status, established: bool) -> None:
+    crd = {"metadata": {"name": "workloads.kueue.x-k8s.io"}} | ({} if status is None else {"status": status})
+    assert cluster.crd_established(crd) is established

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from tests.e2e.conftest import Cluster, eventually
-from tests.e2e.test_rayjob import _deployment_status, _kuberay_reads, _play_submitter, _rayjob_at_sft, ray_dashboard  # noqa: F401
+from tests.e2e.test_rayjob import _deployment_status, _kuberay_reads, _play_submitter, _rayjob_at_sft, ray_dashboard, ray_head_of_module  # noqa: F401
 from tests.ray.head import RayHead
 
 ROUNDS = int(os.environ.get("RETOOL_BENCH_ROUNDS", "3"))

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import Cluster, eventually, run_manifest
-from tests.ray.head import RayHead, ray_head
+from tests.ray.head import HeadExitedError, RayHead, ray_head
 from upstream.cluster import ControlPlane
 
 DASHBOARD_PORT = 8265
@@ -43,7 +44,7 @@ each checking whether the job is already there before submitting it."""
 
 
 @pytest.fixture(scope="module")
-def ray_dashboard(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayHead]:
+def ray_head_of_module(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayHead]:
     if not control_plane.kuberay_resolves_names:
         pytest.skip("KubeRay could not be given a private /etc/hosts on this machine (needs root and unshare): no Ray dashboard is reachable")
     with socket.socket() as probe:
@@ -56,6 +57,15 @@ def ray_dashboard(control_plane: ControlPlane, tmp_path_factory: pytest.TempPath
             pytest.fail(f"127.0.0.1:{DASHBOARD_PORT} (the head Service's dashboard port) is taken on this machine: {err}")
     with ray_head(tmp_path_factory.mktemp("ray-head"), dashboard_port=DASHBOARD_PORT) as head:  # its job API answers
         yield head
+
+
+@pytest.fixture
+def ray_dashboard(ray_head_of_module: RayHead) -> RayHead:
+    """The module's head, started again first if it exited since (a warning says why): one head lost to a
+    starved machine is one test's problem, not every later one's."""
+    if why := ray_head_of_module.ensure_running():
+        warnings.warn(why, stacklevel=1)
+    return ray_head_of_module
 
 
 def _rayjob_at_sft(kube: Cluster, run: str, namespace: str, **spec: Any) -> dict[str, Any]:
@@ -82,6 +92,8 @@ def _submit(kube: Cluster, head: RayHead, rayjob: dict[str, Any], code: str, pre
     job_id = status["jobId"]
     failures = []
     for _ in range(SUBMITTER_TRIES):
+        if why := head.ensure_running():  # the kubelet restarts the head's container; the submitter's next pod tries again
+            failures.append(why)
         if _job_known(head, job_id):  # what the submitter checks first (`ray job status`, common/job.go v1.6.1)
             return job_id
         submit = subprocess.run(
@@ -94,9 +106,9 @@ def _submit(kube: Cluster, head: RayHead, rayjob: dict[str, Any], code: str, pre
         failures.append(submit.stdout + submit.stderr)
         # The Job's next pod comes after a backoff (10 s, then 20 s); here, once the job API answers again
         # (at most 60 s: the next try then says what the job server answers).
-        with contextlib.suppress(TimeoutError):
+        with contextlib.suppress(TimeoutError, HeadExitedError):  # exited: started again at the next try
             head.wait_for_jobs_api(timeout_s=60)
-    pytest.fail(f"{SUBMITTER_TRIES} submissions failed, as the submitter Job's would:\n" + failures[-1][-3000:] + "\n" + head.log_tail())
+    pytest.fail(f"{SUBMITTER_TRIES} submissions failed, as the submitter Job's would:\n" + failures[-1][-3000:] + "\n" + head.report())
 
 
 def _job_known(head: RayHead, job_id: str) -> bool:
@@ -111,11 +123,14 @@ def _verdict(head: RayHead, job_id: str) -> str:
     """Ray's verdict on the job, once it has one."""
 
     def verdict() -> str | None:
-        with urllib.request.urlopen(f"{head.url}/api/jobs/{job_id}", timeout=5) as answer:
-            state = json.load(answer)["status"]
+        try:
+            with urllib.request.urlopen(f"{head.url}/api/jobs/{job_id}", timeout=5) as answer:
+                state = json.load(answer)["status"]
+        except OSError:  # the job API restarting (Ray's JobHead module), or the head gone: the report says which
+            return None
         return state if state in ("SUCCEEDED", "FAILED", "STOPPED") else None
 
-    return eventually(f"Ray's verdict on {job_id}", verdict, timeout=120, interval=1)
+    return eventually(f"Ray's verdict on {job_id}", verdict, timeout=120, interval=1, show=head.report)
 
 
 def _play_submitter(kube: Cluster, head: RayHead, rayjob: dict[str, Any], code: str, prefix: tuple[str, ...] = ()) -> str:

@@ -47,7 +47,7 @@ def driver_sees(head: RayHead, **submit: object) -> str:
                 return call()
             except (OSError, RuntimeError) as err:
                 if time.monotonic() > deadline:
-                    raise AssertionError(f"the job API kept failing: {err}\n{head.log_tail()}") from err
+                    raise AssertionError(f"the job API kept failing: {err}\n{head.report()}") from err
                 head.wait_for_jobs_api(timeout_s=max(1.0, deadline - time.monotonic()))
 
     def known() -> bool:
@@ -57,7 +57,7 @@ def driver_sees(head: RayHead, **submit: object) -> str:
         with contextlib.suppress(OSError, RuntimeError):  # dropped, or refused; asked again above
             client.submit_job(entrypoint=f'python -c "{PROBE}"', submission_id=submission_id, **submit)
         if time.monotonic() > deadline:
-            pytest.fail(f"the probe was never accepted\n{head.log_tail()}")
+            pytest.fail(f"the probe was never accepted\n{head.report()}")
     while (status := ask(lambda: client.get_job_status(submission_id))) not in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
         assert time.monotonic() < deadline, f"job {submission_id} still {status}"
         time.sleep(0.5)
