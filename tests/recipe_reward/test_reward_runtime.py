@@ -24,6 +24,10 @@ from tests.conftest import repo_env
 from tests.recipe_reward.cases import ALL, SYMBOLIC
 
 REWARD_FILE = Path(reward_module.__file__)
+SCHEDULING_SLACK_S = 5.0
+"""How far past its deadline a comparison may return: the kill, the reply and this thread all wait for a
+core on a loaded 2-core machine. A deadline not kept is far past it (a SIGSTOPped executor never answers;
+the power tower runs minutes), so the bound still catches that."""
 ENTRY_FILE = REWARD_FILE.parents[1] / "verl_plugins" / "reward.py"  # by path: importing it here would start workers in the test process
 
 
@@ -206,7 +210,7 @@ def test_pool_kills_an_executor_that_does_not_answer_by_the_deadline_and_recover
     os.kill(stuck, signal.SIGSTOP)
     started = time.monotonic()
     assert pool.compare("2", "3", timeout_s=0.3) is None
-    assert time.monotonic() - started < 0.3 + 1.0
+    assert time.monotonic() - started < 0.3 + SCHEDULING_SLACK_S
     assert pool.kills == 1
     assert pool.compare("2\\sqrt{2}", "\\sqrt{8}", timeout_s=5.0) is True  # a fresh fork serves at once
     assert pool.compare("1", "2", timeout_s=5.0) is False
@@ -221,7 +225,7 @@ def test_a_power_tower_ends_at_its_deadline(pool: SymbolicPool) -> None:
     assert pool.compare("2", "2", timeout_s=60.0) is True
     started = time.monotonic()
     assert pool.compare("9^{9^{9^9}}", "5", timeout_s=0.3) is None
-    assert time.monotonic() - started < 0.3 + 1.0
+    assert time.monotonic() - started < 0.3 + SCHEDULING_SLACK_S
     assert pool.compare("\\sqrt{4}", "2", timeout_s=5.0) is True
 
 
@@ -231,9 +235,9 @@ def test_a_slow_pure_python_comparison_is_ended_by_the_executors_own_timer_as_ou
     keeps the same executor, with no kill."""
     assert pool.compare("3", "3", timeout_s=60.0) is True
     executor = pool._idle[0].executor_pid
-    started = time.monotonic()
     assert pool.compare("(x+1)^{60}(y+2)^{30}", "(x+2)^{60}(y+1)^{30}", timeout_s=1.0) is None
-    assert time.monotonic() - started < 1.0
+    # The pool's own count, not the wall clock, says who ended it: at its deadline the pool kills the
+    # executor and counts it (a fresh-clone run on a loaded machine returned in 1.0008 s with no kill).
     assert pool.kills == 0
     assert pool.compare("\\sqrt{4}", "2", timeout_s=5.0) is True
     assert pool._idle[0].executor_pid == executor
