@@ -651,7 +651,7 @@ class ControlPlane:
         crds = sorted((module / "config" / "crd" / "bases").glob("*.yaml"))
         self.log(f"KubeRay {pins['KUBERAY_VERSION']}: {len(crds)} CRDs and the operator")
         self.apply_files(crds)
-        self._wait_crds([d["metadata"]["name"] for f in crds for d in yaml.load_all(f.read_text(), Loader=_LOADER) if d])
+        self._wait_crds(*[a for f in crds for a in ("-f", str(f))])
         health = self.ports["kuberay-health"] = free_port()
         args = [
             str(self.programs["kuberay-operator"]), f"--health-probe-bind-address=127.0.0.1:{health}",
@@ -686,19 +686,21 @@ class ControlPlane:
 
         threading.Thread(target=sync, name=f"secret-volume-{name}", daemon=True).start()
 
-    def _wait_crds(self, names: list[str], timeout: float = 90) -> None:
-        """Poll until every CRD named is Established. Not ``kubectl wait --for=condition=Established``: kubectl
-        v1.36 fails at once, instead of waiting, on a CRD whose status has no conditions yet (".status.conditions
-        accessor error: <nil> is of the type <nil>"), which is what a just-created CRD has on a busy machine."""
-        pending = set(names)
+    def _wait_crds(self, *objects: str, timeout: float = 90) -> None:
+        """Poll until every CRD in ``objects`` (kubectl's words for them: ``crd/NAME``, or ``-f FILE``, which
+        kubectl reads itself) is Established; each poll asks only for those not yet Established. Not ``kubectl
+        wait --for=condition=Established``: kubectl v1.36 fails at once, instead of waiting, on a CRD whose
+        status has no conditions yet (".status.conditions accessor error: <nil> is of the type <nil>"), which
+        is what a just-created CRD has on a busy machine."""
+        pending = list(objects)
 
         def established() -> bool:
-            answer = json.loads(self.kubectl("get", "crd", *sorted(pending), "-o", "json", timeout=30).stdout)
-            listed = answer.get("items", [answer])  # one name asked: the object itself, not a List
-            pending.difference_update(crd["metadata"]["name"] for crd in listed if crd_established(crd))
+            answer = json.loads(self.kubectl("get", *pending, "-o", "json", timeout=30).stdout)
+            listed = answer.get("items", [answer])  # one object asked: the object itself, not a List
+            pending[:] = [f"crd/{crd['metadata']['name']}" for crd in listed if not crd_established(crd)]
             return not pending
 
-        self.wait(f"{len(names)} CRDs to be Established", None, established, timeout=timeout)
+        self.wait("the CRDs to be Established", None, established, timeout=timeout)
 
     def _start_kueue(self) -> None:
         """Kueue as its manifests install it, with its own certificate management (it signs its webhook
@@ -732,7 +734,7 @@ class ControlPlane:
             {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": KUEUE_WEBHOOK_SECRET, "namespace": KUEUE_NAMESPACE}},
             *crds, *hooks,
         ])
-        self._wait_crds([c["metadata"]["name"] for c in crds])
+        self._wait_crds(*[f"crd/{c['metadata']['name']}" for c in crds])
         certs = self.workdir / "kueue-certs"
         certs.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "kueue-config.yaml"

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,13 +60,7 @@ class RayHead:
         """Poll until ``ray start`` says the runtime started and the job API answers. The job API alone is not
         enough: the dashboard answers seconds before the raylet has registered (7.0 s against 9.5 s on a quiet
         machine here), and a head whose raylet never registers exits."""
-        deadline = time.monotonic() + timeout_s
-        while not (self.process is None or self.process.started()) or not self.jobs_api_answers():
-            if self.process is not None and not self.process.alive():
-                raise HeadExitedError(f"the Ray head exited ({self.process.returncode()}) while starting\n{self.report()}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the Ray head was not up within {timeout_s:.0f} s\n{self.report()}")
-            time.sleep(0.5)
+        self._poll(lambda: (self.process is None or self.process.started()) and self.jobs_api_answers(), "up", timeout_s, interval_s=0.5)
 
     def jobs_api_answers(self) -> bool:
         """Whether the job API answers (200 on ``/api/jobs/``). Ray 2.60 serves ``/api/version`` itself but the job
@@ -81,13 +75,18 @@ class RayHead:
     def wait_for_jobs_api(self, timeout_s: float = 180) -> None:
         """Poll until the job API answers again (its module restarting); fail with the report, at once if the
         head exited."""
+        self._poll(self.jobs_api_answers, "answering on its job API", timeout_s, interval_s=1)
+
+    def _poll(self, ready: Callable[[], bool], what: str, timeout_s: float, interval_s: float) -> None:
+        """Poll ``ready`` until it holds: HeadExitedError at once if the head exits, TimeoutError after
+        ``timeout_s``, each with the report."""
         deadline = time.monotonic() + timeout_s
-        while not self.jobs_api_answers():
+        while not ready():
             if self.process is not None and not self.process.alive():
-                raise HeadExitedError(f"the Ray head exited ({self.process.returncode()})\n{self.report()}")
+                raise HeadExitedError(f"the Ray head exited ({self.process.returncode()}) before it was {what}\n{self.report()}")
             if time.monotonic() > deadline:
-                raise TimeoutError(f"the Ray head's job API did not answer within {timeout_s:.0f} s\n{self.report()}")
-            time.sleep(1)
+                raise TimeoutError(f"the Ray head was not {what} within {timeout_s:.0f} s\n{self.report()}")
+            time.sleep(interval_s)
 
     def report(self) -> str:
         """For a failing test's message: ``ray start``'s output (which process exited, if one did) and the
